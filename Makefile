@@ -31,12 +31,22 @@ $(NODE_STAMP): package.json package-lock.json $(PY_STAMP)
 	npm ci --userconfig=/dev/null --no-audit --no-fund --loglevel=error
 	touch $@
 
-synth: setup
-	rm -rf cdk.out
-	cdk synth --quiet --app "$(BIN)/python app.py" --output cdk.out
-	@echo "synthesized: $$(ls cdk.out/*.template.json | xargs -n1 basename)"
+# Everything that can change a template or an asset. Staged assets are keyed by
+# a hash of their inputs, so a warm synth reuses them instead of re-running pip.
+SYNTH_INPUTS := app.py cdk.json $(shell find constructs_lib lambda_src -type f \
+	\( -name '*.py' -o -name '*.txt' -o -name '*.html' \) -not -path '*/__pycache__/*')
 
-test: setup
+synth: setup
+	cdk synth --quiet --app "$(BIN)/python app.py" --output cdk.out
+	@touch cdk.out/manifest.json
+	@echo "synthesized into cdk.out/: $$(cd cdk.out && ls *.template.json | tr '\n' ' ')"
+
+cdk.out/manifest.json: $(SYNTH_INPUTS) | setup
+	$(MAKE) --no-print-directory synth
+
+# The tests read the real cloud assembly (cfn-lint on every template, the
+# bundled handler imported under the Lambda's Python), so it is built first.
+test: setup cdk.out/manifest.json
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -26,9 +26,7 @@ def check_int_range(owner: str, prop: str, value: int, low: int, high: int) -> N
             f"{owner}: {prop} must be an integer between {low} and {high}, got {value!r}"
         )
     if not low <= value <= high:
-        raise PropValidationError(
-            f"{owner}: {prop} must be between {low} and {high}, got {value}"
-        )
+        raise PropValidationError(f"{owner}: {prop} must be between {low} and {high}, got {value}")
 
 
 def check_duration_range(

@@ -28,10 +28,12 @@ from aws_cdk import aws_lambda as lambda_
 from .defaults import LAMBDA_PYTHON_VERSION, LAMBDA_RUNTIME
 
 #: Bumped when the bundle layout changes, so old staged assets are not reused.
-BUNDLE_FORMAT = "1"
+BUNDLE_FORMAT = "2"
 
-#: The Lambda Python runtime already ships these; bundling them only adds size.
-RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
+#: The Lambda Python runtime ships these (about 25 MB); bundling them only adds
+#: size. Their small dependencies (jmespath, urllib3, ...) stay: Powertools and
+#: the SDK pin their own ranges of those.
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
 
 _IGNORED_NAMES = ("__pycache__", "*.pyc", "*.pyo", "tests", ".pytest_cache", ".mypy_cache")
 
@@ -59,8 +61,10 @@ def pip_platform(architecture: lambda_.Architecture) -> str:
 def _iter_files(root: Path) -> Iterable[Path]:
     for path in sorted(root.rglob("*")):
         parts = set(path.relative_to(root).parts)
-        if path.is_file() and not parts & {"__pycache__", "tests", ".pytest_cache"} and (
-            path.suffix not in {".pyc", ".pyo"}
+        if (
+            path.is_file()
+            and not parts & {"__pycache__", "tests", ".pytest_cache"}
+            and (path.suffix not in {".pyc", ".pyo"})
         ):
             yield path
 
@@ -125,8 +129,11 @@ class LocalPipBundling:
         lines = _requirement_lines(self.requirements)
         if lines:
             self._pip_install(lines, output_dir)
-        for name in ("bin", *RUNTIME_PROVIDED):
+        shutil.rmtree(output_dir / "bin", ignore_errors=True)
+        for name in RUNTIME_PROVIDED:
             shutil.rmtree(output_dir / name, ignore_errors=True)
+            for dist_info in output_dir.glob(f"{name}-*.dist-info"):
+                shutil.rmtree(dist_info)
         for cache in list(output_dir.rglob("__pycache__")):
             shutil.rmtree(cache, ignore_errors=True)
         for package in self.packages:

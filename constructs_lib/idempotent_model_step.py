@@ -402,7 +402,9 @@ class IdempotentModelStep(Construct):
         )
         # The handler dead-letters non-retryable failures itself.
         role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letter_queue.queue_arn])
+            iam.PolicyStatement(
+                actions=["sqs:SendMessage"], resources=[self.dead_letter_queue.queue_arn]
+            )
         )
         if self.dead_letter_queue.encryption_master_key is not None:
             self.dead_letter_queue.encryption_master_key.grant_encrypt(role)

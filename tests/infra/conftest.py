@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,24 @@ from constructs_lib import IdempotentModelStep
 #: CDK's own context key: an empty list means "bundle no stack", the standard
 #: way to keep unit tests free of pip and Docker.
 NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cdk_cli() -> str:
+    """The pinned CDK CLI from node_modules (installed by `make setup`)."""
+    cli = REPO / "node_modules" / ".bin" / "cdk"
+    if not cli.exists():
+        pytest.skip("the pinned CDK CLI is not installed; run `make test`, which installs it")
+    return str(cli)
+
+
+def cli_env() -> dict[str, str]:
+    """An environment for the CDK CLI: quiet, offline, and the repo importable."""
+    env = dict(os.environ)
+    env.update(CDK_DISABLE_VERSION_CHECK="1", PYTHONPATH=str(REPO))
+    return env
 
 
 @dataclass

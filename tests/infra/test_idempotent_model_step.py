@@ -123,7 +123,7 @@ def test_no_secret_value_reaches_the_template(raw):
     # The secret is referenced by ARN only; no SecretString or dynamic reference.
     text = json.dumps(raw)
     assert "resolve:secretsmanager" not in text
-    assert "ANTHROPIC_API_KEY\"" not in text
+    assert 'ANTHROPIC_API_KEY"' not in text
 
 
 def test_event_invoke_config_retries_and_dead_letters_to_the_same_queue(raw):
@@ -189,7 +189,10 @@ def test_dlq_refuses_non_tls_access(template, raw):
 
 # ---------------------------------------------------------------- alarms
 def _alarms(raw: dict) -> dict[str, dict]:
-    return {v["Properties"]["MetricName"]: v["Properties"] for v in resources(raw, "AWS::CloudWatch::Alarm").values()}
+    return {
+        v["Properties"]["MetricName"]: v["Properties"]
+        for v in resources(raw, "AWS::CloudWatch::Alarm").values()
+    }
 
 
 def test_eventbridge_dlq_alarms_use_rule_and_custom_bus_dimensions(raw):

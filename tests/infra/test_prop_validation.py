@@ -126,7 +126,9 @@ def test_custom_handler_path_must_be_a_package(tmp_path):
 
 
 def test_retry_budget_range():
-    with pytest.raises(PropValidationError, match=r"max_model_requests_per_delivery must be between 1 and 3, got 0"):
+    with pytest.raises(
+        PropValidationError, match=r"max_model_requests_per_delivery must be between 1 and 3, got 0"
+    ):
         RetryBudget(max_model_requests_per_delivery=0)
 
 
