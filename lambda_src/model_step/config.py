@@ -1,0 +1,146 @@
+"""Settings of a model step, read from the environment the CDK construct sets.
+
+Environment variables (name: default; meaning):
+
+- ``IDEMPOTENCY_TABLE_NAME``: required. DynamoDB table of Powertools idempotency records
+  (partition key ``id`` (S), TTL attribute ``expiration``).
+- ``DEAD_LETTER_QUEUE_URL``: required. SQS queue that receives non-retryable failures.
+- ``IDEMPOTENCY_KEY``: required. JMESPath over ``event["detail"]`` that selects the business
+  key, e.g. ``[upload_id, row_number]``. Every part must be present and non-empty.
+- ``PROMPT_VERSION``: required. Part of the idempotency key: a new version means new answers.
+- ``SYSTEM_PROMPT``: required. System prompt sent with every request.
+- ``MODEL_ID``: ``claude-haiku-5-5``. Model to call; also part of the idempotency key.
+- ``MAX_TOKENS``: ``1024``. ``max_tokens`` of each request.
+- ``MODEL_PROVIDER``: ``anthropic``. ``anthropic`` (Claude API) or ``bedrock`` (Claude on
+  Amazon Bedrock with the function's IAM credentials; region from ``AWS_REGION``; no secret).
+- ``ANTHROPIC_API_KEY_SECRET_ARN``: none. Secrets Manager secret holding the API key, either the
+  raw key or JSON ``{"api_key": "..."}``. Read once per container, never logged.
+- ``ANTHROPIC_API_KEY``: none. If set, it wins over the secret (for local runs).
+- ``ANTHROPIC_BASE_URL``: the SDK's default. Read by the SDK itself.
+- ``IDEMPOTENCY_EXPIRES_AFTER_SECONDS``: ``86400``. How long a completed answer is replayed.
+- ``ALLOWED_LABELS``: none. Comma-separated labels, e.g. ``hot,warm,cold``. When set, the answer
+  (stripped, lower-cased) must be one of them, else the event is dead-lettered.
+- ``MODEL_TIMEOUT_SECONDS``: ``60``. Upper bound of the SDK timeout. The timeout actually used is
+  ``min(MODEL_TIMEOUT_SECONDS, remaining Lambda time - 3 s)`` so the SDK gives up first.
+- ``POWERTOOLS_SERVICE_NAME``: ``model-step``. Logger service and metrics dimension.
+- ``POWERTOOLS_METRICS_NAMESPACE``: ``IdempotentModelStep``. CloudWatch metrics namespace.
+- ``POWERTOOLS_LOG_LEVEL``: Powertools' default (``INFO``). Log level.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import jmespath
+from jmespath.exceptions import JMESPathError
+
+from .errors import ConfigurationError
+
+DEFAULT_MODEL_ID = "claude-haiku-5-5"
+DEFAULT_MAX_TOKENS = 1024
+DEFAULT_EXPIRES_AFTER_SECONDS = 86_400
+DEFAULT_MODEL_TIMEOUT_SECONDS = 60.0
+DEFAULT_SERVICE_NAME = "model-step"
+DEFAULT_METRICS_NAMESPACE = "IdempotentModelStep"
+PROVIDERS = ("anthropic", "bedrock")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings of one model step. Build it with :meth:`from_environment`."""
+
+    idempotency_table_name: str
+    dead_letter_queue_url: str
+    idempotency_key: str
+    prompt_version: str
+    system_prompt: str
+    model_id: str = DEFAULT_MODEL_ID
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    model_provider: str = "anthropic"
+    api_key_secret_arn: str | None = None
+    expires_after_seconds: int = DEFAULT_EXPIRES_AFTER_SECONDS
+    allowed_labels: tuple[str, ...] = ()
+    model_timeout_seconds: float = DEFAULT_MODEL_TIMEOUT_SECONDS
+    service_name: str = DEFAULT_SERVICE_NAME
+    metrics_namespace: str = DEFAULT_METRICS_NAMESPACE
+    aws_region: str | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read and validate the variables listed in this module's docstring.
+
+        Raises ``ConfigurationError`` naming the first missing or invalid variable.
+        """
+        env = os.environ if environ is None else environ
+        key_expression = _required(env, "IDEMPOTENCY_KEY")
+        try:
+            # Compile now so a typo fails the first invocation loudly, not silently per event.
+            jmespath.compile(key_expression)
+        except JMESPathError as exc:
+            raise ConfigurationError(f"IDEMPOTENCY_KEY is not valid JMESPath: {exc}") from exc
+
+        provider = env.get("MODEL_PROVIDER", "anthropic").strip().lower() or "anthropic"
+        if provider not in PROVIDERS:
+            raise ConfigurationError(f"MODEL_PROVIDER must be one of {PROVIDERS}, got {provider!r}")
+
+        return cls(
+            idempotency_table_name=_required(env, "IDEMPOTENCY_TABLE_NAME"),
+            dead_letter_queue_url=_required(env, "DEAD_LETTER_QUEUE_URL"),
+            idempotency_key=key_expression,
+            prompt_version=_required(env, "PROMPT_VERSION"),
+            system_prompt=_required(env, "SYSTEM_PROMPT"),
+            model_id=env.get("MODEL_ID") or DEFAULT_MODEL_ID,
+            max_tokens=_positive_int(env, "MAX_TOKENS", DEFAULT_MAX_TOKENS),
+            model_provider=provider,
+            api_key_secret_arn=env.get("ANTHROPIC_API_KEY_SECRET_ARN") or None,
+            expires_after_seconds=_positive_int(
+                env, "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", DEFAULT_EXPIRES_AFTER_SECONDS
+            ),
+            allowed_labels=parse_labels(env.get("ALLOWED_LABELS", "")),
+            model_timeout_seconds=_positive_float(
+                env, "MODEL_TIMEOUT_SECONDS", DEFAULT_MODEL_TIMEOUT_SECONDS
+            ),
+            service_name=env.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE_NAME,
+            metrics_namespace=env.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE,
+            aws_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+        )
+
+
+def parse_labels(raw: str) -> tuple[str, ...]:
+    """``"Hot, warm,,cold"`` -> ``("hot", "warm", "cold")``; empty input -> ``()``."""
+    return tuple(label.strip().lower() for label in raw.split(",") if label.strip())
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value.strip():
+        raise ConfigurationError(f"environment variable {name} is required")
+    return value
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from exc
+    if value <= 0:
+        raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value

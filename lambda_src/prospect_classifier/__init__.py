@@ -1,0 +1,1 @@
+"""Prospect classifier: a custom handler built on ``model_step.ModelStep``."""

@@ -1,0 +1,267 @@
+"""A fake Anthropic Messages API on 127.0.0.1, standard library only.
+
+It answers ``POST /v1/messages`` from a *script*, counts and records every request, and sets a
+``request-id`` response header the way the real API does, so the real SDK can be driven over
+real HTTP in tests and in the local-run CLI.
+
+Script entries (one per request, in order; once the script is used up every request gets 200):
+
+- ``200``: a success body whose text is the server's ``text`` (default ``"warm"``).
+- any other ``int``: an error body with the matching Anthropic error ``type``.
+- ``"timeout"``: hold the request for ``timeout_sleep`` seconds (longer than the client timeout),
+  then close without answering.
+- ``"disconnect"``: close the connection without any response (the SDK raises
+  ``APIConnectionError``).
+- ``Reply(...)``: full control of status, text, body, headers and delay.
+
+``script`` may also be a callable ``(index, body) -> entry``.
+
+Usage::
+
+    with FakeMessagesAPI([529, 200], delay=0.2) as api:
+        os.environ["ANTHROPIC_BASE_URL"] = api.base_url
+        ...
+        assert api.request_count == 2
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ScriptEntry = Any  # int | str | Reply
+Script = Sequence[ScriptEntry] | Callable[[int, dict], ScriptEntry]
+
+# The error "type" the real API puts in the body for each status.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    409: "conflict_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "api_error",
+    504: "api_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer. ``body`` overrides the generated body; ``delay`` overrides the
+    server-wide delay (seconds)."""
+
+    status: int = 200
+    text: str | None = None
+    body: dict | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float | None = None
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """What the fake saw: the parsed JSON body, headers (lower-cased names), request id sent."""
+
+    path: str
+    body: dict
+    headers: dict[str, str]
+    request_id: str
+
+
+class FakeMessagesAPI:
+    """A threaded HTTP server that imitates ``POST /v1/messages``.
+
+    Parameters
+    ----------
+    script:
+        Scripted entries or a callable, see the module docstring. Default: always 200.
+    text:
+        Answer text for 200 replies, default ``"warm"``.
+    delay:
+        Seconds to wait before every answer, default 0 (use it for concurrency tests).
+    timeout_sleep:
+        Seconds a ``"timeout"`` entry holds the request, default 5. ``stop()`` interrupts it.
+    model:
+        ``model`` field of success bodies, default ``"claude-haiku-5-5"``.
+    """
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        text: str = "warm",
+        delay: float = 0.0,
+        timeout_sleep: float = 5.0,
+        model: str = "claude-haiku-5-5",
+    ) -> None:
+        self.script = script if script is not None else []
+        self.text = text
+        self.delay = delay
+        self.timeout_sleep = timeout_sleep
+        self.model = model
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FakeMessagesAPI:
+        """Bind to 127.0.0.1 on a free port and serve in a daemon thread."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server.daemon_threads = True
+        # A short poll interval makes stop() return quickly (the default is 0.5 s).
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; wakes any request held by a ``"timeout"`` entry."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeMessagesAPI:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- inspection --------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``, the value for ``ANTHROPIC_BASE_URL``."""
+        if self._server is None:
+            raise RuntimeError("FakeMessagesAPI is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def request_count(self) -> int:
+        """Number of ``POST /v1/messages`` requests received so far."""
+        with self._lock:
+            return len(self.requests)
+
+    @property
+    def last_request(self) -> RecordedRequest:
+        """The most recent request; raises ``IndexError`` if none."""
+        with self._lock:
+            return self.requests[-1]
+
+    # -- internals ---------------------------------------------------------------------------
+    def _record(self, path: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
+        with self._lock:
+            index = len(self.requests)
+            request_id = f"req_fake_{next(self._ids):04d}"
+            self.requests.append(RecordedRequest(path, body, headers, request_id))
+            return index, request_id
+
+    def _entry_for(self, index: int, body: dict) -> ScriptEntry:
+        if callable(self.script):
+            return self.script(index, body)
+        if index < len(self.script):
+            return self.script[index]
+        return 200
+
+    def _success_body(self, text: str, request_body: dict) -> dict:
+        return {
+            "id": f"msg_fake_{index_hex(len(self.requests))}",
+            "type": "message",
+            "role": "assistant",
+            "model": request_body.get("model", self.model),
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 12, "output_tokens": 3},
+        }
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+
+def index_hex(value: int) -> str:
+    """A short stable hex id, so message ids look like the real ones."""
+    return f"{value:08x}"
+
+
+def _error_body(status: int) -> dict:
+    error_type = ERROR_TYPES.get(status, "api_error")
+    message = f"fake {status} {error_type}"
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            # Keep test output clean; the recorded requests are the log.
+            return
+
+        def do_POST(self) -> None:  # http.server's naming
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if self.path.split("?")[0] != "/v1/messages":
+                self._send(404, _error_body(404), "req_fake_unknown_path")
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = {"_unparseable": raw.decode("utf-8", "replace")}
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            index, request_id = api._record(self.path, body, headers)
+            entry = api._entry_for(index, body)
+
+            if entry == "timeout":
+                api._wait(api.timeout_sleep)
+                self.close_connection = True
+                return
+            if entry == "disconnect":
+                self.close_connection = True
+                return
+
+            reply = entry if isinstance(entry, Reply) else Reply(status=int(entry))
+            api._wait(api.delay if reply.delay is None else reply.delay)
+            if reply.body is not None:
+                payload = reply.body
+            elif reply.status == 200:
+                text = reply.text if reply.text is not None else api.text
+                payload = api._success_body(text, body)
+            else:
+                payload = _error_body(reply.status)
+            self._send(reply.status, payload, request_id, reply.headers)
+
+        def _send(
+            self, status: int, payload: dict, request_id: str, extra: dict | None = None
+        ) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", request_id)
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (its timeout); nothing left to do.
+                pass
+
+    return Handler

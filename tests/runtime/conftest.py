@@ -1,0 +1,290 @@
+"""Fixtures for the Lambda runtime tests.
+
+Real handler code, real Powertools, the real Anthropic SDK over HTTP to a fake Messages API on
+127.0.0.1, and moto for DynamoDB, SQS and Secrets Manager. Nothing reaches AWS or the internet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from io import StringIO
+
+import boto3
+import pytest
+from model_step import ModelStep
+from moto import mock_aws
+
+from tests.fakes import FakeMessagesAPI
+
+REGION = "us-east-1"
+TABLE = "idempotency"
+PROSPECTS_TABLE = "prospects"
+SECRET_NAME = "anthropic-api-key"
+SECRET_VALUE = "sk-ant-secret-from-secrets-manager-0123456789"
+SYSTEM_PROMPT = "You label prospects. Answer hot, warm or cold."
+
+# One boto3 session for the whole run: a fresh session re-reads every service model from disk
+# (~0.1-0.2 s per client), which would dominate the suite's run time. moto intercepts clients
+# of any session created after moto is imported.
+_BOTO3_SESSION: boto3.session.Session | None = None
+
+
+def boto3_session() -> boto3.session.Session:
+    global _BOTO3_SESSION
+    if _BOTO3_SESSION is None:
+        _BOTO3_SESSION = boto3.session.Session(region_name=REGION)
+    return _BOTO3_SESSION
+
+
+@dataclass
+class FakeLambdaContext:
+    """Test double of the Lambda context object (an AWS-provided object, not our code)."""
+
+    function_name: str = "model-step-test"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    remaining_millis: int = 30_000
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = "/aws/lambda/model-step-test"
+    log_stream_name: str = "2026/01/01/[$LATEST]abc"
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:{REGION}:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_millis
+
+
+@dataclass
+class Aws:
+    """The mocked AWS resources of one test."""
+
+    dynamodb: object
+    sqs: object
+    queue_url: str
+    secret_arn: str
+
+    def dead_letters(self) -> list[dict]:
+        """Every message on the DLQ: {"body": parsed JSON, "attributes": {name: value}}."""
+        found = []
+        while True:
+            response = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                WaitTimeSeconds=0,
+            )
+            messages = response.get("Messages", [])
+            if not messages:
+                return found
+            for message in messages:
+                found.append(
+                    {
+                        "body": json.loads(message["Body"]),
+                        "attributes": {
+                            name: value["StringValue"]
+                            for name, value in message.get("MessageAttributes", {}).items()
+                        },
+                    }
+                )
+                self.sqs.delete_message(
+                    QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+
+    def idempotency_items(self) -> list[dict]:
+        return self.dynamodb.scan(TableName=TABLE)["Items"]
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    """Fake credentials and region; no real AWS or Anthropic settings leak in."""
+    for name in (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_BASE_URL",
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "model-step-test")
+    # Keeps the SDK from looking for a profile/config file in the developer's home.
+    monkeypatch.setenv("HOME", "/nonexistent-home-for-tests")
+
+
+def create_resources() -> Aws:
+    """Create the idempotency table, DLQ, secret and prospects table (moto must be active)."""
+    dynamodb = boto3_session().client("dynamodb")
+    dynamodb.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.create_table(
+        TableName=PROSPECTS_TABLE,
+        KeySchema=[
+            {"AttributeName": "upload_id", "KeyType": "HASH"},
+            {"AttributeName": "row_number", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "upload_id", "AttributeType": "S"},
+            {"AttributeName": "row_number", "AttributeType": "N"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    sqs = boto3_session().client("sqs")
+    queue_url = sqs.create_queue(QueueName="model-step-dlq")["QueueUrl"]
+    secrets = boto3_session().client("secretsmanager")
+    secret_arn = secrets.create_secret(Name=SECRET_NAME, SecretString=SECRET_VALUE)["ARN"]
+    return Aws(dynamodb=dynamodb, sqs=sqs, queue_url=queue_url, secret_arn=secret_arn)
+
+
+_PUT_ITEM_LOCK = threading.Lock()
+
+
+@pytest.fixture
+def atomic_moto_put_item(monkeypatch):
+    """Make moto's conditional PutItem atomic across threads, as DynamoDB's is.
+
+    moto evaluates the condition and stores the item in two steps without a lock, so two
+    threads can both "win" the same idempotency key. That is an emulator gap, not behaviour
+    of DynamoDB, and it would make the concurrency tests flaky.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.put_item
+
+    def put_item(self, *args, **kwargs):
+        with _PUT_ITEM_LOCK:
+            return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DynamoDBBackend, "put_item", put_item)
+
+
+@pytest.fixture
+def aws(aws_env, atomic_moto_put_item) -> Iterator[Aws]:
+    with mock_aws():
+        yield create_resources()
+
+
+@pytest.fixture
+def fake_api(monkeypatch) -> Iterator[FakeMessagesAPI]:
+    """A started fake Messages API; set ``fake_api.script`` / ``.text`` / ``.delay`` per test."""
+    with FakeMessagesAPI(timeout_sleep=3.0) as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
+        yield api
+
+
+@pytest.fixture
+def model_env(aws, fake_api, monkeypatch) -> Aws:
+    """The environment the CDK construct sets, pointing at moto and the fake API."""
+    monkeypatch.setenv("IDEMPOTENCY_TABLE_NAME", TABLE)
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", aws.queue_url)
+    monkeypatch.setenv("IDEMPOTENCY_KEY", "[upload_id, row_number]")
+    monkeypatch.setenv("PROMPT_VERSION", "v1")
+    monkeypatch.setenv("SYSTEM_PROMPT", SYSTEM_PROMPT)
+    monkeypatch.setenv("ANTHROPIC_API_KEY_SECRET_ARN", aws.secret_arn)
+    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "5")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "IdempotentModelStepTest")
+    return aws
+
+
+@pytest.fixture
+def make_step(model_env):
+    """Build a fresh ``ModelStep`` from the current environment (Powertools objects are
+    created per step, so env changes made before the call take effect)."""
+
+    def make(**kwargs) -> ModelStep:
+        kwargs.setdefault("boto3_session", boto3_session())
+        return ModelStep.from_environment(**kwargs)
+
+    return make
+
+
+@pytest.fixture
+def context() -> FakeLambdaContext:
+    return FakeLambdaContext()
+
+
+def make_event(detail: dict | None = None, **overrides) -> dict:
+    """An EventBridge event as Lambda receives it."""
+    detail = detail if detail is not None else prospect_detail()
+    event = {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "ProspectRow",
+        "source": "prospects.uploader",
+        "account": "123456789012",
+        "time": "2026-01-01T00:00:00Z",
+        "region": REGION,
+        "resources": [],
+        "detail": detail,
+    }
+    event.update(overrides)
+    return event
+
+
+def prospect_detail(row_number: int = 1, **fields) -> dict:
+    detail = {
+        "upload_id": "upload-001",
+        "row_number": row_number,
+        "email": f"ada{row_number}@example.com",
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "company": "Analytical Engines Ltd",
+        "title": "CTO",
+        "country": "GB",
+        "notes": "Asked for a demo next week.",
+    }
+    detail.update(fields)
+    return detail
+
+
+class _RecordingHandler(logging.Handler):
+    """Writes every record's full attribute dict (message, extras, exception text) as JSON."""
+
+    def __init__(self, buffer: StringIO) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.buffer = buffer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = dict(record.__dict__)
+        fields["message"] = record.getMessage()
+        if record.exc_info:
+            fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+        self.buffer.write(json.dumps(fields, default=str) + "\n")
+
+
+@pytest.fixture
+def log_capture() -> Iterator[StringIO]:
+    """Capture what any logger emits at INFO+ and the step's Powertools logger at DEBUG+, with
+    all structured extras. The Powertools logger propagates to root, so root is enough."""
+    buffer = StringIO()
+    handler = _RecordingHandler(buffer)
+    root = logging.getLogger()
+    service = logging.getLogger("model-step")
+    previous = root.level, service.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    service.setLevel(logging.DEBUG)
+    try:
+        yield buffer
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous[0])
+        service.setLevel(previous[1])
+
+
+def log_records(buffer: StringIO) -> list[dict]:
+    return [json.loads(line) for line in buffer.getvalue().splitlines() if line]

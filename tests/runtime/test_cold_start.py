@@ -1,0 +1,92 @@
+"""A cold container that only serves a duplicate never imports the model SDK (~1 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from model_step import ModelStep
+from moto.server import ThreadedMotoServer
+
+from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import json, sys
+from model_step.handler import handler
+
+class Context:
+    function_name = "model-step-test"
+    aws_request_id = "cold-duplicate"
+    def get_remaining_time_in_millis(self):
+        return 30000
+
+event = json.loads(sys.stdin.read())
+result = handler(event, Context())
+print("RESULT " + json.dumps({"result": result, "anthropic": "anthropic" in sys.modules}))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def moto_server(aws_env, monkeypatch):
+    """moto as a real HTTP server, so a second process sees the same tables."""
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    yield
+    server.stop()
+
+
+def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeypatch):
+    session = boto3.session.Session()
+    session.client("dynamodb").create_table(
+        TableName="idempotency",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    queue_url = session.client("sqs").create_queue(QueueName="dlq")["QueueUrl"]
+    for name, value in {
+        "IDEMPOTENCY_TABLE_NAME": "idempotency",
+        "DEAD_LETTER_QUEUE_URL": queue_url,
+        "IDEMPOTENCY_KEY": "[upload_id, row_number]",
+        "PROMPT_VERSION": "v1",
+        "SYSTEM_PROMPT": SYSTEM_PROMPT,
+        "ANTHROPIC_API_KEY": "sk-local",
+    }.items():
+        monkeypatch.setenv(name, value)
+    event = make_event()
+    first = ModelStep.from_environment(boto3_session=session).handle(event, FakeLambdaContext())
+    assert fake_api.request_count == 1
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src")]))
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+    assert child.returncode == 0, child.stderr
+    line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
+    report = json.loads(line.removeprefix("RESULT "))
+    assert report["result"] == first
+    assert report["anthropic"] is False
+    assert fake_api.request_count == 1

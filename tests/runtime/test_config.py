@@ -1,0 +1,106 @@
+"""Environment parsing and business-key extraction."""
+
+from __future__ import annotations
+
+import pytest
+from model_step import (
+    ConfigurationError,
+    MissingIdempotencyKeyError,
+    Settings,
+    extract_business_key,
+)
+from model_step.api_key import parse_secret_string
+
+REQUIRED = {
+    "IDEMPOTENCY_TABLE_NAME": "t",
+    "DEAD_LETTER_QUEUE_URL": "https://sqs.example/q",
+    "IDEMPOTENCY_KEY": "[upload_id, row_number]",
+    "PROMPT_VERSION": "v1",
+    "SYSTEM_PROMPT": "be brief",
+}
+
+
+def test_defaults():
+    settings = Settings.from_environment(REQUIRED)
+    assert settings.model_id == "claude-haiku-5-5"
+    assert settings.max_tokens == 1024
+    assert settings.model_provider == "anthropic"
+    assert settings.expires_after_seconds == 86_400
+    assert settings.model_timeout_seconds == 60.0
+    assert settings.allowed_labels == ()
+    assert settings.service_name == "model-step"
+    assert settings.metrics_namespace == "IdempotentModelStep"
+    assert settings.api_key_secret_arn is None
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
+def test_required_variables(missing):
+    env = {k: v for k, v in REQUIRED.items() if k != missing}
+    with pytest.raises(ConfigurationError, match=missing):
+        Settings.from_environment(env)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("MAX_TOKENS", "lots"),
+        ("MAX_TOKENS", "0"),
+        ("MODEL_TIMEOUT_SECONDS", "-1"),
+        ("IDEMPOTENCY_KEY", "[upload_id,"),
+        ("MODEL_PROVIDER", "openai"),
+    ],
+)
+def test_invalid_values(name, value):
+    with pytest.raises(ConfigurationError, match=name):
+        Settings.from_environment({**REQUIRED, name: value})
+
+
+def test_labels_and_provider_are_normalised():
+    settings = Settings.from_environment(
+        {**REQUIRED, "ALLOWED_LABELS": " Hot,warm,, COLD ", "MODEL_PROVIDER": "Bedrock"}
+    )
+    assert settings.allowed_labels == ("hot", "warm", "cold")
+    assert settings.model_provider == "bedrock"
+
+
+@pytest.mark.parametrize(
+    ("detail", "expression", "expected"),
+    [
+        ({"id": "a"}, "id", ["a"]),
+        ({"a": "x", "b": 0}, "[a, b]", ["x", 0]),
+        ({"a": "x", "b": False}, "{a: a, b: b}", ["x", False]),
+    ],
+)
+def test_business_key_shapes(detail, expression, expected):
+    assert extract_business_key(detail, expression) == expected
+
+
+@pytest.mark.parametrize(
+    ("detail", "expression"),
+    [
+        ({}, "id"),
+        ({}, "[a, b]"),
+        ({"a": "x"}, "[a, b]"),
+        ({"a": "", "b": "y"}, "[a, b]"),
+        ({"a": " ", "b": "y"}, "{a: a, b: b}"),
+        ({"a": []}, "a"),
+    ],
+)
+def test_business_key_rejects_any_missing_part(detail, expression):
+    with pytest.raises(MissingIdempotencyKeyError):
+        extract_business_key(detail, expression)
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [("sk-raw\n", "sk-raw"), ('{"api_key": "sk-json"}', "sk-json")],
+)
+def test_secret_formats(raw, key):
+    assert parse_secret_string(raw) == key
+
+
+@pytest.mark.parametrize("raw", ["", "{not json", '{"key": "sk-wrong-field"}'])
+def test_bad_secret_never_echoes_content(raw):
+    with pytest.raises(ConfigurationError) as info:
+        parse_secret_string(raw)
+    assert "sk-wrong-field" not in str(info.value)

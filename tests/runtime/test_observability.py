@@ -1,0 +1,51 @@
+"""Powertools EMF metrics: one line per invocation, no warnings."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from .conftest import FakeLambdaContext, make_event, prospect_detail
+
+
+def _emf_metrics(out: str) -> list[dict[str, list[float]]]:
+    found = []
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        document = json.loads(line)
+        if "_aws" not in document:
+            continue
+        names = [m["Name"] for d in document["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]]
+        assert document["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "IdempotentModelStepTest"
+        found.append({name: document[name] for name in names})
+    return found
+
+
+def test_metrics_for_request_duplicate_and_failure(make_step, fake_api, capsys):
+    fake_api.script = [200, 400]
+    step = make_step()
+    with warnings.catch_warnings():
+        # Any Powertools warning (empty flush, missing context) fails the test.
+        warnings.simplefilter("error")
+        step.handle(make_event(), FakeLambdaContext())
+        step.handle(make_event(), FakeLambdaContext())
+        step.handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())
+
+    assert _emf_metrics(capsys.readouterr().out) == [
+        {"ModelRequests": [1.0]},
+        {"DuplicatesSuppressed": [1.0]},
+        {"ModelRequests": [1.0], "NonRetryableFailures": [1.0]},
+    ]
+
+
+def test_metrics_for_transient_failure(make_step, fake_api, capsys):
+    fake_api.script = [529]
+    with pytest.raises(Exception):  # noqa: B017 (the SDK's OverloadedError)
+        make_step().handle(make_event(), FakeLambdaContext())
+
+    assert _emf_metrics(capsys.readouterr().out) == [
+        {"ModelRequests": [1.0], "TransientFailures": [1.0]}
+    ]

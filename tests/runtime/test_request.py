@@ -1,0 +1,63 @@
+"""What goes over the wire to the Messages API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
+
+
+def test_request_sends_no_sampling_parameters(make_step, fake_api):
+    make_step().handle(make_event(), FakeLambdaContext())
+
+    body = fake_api.last_request.body
+    assert not {"temperature", "top_p", "top_k"} & body.keys()
+    assert body["model"] == "claude-haiku-5-5"
+    assert body["max_tokens"] == 1024
+    assert body["system"] == SYSTEM_PROMPT
+
+
+def test_default_user_message_is_the_detail_as_sorted_json(make_step, fake_api):
+    event = make_event()
+    make_step().handle(event, FakeLambdaContext())
+
+    [message] = fake_api.last_request.body["messages"]
+    assert message["role"] == "user"
+    assert message["content"] == json.dumps(event["detail"], sort_keys=True)
+
+
+def test_sdk_makes_exactly_one_attempt(make_step, fake_api):
+    make_step().handle(make_event(), FakeLambdaContext())
+    assert fake_api.last_request.headers["x-stainless-retry-count"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("remaining_ms", "limit", "expected"),
+    [(30_000, "5", 5.0), (6_000, "60", 3.0), (2_000, "60", 1.0)],
+)
+def test_timeout_leaves_a_safety_margin_before_lambda_times_out(
+    make_step, fake_api, monkeypatch, remaining_ms, limit, expected
+):
+    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", limit)
+    make_step().handle(make_event(), FakeLambdaContext(remaining_millis=remaining_ms))
+
+    sent = float(fake_api.last_request.headers["x-stainless-timeout"])
+    assert sent == pytest.approx(expected, abs=0.05)
+
+
+def test_custom_prompt_and_parser(make_step, fake_api):
+    fake_api.text = '{"score": 7}'
+    step = make_step(
+        build_user_message=lambda detail: f"Score {detail['email']}",
+        parse_answer=json.loads,
+    )
+
+    result = step.handle(make_event(), FakeLambdaContext())
+    again = step.handle(make_event(), FakeLambdaContext())
+
+    assert fake_api.last_request.body["messages"][0]["content"] == "Score ada1@example.com"
+    assert result["parsed"] == {"score": 7}
+    assert again == result
+    assert fake_api.request_count == 1
