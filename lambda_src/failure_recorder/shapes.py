@@ -1,0 +1,146 @@
+"""Normalises the three dead-letter message shapes into one failures-table item.
+
+Pure functions over the SQS record dict; no AWS calls.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+RAW_ROW_MAX_CHARS = 2000
+# The item limit is 400 KB; an SQS body is at most 256 KiB, so characters beyond this
+# would only come from multi-byte text and are not worth risking a failed write.
+RAW_BODY_MAX_CHARS = 100_000
+UNATTRIBUTED_UPLOAD_ID = "unattributed"
+PROSPECT_FIELDS = ("email", "first_name", "last_name", "company", "title", "country", "notes")
+
+SHAPE_EVENTBRIDGE_DLQ = "eventbridge-dlq"
+SHAPE_LAMBDA_ON_FAILURE = "lambda-on-failure"
+SHAPE_MODEL_STEP = "model-step"
+SHAPE_LAMBDA_DLQ = "lambda-dlq"
+SHAPE_UNRECOGNISED = "unrecognised"
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp with a ``Z`` suffix."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _attributes(record: dict[str, Any]) -> dict[str, str]:
+    """Flatten ``messageAttributes{NAME:{stringValue,dataType}}`` to ``{NAME: value}``."""
+    flat: dict[str, str] = {}
+    for name, value in (record.get("messageAttributes") or {}).items():
+        if isinstance(value, dict) and value.get("stringValue") is not None:
+            flat[name] = str(value["stringValue"])
+    return flat
+
+
+def _attribution(event: object) -> tuple[str | None, int | None, dict[str, Any]]:
+    detail = event.get("detail") if isinstance(event, dict) else None
+    if not isinstance(detail, dict):
+        return None, None, {}
+    upload_id = detail.get("upload_id")
+    upload_id = upload_id if isinstance(upload_id, str) and upload_id.strip() else None
+    row_number = detail.get("row_number")
+    if isinstance(row_number, bool) or not isinstance(row_number, int) or row_number < 1:
+        row_number = None
+    return upload_id, row_number, detail
+
+
+def _raw_row(detail: dict[str, Any]) -> str | None:
+    # Show the prospect the model failed on in the same CSV form as validation failures.
+    if not any(name in detail for name in PROSPECT_FIELDS):
+        return None
+    buffer = io.StringIO()
+    row = ["" if detail.get(name) is None else str(detail.get(name)) for name in PROSPECT_FIELDS]
+    csv.writer(buffer, lineterminator="").writerow(row)
+    return buffer.getvalue()[:RAW_ROW_MAX_CHARS]
+
+
+def _classify(body: dict[str, Any], attrs: dict[str, str]) -> tuple[str, object, str, str]:
+    """Return (source_shape, original_event, error_code, reason)."""
+    if isinstance(body.get("requestContext"), dict) and "requestPayload" in body:
+        context = body["requestContext"]
+        response = body.get("responsePayload")
+        response = response if isinstance(response, dict) else {}
+        condition = str(context.get("condition") or "Unknown")
+        error_type = response.get("errorType")
+        error_message = response.get("errorMessage")
+        invokes = context.get("approximateInvokeCount")
+        reason = f"{condition} after {invokes} invocation(s)"
+        if error_message:
+            reason += f": {error_message}"
+        return SHAPE_LAMBDA_ON_FAILURE, body["requestPayload"], str(error_type or condition), reason
+    if "RULE_ARN" in attrs:
+        code = attrs.get("ERROR_CODE", "Unknown")
+        return SHAPE_EVENTBRIDGE_DLQ, body, code, attrs.get("ERROR_MESSAGE", code)
+    if "ERROR_CODE" in attrs:
+        code = attrs["ERROR_CODE"]
+        return SHAPE_MODEL_STEP, body, code, attrs.get("ERROR_MESSAGE", code)
+    if "ErrorCode" in attrs or "RequestID" in attrs:
+        # A Lambda function DLQ (not an on-failure destination) uses these names.
+        code = attrs.get("ErrorCode", "Unknown")
+        return SHAPE_LAMBDA_DLQ, body, code, attrs.get("ErrorMessage", code)
+    return SHAPE_UNRECOGNISED, body, "UnrecognisedDeadLetter", "dead letter of an unknown shape"
+
+
+def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
+    """Turn one SQS record into a failures-table item (kind "model").
+
+    Key: ``upload_id`` and ``model#%08d`` from ``detail.upload_id``/``detail.row_number``
+    when present; otherwise ``message#<messageId>`` (and upload ``unattributed``).
+    Never raises on bad input: a body that is not a JSON object is stored raw with
+    error_code ``UnparseableDeadLetter``.
+    """
+    message_id = str(record.get("messageId", ""))
+    body_text = record.get("body") or ""
+    attrs = _attributes(record)
+    item: dict[str, Any] = {
+        "kind": "model",
+        "message_id": message_id,
+        "recorded_at": recorded_at or utc_now(),
+    }
+    if attrs.get("REQUEST_ID"):
+        item["request_id"] = attrs["REQUEST_ID"]
+    try:
+        body = json.loads(body_text)
+    except (json.JSONDecodeError, TypeError):
+        body = None
+    if not isinstance(body, dict):
+        item.update(
+            upload_id=UNATTRIBUTED_UPLOAD_ID,
+            failure_id=f"message#{message_id}",
+            error_code="UnparseableDeadLetter",
+            reason=attrs.get("ERROR_MESSAGE") or "dead-letter body is not a JSON object",
+            source_shape=SHAPE_UNRECOGNISED,
+            raw_body=str(body_text)[:RAW_BODY_MAX_CHARS],
+            raw_row=str(body_text)[:RAW_ROW_MAX_CHARS],
+        )
+        return item
+    shape, original_event, error_code, reason = _classify(body, attrs)
+    upload_id, row_number, detail = _attribution(original_event)
+    item.update(
+        upload_id=upload_id or UNATTRIBUTED_UPLOAD_ID,
+        failure_id=(
+            f"model#{row_number:08d}"
+            if upload_id and row_number is not None
+            else f"message#{message_id}"
+        ),
+        error_code=error_code,
+        reason=reason,
+        source_shape=shape,
+        original_event=json.dumps(original_event, ensure_ascii=False)[:RAW_BODY_MAX_CHARS],
+    )
+    if row_number is not None:
+        item["row_number"] = row_number
+    raw_row = _raw_row(detail)
+    if raw_row is not None:
+        item["raw_row"] = raw_row
+    for name in ("RULE_ARN", "TARGET_ARN"):
+        if name in attrs:
+            item[name.lower()] = attrs[name]
+    return item

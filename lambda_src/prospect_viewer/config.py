@@ -1,0 +1,51 @@
+"""Runtime settings read from the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+DEFAULT_EVENT_SOURCE = "prospect-uploader"
+
+
+class ConfigurationError(RuntimeError):
+    """A required environment variable is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Viewer settings.
+
+    Environment variables (defaults in brackets):
+    - FAILURES_TABLE_NAME (required): the failures table.
+    - EVENT_BUS_NAME (required): bus that retried model failures are re-published to.
+    - PAGE_SIZE [50, at most 500]: failures per page.
+    - EVENT_SOURCE ["prospect-uploader"]: the only event Source a retry may re-publish.
+    """
+
+    failures_table_name: str
+    event_bus_name: str
+    page_size: int = DEFAULT_PAGE_SIZE
+    event_source: str = DEFAULT_EVENT_SOURCE
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read settings from ``os.environ``; raises ConfigurationError when incomplete."""
+        missing = [n for n in ("FAILURES_TABLE_NAME", "EVENT_BUS_NAME") if not os.environ.get(n)]
+        if missing:
+            raise ConfigurationError("missing environment variables: " + ", ".join(missing))
+        raw_page_size = os.environ.get("PAGE_SIZE", "").strip() or str(DEFAULT_PAGE_SIZE)
+        try:
+            page_size = int(raw_page_size)
+        except ValueError as exc:
+            raise ConfigurationError(f"PAGE_SIZE must be an integer: {raw_page_size!r}") from exc
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise ConfigurationError(f"PAGE_SIZE must be 1..{MAX_PAGE_SIZE}, got {page_size}")
+        return cls(
+            failures_table_name=os.environ["FAILURES_TABLE_NAME"],
+            event_bus_name=os.environ["EVENT_BUS_NAME"],
+            page_size=page_size,
+            event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
+        )

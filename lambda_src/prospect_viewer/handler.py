@@ -1,0 +1,47 @@
+"""Lambda entry point: ``prospect_viewer.handler.handler`` (Function URL, payload 2.0)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import boto3
+
+from .app import ViewerApp
+from .config import Settings
+from .store import FailureStore
+from .web import Request, error_response
+
+logger = logging.getLogger(__name__)
+logger.setLevel(logging.INFO)
+
+
+def build_app(settings: Settings, session: boto3.session.Session | None = None) -> ViewerApp:
+    """Wire the table and EventBridge client for ``settings``."""
+    session = session or boto3.session.Session()
+    table = session.resource("dynamodb").Table(settings.failures_table_name)
+    return ViewerApp(
+        store=FailureStore(table, settings.page_size),
+        events_client=session.client("events"),
+        event_bus_name=settings.event_bus_name,
+        event_source=settings.event_source,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _app_for(settings: Settings) -> ViewerApp:
+    # Clients are built once per execution environment.
+    return build_app(settings)
+
+
+def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    """Serve one Function URL request."""
+    request = Request.from_function_url_event(event)
+    try:
+        response = _app_for(Settings.from_env()).handle(request)
+    except Exception:
+        # Log the details; never echo internals (table names, stack traces) to the browser.
+        logger.exception("unhandled error for %s %s", request.method, request.path)
+        response = error_response(500, "InternalError", "internal error")
+    return response.to_function_url_result()

@@ -1,0 +1,163 @@
+"""Reading and updating the failures table, with opaque page tokens."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+
+KEY_NAMES = ("upload_id", "failure_id")
+# Fields sent to the browser; original_event stays server-side (it can be large).
+PUBLIC_FIELDS = (
+    "upload_id",
+    "failure_id",
+    "kind",
+    "error_code",
+    "reason",
+    "row_number",
+    "raw_row",
+    "source_shape",
+    "recorded_at",
+    "retried_at",
+    "retry_count",
+)
+# Bound the DynamoDB reads behind one page so a sparse filter cannot make a request
+# scan the whole table; the caller gets a shorter page and a token to continue.
+MAX_READS_PER_PAGE = 10
+
+
+class InvalidPageToken(ValueError):
+    """The page token is malformed or was issued for different filters."""
+
+
+@dataclass(frozen=True)
+class FailureFilter:
+    """Which failures to list. Summary items are never listed.
+
+    ``reason`` matches an item whose error_code equals it or whose reason contains it,
+    both case-insensitively. Empty strings mean "no filter".
+    """
+
+    upload_id: str = ""
+    reason: str = ""
+
+    def matches(self, item: dict[str, Any]) -> bool:
+        """True when ``item`` is a failure that passes this filter."""
+        if item.get("kind") == "summary":
+            return False
+        if not self.reason:
+            return True
+        wanted = self.reason.lower()
+        code = str(item.get("error_code", "")).lower()
+        return code == wanted or wanted in str(item.get("reason", "")).lower()
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
+
+
+def public_view(item: dict[str, Any]) -> dict[str, Any]:
+    """JSON-safe subset of an item for the browser, plus ``retryable``."""
+    view = {name: _plain(item[name]) for name in PUBLIC_FIELDS if name in item}
+    view["retryable"] = item.get("kind") == "model" and bool(item.get("original_event"))
+    return view
+
+
+def encode_page_token(key: dict[str, Any], flt: FailureFilter) -> str:
+    """Opaque token: the last key read, bound to the filters it was issued for."""
+    payload = {"k": {name: str(key[name]) for name in KEY_NAMES}, "f": [flt.upload_id, flt.reason]}
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str, flt: FailureFilter) -> dict[str, str]:
+    """Inverse of ``encode_page_token``; raises InvalidPageToken."""
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        payload = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        key = payload["k"]
+        issued_for = payload["f"]
+    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+        raise InvalidPageToken("page_token is not valid") from exc
+    if issued_for != [flt.upload_id, flt.reason]:
+        raise InvalidPageToken("page_token was issued for different filters")
+    if not isinstance(key, dict) or sorted(key) != sorted(KEY_NAMES):
+        raise InvalidPageToken("page_token is not valid")
+    if not all(isinstance(key[name], str) and key[name] for name in KEY_NAMES):
+        raise InvalidPageToken("page_token is not valid")
+    if flt.upload_id and key["upload_id"] != flt.upload_id:
+        raise InvalidPageToken("page_token was issued for different filters")
+    return key
+
+
+class FailureStore:
+    """Failures-table access: Query when an upload is given, else Scan."""
+
+    def __init__(self, table: Any, page_size: int) -> None:
+        self._table = table
+        self._page_size = page_size
+
+    def _read(self, flt: FailureFilter, start: dict[str, Any] | None, limit: int) -> dict:
+        params: dict[str, Any] = {"Limit": limit}
+        if start:
+            params["ExclusiveStartKey"] = start
+        if flt.upload_id:
+            return self._table.query(
+                KeyConditionExpression=Key("upload_id").eq(flt.upload_id), **params
+            )
+        return self._table.scan(**params)
+
+    def page(
+        self, flt: FailureFilter, token: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of matching failures and the token of the next page (None at the end)."""
+        start: dict[str, Any] | None = decode_page_token(token, flt) if token else None
+        items: list[dict[str, Any]] = []
+        for _ in range(MAX_READS_PER_PAGE):
+            response = self._read(flt, start, self._page_size)
+            read = response.get("Items", [])
+            for index, item in enumerate(read):
+                if not flt.matches(item):
+                    continue
+                items.append(item)
+                if len(items) == self._page_size:
+                    more = index < len(read) - 1 or "LastEvaluatedKey" in response
+                    return items, encode_page_token(item, flt) if more else None
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return items, None
+        assert start is not None  # the loop returns when the table is exhausted
+        return items, encode_page_token(start, flt)
+
+    def iter_all(self, flt: FailureFilter) -> Iterator[dict[str, Any]]:
+        """Every matching failure, read page by page (for the CSV export)."""
+        start: dict[str, Any] | None = None
+        while True:
+            response = self._read(flt, start, 1000)
+            yield from (item for item in response.get("Items", []) if flt.matches(item))
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def get(self, upload_id: str, failure_id: str) -> dict[str, Any] | None:
+        """The item, or None when absent (consistent read: a retry must see the latest)."""
+        response = self._table.get_item(
+            Key={"upload_id": upload_id, "failure_id": failure_id}, ConsistentRead=True
+        )
+        return response.get("Item")
+
+    def mark_retried(self, upload_id: str, failure_id: str, retried_at: str) -> None:
+        """Set retried_at and count the retry; never creates an item."""
+        self._table.update_item(
+            Key={"upload_id": upload_id, "failure_id": failure_id},
+            UpdateExpression="SET retried_at = :at ADD retry_count :one",
+            ConditionExpression="attribute_exists(failure_id)",
+            ExpressionAttributeValues={":at": retried_at, ":one": 1},
+        )

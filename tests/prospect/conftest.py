@@ -1,0 +1,192 @@
+"""Fixtures for the Prospect Uploader runtime tests: moto resources and event helpers.
+
+Everything runs in-process against moto; nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+REGION = "us-east-1"
+BUCKET = "prospect-uploads"
+FAILURES_TABLE = "prospect-failures"
+IDEMPOTENCY_TABLE = "prospect-idempotency"
+BUS = "prospect-bus"
+HEADER = "email,first_name,last_name,company,title,country,notes"
+
+
+@dataclass
+class FakeLambdaContext:
+    """The attributes Powertools reads from a Lambda context."""
+
+    function_name: str = "prospect-splitter"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:123456789012:function:prospect-splitter"
+    aws_request_id: str = "00000000-0000-0000-0000-000000000001"
+    remaining_ms: int = 60_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class ProspectAws:
+    """moto-backed resources plus helpers to upload files and read what was published."""
+
+    session: boto3.session.Session
+    capture_queue_url: str
+    _etags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def s3(self) -> Any:
+        return self.session.client("s3")
+
+    @property
+    def failures_table(self) -> Any:
+        return self.session.resource("dynamodb").Table(FAILURES_TABLE)
+
+    def put_csv(self, key: str, data: bytes | str, *, size: int | None = -1) -> dict[str, Any]:
+        """Upload ``data`` and return the EventBridge S3 "Object Created" event for it.
+
+        ``size=-1`` uses the real size; ``None`` omits it; anything else is sent as is.
+        """
+        body = data.encode("utf-8") if isinstance(data, str) else data
+        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)["ETag"].strip('"')
+        return s3_event(BUCKET, key, etag, len(body) if size == -1 else size)
+
+    def drain_published(self) -> list[dict[str, Any]]:
+        """Every event the bus delivered to the capture queue since the last drain."""
+        sqs = self.session.client("sqs")
+        events: list[dict[str, Any]] = []
+        while True:
+            messages = sqs.receive_message(
+                QueueUrl=self.capture_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            ).get("Messages", [])
+            if not messages:
+                return events
+            for message in messages:
+                events.append(json.loads(message["Body"]))
+            sqs.delete_message_batch(
+                QueueUrl=self.capture_queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)
+                ],
+            )
+
+    def failures(self, upload_id: str) -> dict[str, dict[str, Any]]:
+        """All items of one upload, keyed by failure_id."""
+        items = self.failures_table.query(
+            KeyConditionExpression=boto3.dynamodb.conditions.Key("upload_id").eq(upload_id)
+        )["Items"]
+        return {item["failure_id"]: item for item in items}
+
+
+def s3_event(
+    bucket: str | None,
+    key: str | None,
+    etag: str | None,
+    size: int | None,
+    version_id: str | None = None,
+) -> dict[str, Any]:
+    """An S3 "Object Created" event as EventBridge delivers it."""
+    obj: dict[str, Any] = {"sequencer": "0062E99A88DC407460"}
+    for name, value in (("key", key), ("etag", etag), ("size", size), ("version-id", version_id)):
+        if value is not None:
+            obj[name] = value
+    detail: dict[str, Any] = {"version": "0", "object": obj, "reason": "PutObject"}
+    if bucket is not None:
+        detail["bucket"] = {"name": bucket}
+    digest = hashlib.sha256(json.dumps(detail, sort_keys=True).encode()).hexdigest()
+    return {
+        "version": "0",
+        "id": f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "123456789012",
+        "time": "2026-11-29T09:00:00Z",
+        "region": REGION,
+        "resources": [f"arn:aws:s3:::{bucket}"],
+        "detail": detail,
+    }
+
+
+def _create_resources(session: boto3.session.Session) -> str:
+    session.client("s3").create_bucket(Bucket=BUCKET)
+    ddb = session.client("dynamodb")
+    ddb.create_table(
+        TableName=FAILURES_TABLE,
+        KeySchema=[
+            {"AttributeName": "upload_id", "KeyType": "HASH"},
+            {"AttributeName": "failure_id", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "upload_id", "AttributeType": "S"},
+            {"AttributeName": "failure_id", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.create_table(
+        TableName=IDEMPOTENCY_TABLE,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    events = session.client("events")
+    events.create_event_bus(Name=BUS)
+    sqs = session.client("sqs")
+    queue_url = sqs.create_queue(QueueName="prospect-capture")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    events.put_rule(
+        Name="capture-all",
+        EventBusName=BUS,
+        EventPattern=json.dumps({"source": ["prospect-uploader"]}),
+    )
+    events.put_targets(
+        Rule="capture-all", EventBusName=BUS, Targets=[{"Id": "capture", "Arn": queue_arn}]
+    )
+    return queue_url
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProspectAws]:
+    """Fresh moto account with the stack's resources and the Lambda env vars set."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+        "EVENT_BUS_NAME": BUS,
+        "FAILURES_TABLE_NAME": FAILURES_TABLE,
+        "IDEMPOTENCY_TABLE_NAME": IDEMPOTENCY_TABLE,
+        "POWERTOOLS_SERVICE_NAME": "prospect-tests",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in (
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "MAX_UPLOAD_BYTES",
+        "EVENT_SOURCE",
+        "PAGE_SIZE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        session = boto3.session.Session(region_name=REGION)
+        yield ProspectAws(session=session, capture_queue_url=_create_resources(session))
+
+
+@pytest.fixture
+def lambda_context() -> FakeLambdaContext:
+    return FakeLambdaContext()

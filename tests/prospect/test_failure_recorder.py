@@ -1,0 +1,207 @@
+"""Failure recorder tests: every dead-letter shape lands in the failures table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from botocore.exceptions import ClientError
+from failure_recorder.handler import handler, record_batch
+
+ARN = "arn:aws:events:us-east-1:123456789012"
+
+
+def _row_event(upload_id="u-123", row_number=7, **detail):
+    return {
+        "version": "0",
+        "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718",
+        "detail-type": "Prospect Row Validated",
+        "source": "prospect-uploader",
+        "account": "123456789012",
+        "time": "2026-11-29T09:00:00Z",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {
+            "upload_id": upload_id,
+            "row_number": row_number,
+            "email": "ada@example.com",
+            "first_name": "Ada",
+            "last_name": "Lovelace",
+            "company": "Analytical Engines, Ltd",
+            "title": "CTO",
+            "country": "GB",
+            "notes": "",
+            **detail,
+        },
+    }
+
+
+def _record(message_id, body, **attributes):
+    return {
+        "messageId": message_id,
+        "receiptHandle": f"rh-{message_id}",
+        "body": body if isinstance(body, str) else json.dumps(body),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {
+            name: {"stringValue": value, "dataType": "String"} for name, value in attributes.items()
+        },
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:model-step-dlq",
+        "awsRegion": "us-east-1",
+    }
+
+
+def _eventbridge_dlq(message_id="m-eb"):
+    return _record(
+        message_id,
+        _row_event(),
+        RULE_ARN=f"{ARN}:rule/prospect-bus/model-step",
+        TARGET_ARN="arn:aws:lambda:us-east-1:123456789012:function:model-step",
+        ERROR_CODE="SDK_CLIENT_ERROR",
+        ERROR_MESSAGE="Lambda throttled the invocation",
+    )
+
+
+def _on_failure(message_id="m-lf"):
+    return _record(
+        message_id,
+        {
+            "version": "1.0",
+            "timestamp": "2026-11-29T09:05:00.000Z",
+            "requestContext": {
+                "requestId": "b2b0fbd1-d2c6-4d8c-9ac6-6d1a2f4e2f0b",
+                "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:model-step:$LATEST",
+                "condition": "RetriesExhausted",
+                "approximateInvokeCount": 3,
+            },
+            "requestPayload": _row_event(row_number=12),
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                "functionError": "Unhandled",
+            },
+            "responsePayload": {
+                "errorMessage": "model timed out",
+                "errorType": "ModelTimeoutError",
+                "stackTrace": [],
+            },
+        },
+    )
+
+
+def _model_step(message_id="m-ms"):
+    return _record(
+        message_id,
+        _row_event(row_number=3),
+        ERROR_CODE="ModelRejectedInput",
+        ERROR_MESSAGE="400 invalid_request_error: prompt too long",
+        REQUEST_ID="req_011CXYZ",
+    )
+
+
+@pytest.fixture
+def table(aws):
+    return aws.failures_table
+
+
+def test_eventbridge_dlq_shape(aws, table):
+    response = handler({"Records": [_eventbridge_dlq()]}, None)
+
+    assert response == {"batchItemFailures": []}
+    item = aws.failures("u-123")["model#00000007"]
+    assert item["kind"] == "model"
+    assert item["source_shape"] == "eventbridge-dlq"
+    assert item["error_code"] == "SDK_CLIENT_ERROR"
+    assert item["reason"] == "Lambda throttled the invocation"
+    assert int(item["row_number"]) == 7
+    assert json.loads(item["original_event"]) == _row_event()
+    assert item["rule_arn"].endswith("rule/prospect-bus/model-step")
+    assert item["raw_row"].startswith('ada@example.com,Ada,Lovelace,"Analytical Engines, Ltd"')
+    assert item["recorded_at"].endswith("Z")
+
+
+def test_lambda_on_failure_destination_shape(aws):
+    handler({"Records": [_on_failure()]}, None)
+
+    item = aws.failures("u-123")["model#00000012"]
+    assert item["source_shape"] == "lambda-on-failure"
+    assert item["error_code"] == "ModelTimeoutError"
+    assert "RetriesExhausted after 3 invocation(s): model timed out" == item["reason"]
+    assert json.loads(item["original_event"]) == _row_event(row_number=12)
+
+
+def test_model_step_own_message_shape(aws):
+    handler({"Records": [_model_step()]}, None)
+
+    item = aws.failures("u-123")["model#00000003"]
+    assert item["source_shape"] == "model-step"
+    assert item["error_code"] == "ModelRejectedInput"
+    assert item["request_id"] == "req_011CXYZ"
+
+
+def test_event_age_exceeded_has_no_response_payload(aws):
+    record = _on_failure("m-age")
+    body = json.loads(record["body"])
+    body["requestContext"]["condition"] = "EventAgeExceeded"
+    del body["responsePayload"], body["responseContext"]["functionError"]
+    record["body"] = json.dumps(body)
+
+    handler({"Records": [record]}, None)
+
+    assert aws.failures("u-123")["model#00000012"]["error_code"] == "EventAgeExceeded"
+
+
+def test_unparseable_body_is_stored_raw(aws):
+    response = handler({"Records": [_record("m-raw", "not json {", ERROR_CODE="X")]}, None)
+
+    assert response == {"batchItemFailures": []}
+    item = aws.failures("unattributed")["message#m-raw"]
+    assert (item["kind"], item["error_code"]) == ("model", "UnparseableDeadLetter")
+    assert item["raw_body"] == "not json {"
+
+
+def test_event_without_detail_is_unattributed(aws):
+    handler({"Records": [_record("m-nodetail", {"source": "x"}, ERROR_CODE="Boom")]}, None)
+
+    item = aws.failures("unattributed")["message#m-nodetail"]
+    assert item["source_shape"] == "model-step"
+
+
+def test_replay_converges_and_keeps_retry_marks(aws, table):
+    handler({"Records": [_eventbridge_dlq("first")]}, None)
+    table.update_item(
+        Key={"upload_id": "u-123", "failure_id": "model#00000007"},
+        UpdateExpression="SET retried_at = :t",
+        ExpressionAttributeValues={":t": "2026-11-29T10:00:00.000Z"},
+    )
+    first_seen = aws.failures("u-123")["model#00000007"]["first_recorded_at"]
+
+    handler({"Records": [_eventbridge_dlq("second")]}, None)
+
+    items = aws.failures("u-123")
+    assert list(items) == ["model#00000007"]
+    assert items["model#00000007"]["retried_at"] == "2026-11-29T10:00:00.000Z"
+    assert items["model#00000007"]["first_recorded_at"] == first_seen
+
+
+def test_partial_batch_failure_reports_only_the_failed_write(aws):
+    session = aws.session
+
+    def fail_poison(params, **_):
+        # Fault injected at the botocore boundary: DynamoDB refuses this one write.
+        if params["Key"]["upload_id"] in ("poison", {"S": "poison"}):
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "x"}},
+                "UpdateItem",
+            )
+
+    session.events.register("before-parameter-build.dynamodb.UpdateItem", fail_poison)
+    table = session.resource("dynamodb").Table("prospect-failures")
+    poison = _record("m-poison", _row_event(upload_id="poison"), ERROR_CODE="Boom")
+
+    response = record_batch([_eventbridge_dlq(), poison, _model_step()], table)
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-poison"}]}
+    assert set(aws.failures("u-123")) == {"model#00000007", "model#00000003"}
+    assert aws.failures("poison") == {}
