@@ -37,6 +37,8 @@ SYNTH_INPUTS := app.py cdk.json $(shell find constructs_lib lambda_src -type f \
 	\( -name '*.py' -o -name '*.txt' -o -name '*.html' \) -not -path '*/__pycache__/*')
 
 synth: setup
+	@# Staged assets (asset.*) are a cache keyed by input hash; stale templates are not.
+	rm -f cdk.out/*.template.json cdk.out/*.assets.json cdk.out/*.metadata.json
 	cdk synth --quiet --app "$(BIN)/python app.py" --output cdk.out
 	@touch cdk.out/manifest.json
 	@echo "synthesized into cdk.out/: $$(cd cdk.out && ls *.template.json | tr '\n' ' ')"

@@ -29,8 +29,8 @@ from ._validation import (
     check_int_range,
     check_non_empty,
 )
-from .bundling import python_lambda_code
 from .model_step_handler import ModelStepHandler
+from .python_function import python_function
 
 #: Environment names the runtime reads; a user's ``environment`` may not override them.
 RESERVED_ENVIRONMENT = frozenset(
@@ -232,24 +232,16 @@ class IdempotentModelStep(Construct):
             self, "DeadLetterQueue", **defaults.dead_letter_queue_props()
         )
 
-        log_group = logs.LogGroup(self, "LogGroup", **defaults.log_group_props(log_retention))
-        role = iam.Role(
-            self,
-            "ServiceRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="Model step: idempotency records, dead-letter sends, API key read",
-        )
-        self.function = lambda_.Function(
+        self.function = python_function(
             self,
             "Function",
-            runtime=defaults.LAMBDA_RUNTIME,
-            architecture=architecture,
+            packages=handler.packages,
             handler=handler.handler,
-            code=python_lambda_code(handler.packages, architecture, handler.requirements),
+            requirements=handler.requirements,
+            architecture=architecture,
             timeout=timeout,
             memory_size=memory_size,
-            role=role,
-            log_group=log_group,
+            log_retention=log_retention,
             description="Idempotent model step: one model request per business key",
             environment={
                 "IDEMPOTENCY_TABLE_NAME": self.table.table_name,
@@ -275,7 +267,7 @@ class IdempotentModelStep(Construct):
                 **dict(environment or {}),
             },
         )
-        self._grant_runtime_permissions(role, log_group, api_key_secret, model_id)
+        self._grant_runtime_permissions(self.function.role, api_key_secret, model_id)
 
         self.function.configure_async_invoke(
             retry_attempts=lambda_retry_attempts,
@@ -314,13 +306,6 @@ class IdempotentModelStep(Construct):
                     "would only move the same messages one hop further.",
                 )
             )
-        Validations.of(self.function).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-L1",
-                reason="Python 3.13 is pinned on purpose: the bundler fetches cp313 "
-                "manylinux wheels (pydantic-core, jiter) that must match the runtime.",
-            )
-        )
 
     # ------------------------------------------------------------------ checks
     @staticmethod
@@ -387,8 +372,7 @@ class IdempotentModelStep(Construct):
     # -------------------------------------------------------------- permissions
     def _grant_runtime_permissions(
         self,
-        role: iam.Role,
-        log_group: logs.LogGroup,
+        role: iam.IRole,
         api_key_secret: secretsmanager.ISecret | None,
         model_id: str,
     ) -> None:
@@ -408,12 +392,6 @@ class IdempotentModelStep(Construct):
         )
         if self.dead_letter_queue.encryption_master_key is not None:
             self.dead_letter_queue.encryption_master_key.grant_encrypt(role)
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[f"{log_group.log_group_arn}"],
-            )
-        )
         if api_key_secret is not None:
             role.add_to_principal_policy(
                 iam.PolicyStatement(

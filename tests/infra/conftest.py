@@ -15,9 +15,10 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs_lib import IdempotentModelStep
 
-#: CDK's own context key: an empty list means "bundle no stack", the standard
-#: way to keep unit tests free of pip and Docker.
-NO_BUNDLING = {"aws:cdk:bundling-stacks": []}
+#: CDK's own context keys. An empty bundling list means "bundle no stack", the
+#: standard way to keep unit tests free of pip and Docker; path metadata is what
+#: the CLI adds too, so tests can find resources by construct path.
+NO_BUNDLING = {"aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True}
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +83,15 @@ def make_step(stack: cdk.Stack, id: str = "Step", **overrides: object) -> Idempo
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    """The repository's app.py, synthesized with cdk-nag, without bundling."""
+    """The demo app (one step on a custom bus), synthesized with cdk-nag, without bundling."""
+    from .demo_stack import build_app
+
+    return synth(build_app(new_app(tmp_path_factory, "demo")))
+
+
+@pytest.fixture(scope="session")
+def prospect(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The repository's app.py (the Prospect Uploader), with cdk-nag, without bundling."""
     import app as app_module
 
-    return synth(app_module.build_app(new_app(tmp_path_factory, "demo")))
+    return synth(app_module.build_app(new_app(tmp_path_factory, "prospect")))

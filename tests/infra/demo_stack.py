@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""The CDK app: a demo stack with one IdempotentModelStep, checked by cdk-nag."""
+"""A minimal app with one IdempotentModelStep: the fixture of the construct's template tests."""
 
 from __future__ import annotations
 
@@ -53,7 +52,3 @@ def build_app(app: cdk.App | None = None) -> cdk.App:
     cdk.Aspects.of(app).add(RetryBudget(max_model_requests_per_delivery=3))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app
-
-
-if __name__ == "__main__":
-    build_app().synth()

@@ -44,17 +44,22 @@ def find_python(version: str) -> str | None:
     return None
 
 
-def function_assets() -> dict[str, Path]:
-    """Each Lambda function's staged asset directory, by the function's construct path."""
-    assets = {}
+def functions() -> dict[str, tuple[Path, str]]:
+    """Each Lambda function's staged asset directory and handler, by construct path."""
+    found = {}
     for template_path in CDK_OUT.glob("*.template.json"):
         template = json.loads(template_path.read_text())
         for resource in template["Resources"].values():
             if resource["Type"] != "AWS::Lambda::Function":
                 continue
             path = resource["Metadata"]["aws:cdk:path"]
-            assets[path] = CDK_OUT / resource["Metadata"]["aws:asset:path"]
-    return assets
+            asset = CDK_OUT / resource["Metadata"]["aws:asset:path"]
+            found[path] = (asset, resource["Properties"]["Handler"])
+    return found
+
+
+def function_assets() -> dict[str, Path]:
+    return {path: asset for path, (asset, _) in functions().items()}
 
 
 def model_step_assets() -> list[Path]:
@@ -97,7 +102,7 @@ def test_model_step_asset_pins_the_sdk_and_powertools():
             assert (asset / f"{name.replace('-', '_')}-{version}.dist-info").is_dir(), (asset, pin)
 
 
-def test_bundled_handler_imports_under_the_lambda_python(tmp_path):
+def test_every_bundled_handler_imports_under_the_lambda_python(tmp_path):
     python = find_python(LAMBDA_PYTHON)
     if python is None:
         pytest.skip(f"no Python {LAMBDA_PYTHON} interpreter on this machine")
@@ -108,19 +113,20 @@ def test_bundled_handler_imports_under_the_lambda_python(tmp_path):
     for name in ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six.py"):
         if (site / name).exists():
             os.symlink(site / name, runtime / name)
-    assets = model_step_assets()
-    assert assets
-    for asset in assets:
-        script = (
-            "import importlib, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
-            "mod = importlib.import_module('model_step.handler');"
-            "print(callable(mod.handler), 'anthropic' in sys.modules)"
-        )
+    found = functions()
+    assert found
+    script = (
+        "import importlib, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]];"
+        "module, _, name = sys.argv[3].rpartition('.');"
+        "mod = importlib.import_module(module);"
+        "print(callable(getattr(mod, name)), 'anthropic' in sys.modules)"
+    )
+    for path, (asset, handler) in found.items():
         out = subprocess.run(
-            [python, "-I", "-B", "-c", script, str(asset), str(runtime)],
+            [python, "-I", "-B", "-c", script, str(asset), str(runtime), handler],
             capture_output=True, text=True, timeout=60,
             env={"PATH": os.environ["PATH"], "AWS_DEFAULT_REGION": "us-east-1"},
         )  # fmt: skip
-        assert out.returncode == 0, out.stderr
-        # Importing the handler must not pay for `import anthropic` (lazy import).
-        assert out.stdout.split() == ["True", "False"]
+        assert out.returncode == 0, (path, out.stderr)
+        # Importing a handler must not pay for `import anthropic` (lazy import).
+        assert out.stdout.split() == ["True", "False"], path

@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""The CDK app: the Prospect Uploader reference pipeline, checked by cdk-nag.
+
+Context: ``-c alert_email=ops@example.com`` subscribes an address to alerts;
+``-c anthropic_api_key_secret_arn=arn:...`` uses an existing API key secret.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from constructs_lib import RetryBudget
+from constructs_lib.prospect_uploader import ProspectUploaderStack
+
+
+def build_app(app: cdk.App | None = None) -> cdk.App:
+    """Add the stack, a retry budget and cdk-nag's AwsSolutions checks to ``app``."""
+    app = app or cdk.App()
+    ProspectUploaderStack(
+        app,
+        "ProspectUploader",
+        description="Prospect Uploader: CSV rows validated and classified once per row",
+    )
+    cdk.Aspects.of(app).add(RetryBudget(max_model_requests_per_delivery=3))
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+if __name__ == "__main__":
+    build_app().synth()
