@@ -195,6 +195,16 @@ class IdempotentModelStep(Construct):
                 f"{owner}: api_key_secret must not be set with ModelProvider.BEDROCK, "
                 "which authenticates with the function's IAM role"
             )
+        if (
+            model_provider is ModelProvider.BEDROCK
+            and not Token.is_unresolved(model_id)
+            and not model_id.startswith("anthropic.")
+        ):
+            raise PropValidationError(
+                f"{owner}: model_id must be a Bedrock foundation-model id starting with "
+                f"'anthropic.' with ModelProvider.BEDROCK (cross-region inference profiles "
+                f"are not supported yet), got {model_id!r}"
+            )
         if dead_letter_queue is not None and dead_letter_queue.fifo:
             raise PropValidationError(
                 f"{owner}: dead_letter_queue must be a standard SQS queue, got the FIFO "

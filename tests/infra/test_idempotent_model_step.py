@@ -334,3 +334,54 @@ def test_step_is_a_construct_with_stable_child_ids():
 def test_one_step_is_13_resources(raw):
     # The README quotes this figure; CloudFormation allows 500 per stack.
     assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 13
+
+
+# ---------------------------------------------------------------- providers / handlers
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> dict:
+    from constructs_lib import ModelProvider, ModelStepHandler
+    from constructs_lib.bundling import lambda_src_root
+
+    app = new_app(tmp_path_factory, "variants")
+    stack = cdk.Stack(app, "Variants")
+    make_step(stack, "Bedrock", model_provider=ModelProvider.BEDROCK, api_key_secret=None,
+              model_id="anthropic.claude-haiku-5-5-v1:0")  # fmt: skip
+    make_step(stack, "Arm", architecture=lambda_.Architecture.ARM_64)
+    make_step(stack, "Custom", handler=ModelStepHandler.from_package(
+        lambda_src_root() / "prospect_classifier", handler="prospect_classifier.handler.handler"
+    ), environment={"PROSPECTS_TABLE_NAME": "prospects"})  # fmt: skip
+    return synth(app).templates["Variants"]
+
+
+def _fn(raw: dict, prefix: str) -> dict:
+    return next(
+        v["Properties"] for k, v in raw["Resources"].items()
+        if k.startswith(f"{prefix}Function") and v["Type"] == "AWS::Lambda::Function"
+    )  # fmt: skip
+
+
+def test_bedrock_step_has_no_secret_and_may_invoke_only_its_model(variants):
+    env = _fn(variants, "Bedrock")["Environment"]["Variables"]
+    assert env["MODEL_PROVIDER"] == "bedrock" and "ANTHROPIC_API_KEY_SECRET_ARN" not in env
+    policy = next(
+        v for k, v in variants["Resources"].items()
+        if k.startswith("BedrockFunctionServiceRoleDefaultPolicy")
+    )  # fmt: skip
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    bedrock = [s for s in statements if s["Action"] == "bedrock:InvokeModel"]
+    assert len(bedrock) == 1
+    assert "foundation-model/anthropic.claude-haiku-5-5-v1:0" in json.dumps(bedrock[0]["Resource"])
+    assert not [s for s in statements if "secretsmanager" in json.dumps(s["Action"])]
+
+
+def test_arm64_step_runs_on_arm_with_its_own_asset(variants):
+    arm, x86 = _fn(variants, "Arm"), _fn(variants, "Bedrock")
+    assert arm["Architectures"] == ["arm64"]
+    assert arm["Code"]["S3Key"] != x86["Code"]["S3Key"]
+
+
+def test_custom_handler_runs_its_own_entry_point_with_extra_environment(variants):
+    fn = _fn(variants, "Custom")
+    assert fn["Handler"] == "prospect_classifier.handler.handler"
+    assert fn["Environment"]["Variables"]["PROSPECTS_TABLE_NAME"] == "prospects"
+    assert fn["Code"]["S3Key"] != _fn(variants, "Bedrock")["Code"]["S3Key"]

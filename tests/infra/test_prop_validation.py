@@ -102,6 +102,11 @@ def test_bedrock_provider_refuses_a_secret(stack):
         make_step(stack, model_provider=ModelProvider.BEDROCK)
 
 
+def test_bedrock_needs_a_bedrock_model_id(stack):
+    with pytest.raises(PropValidationError, match=r"model_id must be a Bedrock foundation-model"):
+        make_step(stack, model_provider=ModelProvider.BEDROCK, api_key_secret=None)
+
+
 def test_environment_may_not_override_runtime_settings(stack):
     with pytest.raises(PropValidationError, match=r"environment may not set MODEL_ID"):
         make_step(stack, environment={"MODEL_ID": "other", "MY_SETTING": "1"})
