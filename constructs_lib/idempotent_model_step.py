@@ -29,6 +29,7 @@ from ._validation import (
     check_int_range,
     check_non_empty,
 )
+from .alarms import events_rule_metric, occurrence_alarm
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 
@@ -427,22 +428,17 @@ class IdempotentModelStep(Construct):
             )
 
     # ------------------------------------------------------------------ metrics
-    def _events_dimensions(self) -> dict[str, str]:
-        # RuleName alone means the default bus; a custom bus's metrics carry both.
-        dims = {"RuleName": self.rule.rule_name}
-        if self.event_bus is not None and not _is_default_bus(self.event_bus):
-            dims["EventBusName"] = self.event_bus.event_bus_name
-        return dims
-
     def metric_invocations_sent_to_dlq(self, period: Duration | None = None) -> cloudwatch.Metric:
         """EventBridge deliveries that gave up and went to the DLQ (Sum, default 1 minute)."""
-        return self._events_metric("InvocationsSentToDlq", period)
+        return events_rule_metric(self.rule, "InvocationsSentToDlq", self.event_bus, period)
 
     def metric_invocations_failed_to_be_sent_to_dlq(
         self, period: Duration | None = None
     ) -> cloudwatch.Metric:
         """EventBridge deliveries that could not even reach the DLQ: lost events."""
-        return self._events_metric("InvocationsFailedToBeSentToDlq", period)
+        return events_rule_metric(
+            self.rule, "InvocationsFailedToBeSentToDlq", self.event_bus, period
+        )
 
     def metric_dead_letter_messages(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum)."""
@@ -467,17 +463,7 @@ class IdempotentModelStep(Construct):
             period=period or Duration.minutes(5),
         )
 
-    def _events_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
-        return cloudwatch.Metric(
-            namespace="AWS/Events",
-            metric_name=name,
-            dimensions_map=self._events_dimensions(),
-            statistic="Sum",
-            period=period or Duration.minutes(1),
-        )
-
     def _create_alarms(self) -> list[cloudwatch.Alarm]:
-        # These metrics are only emitted when non-zero: missing data is healthy.
         specs = [
             (
                 "SentToDlqAlarm",
@@ -498,16 +484,7 @@ class IdempotentModelStep(Construct):
             ),
         ]
         return [
-            cloudwatch.Alarm(
-                self,
-                alarm_id,
-                metric=metric,
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=description,
-            )
+            occurrence_alarm(self, alarm_id, metric, description)
             for alarm_id, metric, description in specs
         ]
 
@@ -516,11 +493,6 @@ def _shorter(a: Duration, b: Duration) -> Duration:
     if a.is_unresolved():
         return b
     return a if a.to_seconds() <= b.to_seconds() else b
-
-
-def _is_default_bus(bus: events.IEventBus) -> bool:
-    name = bus.event_bus_name
-    return not Token.is_unresolved(name) and name == "default"
 
 
 __all__ = ["RESERVED_ENVIRONMENT", "IdempotentModelStep", "ModelProvider"]

@@ -33,6 +33,7 @@ from constructs import Construct
 
 from .. import defaults
 from .._validation import PropValidationError, check_int_range
+from ..alarms import events_rule_metric, occurrence_alarm
 from ..bundling import lambda_src_root
 from ..idempotent_model_step import IdempotentModelStep
 from ..model_step_handler import ModelStepHandler
@@ -385,36 +386,21 @@ class ProspectUploaderStack(Stack):
 
     def _pipeline_alarms(self) -> list[cloudwatch.Alarm]:
         """Alarms on the parts outside the classify step; missing data is healthy."""
-
-        def events_metric(
-            rule: events.Rule, name: str, bus: events.IEventBus | None
-        ) -> cloudwatch.Metric:
-            dims = {"RuleName": rule.rule_name}
-            if bus is not None:
-                dims["EventBusName"] = bus.event_bus_name
-            return cloudwatch.Metric(
-                namespace="AWS/Events",
-                metric_name=name,
-                dimensions_map=dims,
-                statistic="Sum",
-                period=Duration.minutes(1),
-            )
-
         splitter_rule = self.splitter_rule
         specs = [
             (
                 "SplitterDeliveryFailedAlarm",
-                events_metric(splitter_rule, "FailedInvocations", None),
+                events_rule_metric(splitter_rule, "FailedInvocations"),
                 "EventBridge could not invoke the splitter for an upload.",
             ),
             (
                 "SplitterSentToDlqAlarm",
-                events_metric(splitter_rule, "InvocationsSentToDlq", None),
+                events_rule_metric(splitter_rule, "InvocationsSentToDlq"),
                 "Upload events for the splitter went to FailureQueue.",
             ),
             (
                 "SplitterFailedToBeSentToDlqAlarm",
-                events_metric(splitter_rule, "InvocationsFailedToBeSentToDlq", None),
+                events_rule_metric(splitter_rule, "InvocationsFailedToBeSentToDlq"),
                 "Upload events were lost: neither the splitter nor FailureQueue took them.",
             ),
             (
@@ -429,20 +415,11 @@ class ProspectUploaderStack(Stack):
             ),
             (
                 "AlertDeliveryFailedAlarm",
-                events_metric(self.alert_rule, "FailedInvocations", self.bus),
+                events_rule_metric(self.alert_rule, "FailedInvocations", self.bus),
                 "An upload summary could not be published to the alert topic.",
             ),
         ]
         return [
-            cloudwatch.Alarm(
-                self,
-                alarm_id,
-                metric=metric,
-                threshold=1,
-                evaluation_periods=1,
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-                treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-                alarm_description=description,
-            )
+            occurrence_alarm(self, alarm_id, metric, description)
             for alarm_id, metric, description in specs
         ]

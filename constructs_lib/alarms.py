@@ -1,0 +1,60 @@
+"""Alarms the library creates: one shape, "it happened at least once", everywhere."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, Token
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from constructs import Construct
+
+
+def is_default_bus(bus: events.IEventBus | None) -> bool:
+    """True for no bus (the default) or a bus literally named ``default``."""
+    if bus is None:
+        return True
+    name = bus.event_bus_name
+    return not Token.is_unresolved(name) and name == "default"
+
+
+def events_rule_metric(
+    rule: events.IRule,
+    metric_name: str,
+    event_bus: events.IEventBus | None = None,
+    period: Duration | None = None,
+) -> cloudwatch.Metric:
+    """An ``AWS/Events`` metric of one rule (Sum, default 1 minute).
+
+    ``RuleName`` alone means the DEFAULT bus; a rule on a custom bus publishes
+    with ``EventBusName`` too, and an alarm without it never fires.
+    """
+    dimensions = {"RuleName": rule.rule_name}
+    if not is_default_bus(event_bus):
+        assert event_bus is not None
+        dimensions["EventBusName"] = event_bus.event_bus_name
+    return cloudwatch.Metric(
+        namespace="AWS/Events",
+        metric_name=metric_name,
+        dimensions_map=dimensions,
+        statistic="Sum",
+        period=period or Duration.minutes(1),
+    )
+
+
+def occurrence_alarm(
+    scope: Construct, id: str, metric: cloudwatch.IMetric, description: str
+) -> cloudwatch.Alarm:
+    """Alarm when ``metric`` is at least 1 in one period.
+
+    Missing data is not breaching: EventBridge and Lambda error metrics are only
+    published when non-zero, so silence means healthy.
+    """
+    return cloudwatch.Alarm(
+        scope,
+        id,
+        metric=metric,
+        threshold=1,
+        evaluation_periods=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )
