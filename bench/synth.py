@@ -1,0 +1,194 @@
+"""Synth time and CloudFormation resources per step: IdempotentModelStep vs plain L2s.
+
+Every synth runs in its own subprocess, timed from the parent around the whole process, so
+Python start-up, importing aws_cdk and starting jsii's Node process are included in the same
+way for both variants (that fixed cost is most of a small app's synth time). Bundling is
+skipped (``aws:cdk:bundling-stacks: []``) as in unit tests, so pip does not run.
+
+The baseline writes each step's resources directly with aws-cdk-lib L2s (rule, function with
+role and log group, table, queue, event invoke config, three alarms, the same grants; see
+``bench.baselines.add_plain_l2_step``). One API key secret is shared by all steps in both.
+
+Resources per step are counted from the template by construct path (``aws:cdk:path``
+metadata), which gives how many steps fit in one stack under CloudFormation's 500-resource
+limit. 40 steps do NOT fit one stack (CDK itself refuses: TooManyResourcesInStack, 521 > 500),
+so every app is split into stacks of at most 20 steps (one shared secret each), in both
+variants alike.
+
+Run: ``python -m bench.synth [--quick]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import PYCACHE
+from bench.harness import REPO, bench_main, median, print_table, ratio
+
+STACK_RESOURCE_LIMIT = 500
+#: 40 steps (13 resources each) do not fit one stack: CDK refuses with TooManyResourcesInStack
+#: (521 > 500). Apps are therefore split into stacks of at most 20 steps, both variants alike.
+STEPS_PER_STACK = 20
+VARIANTS = ("IdempotentModelStep", "plain L2s")
+
+CHILD = r"""
+import json, sys, time
+start = time.perf_counter()
+variant, count, per_stack, outdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_secretsmanager as secretsmanager
+imported = time.perf_counter()
+
+app = cdk.App(outdir=outdir, context={
+    "aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True,
+})
+if variant == "IdempotentModelStep":
+    from constructs_lib import IdempotentModelStep
+else:
+    from bench.baselines import add_plain_l2_step
+stacks = []
+for i in range(count):
+    if i % per_stack == 0:
+        stack = cdk.Stack(app, f"Bench{len(stacks)}")
+        secret = secretsmanager.Secret(stack, "ApiKey")
+        stacks.append(stack)
+    if variant == "IdempotentModelStep":
+        IdempotentModelStep(
+            stack, f"Step{i}",
+            event_pattern=events.EventPattern(source=[f"bench.step{i}"]),
+            idempotency_key="[upload_id, row_number]",
+            prompt_version="v1",
+            system_prompt="Answer hot, warm or cold.",
+            api_key_secret=secret,
+        )
+    else:
+        add_plain_l2_step(stack, f"Step{i}", secret=secret, code_dir="lambda_src/model_step")
+built = time.perf_counter()
+assembly = app.synth()
+done = time.perf_counter()
+paths = []
+for stack in stacks:
+    with open(f"{assembly.directory}/{stack.stack_name}.template.json") as f:
+        resources = json.load(f)["Resources"].values()
+    paths += [r.get("Metadata", {}).get("aws:cdk:path", "") for r in resources]
+print("RESULT " + json.dumps({
+    "import_seconds": imported - start,
+    "construct_seconds": built - imported,
+    "synth_seconds": done - built,
+    "stacks": len(stacks),
+    "resources": len(paths),
+    "step0_resources": sum(p.startswith("Bench0/Step0/") for p in paths),
+}))
+"""
+
+
+def synth_once(variant: str, count: int) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(REPO),
+        PYTHONPYCACHEPREFIX=str(PYCACHE),
+        CDK_DISABLE_VERSION_CHECK="1",
+        JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION="1",
+    )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    # Node 24 from the venv first, so jsii never prints the end-of-life banner.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    with tempfile.TemporaryDirectory() as outdir:
+        started = time.perf_counter()
+        child = subprocess.run(
+            [sys.executable, "-c", CHILD, variant, str(count), str(STEPS_PER_STACK), outdir],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=600,
+            check=False,
+        )
+        wall = time.perf_counter() - started
+    if child.returncode != 0:
+        raise RuntimeError(f"synth child {variant} x{count} failed:\n{child.stderr[-3000:]}")
+    line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
+    return {"wall_seconds": wall, **json.loads(line.removeprefix("RESULT "))}
+
+
+def measure(variant: str, count: int, repeats: int) -> dict[str, Any]:
+    samples = [synth_once(variant, count) for _ in range(repeats)]
+    first = samples[0]
+    per_step = first["step0_resources"]
+    # What is not a step's (one API key secret per stack) is paid once per stack.
+    fixed_per_stack = (first["resources"] - per_step * count) // first["stacks"]
+    return {
+        "variant": variant,
+        "steps": count,
+        "repeats": repeats,
+        "median_wall_seconds": median([s["wall_seconds"] for s in samples]),
+        "median_in_process_synth_seconds": median(
+            [s["construct_seconds"] + s["synth_seconds"] for s in samples]
+        ),
+        "stacks": first["stacks"],
+        "resources": first["resources"],
+        "resources_per_step": per_step,
+        "fixed_resources_per_stack": fixed_per_stack,
+        "max_steps_per_stack": (STACK_RESOURCE_LIMIT - fixed_per_stack) // per_step
+        if per_step
+        else None,
+        "samples": samples,
+    }
+
+
+def run(*, quick: bool = False, out_dir: Path | None = None) -> dict:
+    sizes = (1,) if quick else (1, 10, 40)
+    repeats = 1 if quick else 3
+    rows = [measure(v, n, repeats if n < 40 else 1) for n in sizes for v in VARIANTS]
+    by_key = {(r["variant"], r["steps"]): r for r in rows}
+    table = []
+    for row in rows:
+        base = by_key[("plain L2s", row["steps"])]
+        table.append(
+            [
+                row["variant"],
+                row["steps"],
+                row["median_wall_seconds"],
+                row["median_in_process_synth_seconds"],
+                ratio(row["median_wall_seconds"], base["median_wall_seconds"]),
+                row["stacks"],
+                row["resources"],
+                row["resources_per_step"],
+                row["max_steps_per_stack"],
+            ]
+        )
+        row["wall_ratio_vs_plain_l2"] = table[-1][4]
+    print_table(
+        "Synth time (fresh subprocess each, wall clock incl. Python + jsii start-up; "
+        "bundling skipped)",
+        [
+            "variant",
+            "steps",
+            "wall s",
+            "construct+synth s",
+            "wall vs plain L2s",
+            "stacks",
+            "resources",
+            "resources/step",
+            f"max steps per stack (<= {STACK_RESOURCE_LIMIT} resources)",
+        ],
+        table,
+    )
+    return {"rows": rows}
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    return bench_main("synth", __doc__.splitlines()[0], run, argv)
+
+
+if __name__ == "__main__":
+    main()

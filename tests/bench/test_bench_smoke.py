@@ -1,0 +1,76 @@
+"""Smoke runs of every benchmark's --quick configuration.
+
+Only that each ran and produced the expected keys is asserted: performance is measured by
+``python -m bench``, never asserted in tests. Results go to a temporary directory, so the
+committed chart and bench/out are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bench import cold_start, duplicates, dynamodb_calls, splitter, synth
+
+
+def _run_quick(module, tmp_path, capsys) -> dict:
+    module.main(["--quick", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    results = json.loads((tmp_path / "results.json").read_text())
+    name = module.__name__.rsplit(".", 1)[-1]
+    assert results[name]["quick"] is True
+    assert "results:" in printed
+    return results[name]
+
+
+def test_dynamodb_calls(tmp_path, capsys):
+    result = _run_quick(dynamodb_calls, tmp_path, capsys)
+    cases = {row["case"] for row in result["rows"]}
+    assert cases == set(dynamodb_calls.CASES)
+    for row in result["rows"]:
+        assert {"calls", "operations"} <= set(row["ours"])
+        assert {"calls", "operations"} <= set(row["check-then-act"])
+
+
+def test_duplicates(tmp_path, capsys):
+    result = _run_quick(duplicates, tmp_path, capsys)
+    assert result["chart"] is None  # quick never overwrites the committed chart
+    row = result["rows"][0]
+    assert {"scenario", "mode", "deliveries", "events"} <= set(row)
+    for name in duplicates.HANDLERS:
+        assert {"requests", "requests_per_event", "failed_deliveries"} <= set(row[name])
+    assert {r["scenario"] for r in result["rows"]} == set(duplicates.SCENARIOS)
+
+
+def test_cold_start(tmp_path, capsys):
+    result = _run_quick(cold_start, tmp_path, capsys)
+    kinds = {row["kind"] for row in result["cold_starts"]}
+    assert kinds == set(cold_start.KINDS)
+    for row in result["cold_starts"]:
+        assert {"median_seconds", "ratio_vs_import_anthropic", "anthropic_imported"} <= set(row)
+    asset = result["asset_size"]
+    assert "assets" in asset or "skipped" in asset
+
+
+def test_asset_size_skips_cleanly_without_cdk_out(tmp_path):
+    assert "skipped" in cold_start.measure_assets(tmp_path / "no-cdk-out")
+
+
+def test_synth_one_step(tmp_path, capsys):
+    if shutil.which("node") is None:
+        pytest.skip("no Node on PATH for jsii")
+    result = _run_quick(synth, tmp_path, capsys)
+    assert {(r["variant"], r["steps"]) for r in result["rows"]} == {
+        (variant, 1) for variant in synth.VARIANTS
+    }
+    for row in result["rows"]:
+        assert {"median_wall_seconds", "resources_per_step", "max_steps_per_stack"} <= set(row)
+
+
+def test_splitter(tmp_path, capsys):
+    result = _run_quick(splitter, tmp_path, capsys)
+    assert {r["implementation"] for r in result["rows"]} == set(splitter.IMPLEMENTATIONS)
+    for row in result["rows"]:
+        assert {"rows_per_second", "peak_rss_kb", "rss_growth_kb"} <= set(row)
