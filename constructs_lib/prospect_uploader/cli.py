@@ -1,0 +1,226 @@
+"""``prospect-uploader``: run the Prospect Uploader locally on a CSV file.
+
+Exit codes: 0 the upload was processed and every invariant holds; 1 the upload was rejected
+(the recorded reason is printed) or an invariant does not hold; 2 usage errors (bad options,
+a missing file, no ``cdk.out``, ``--model anthropic`` without a key); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from .local_run.errors import LocalRunError
+from .local_run.invariants import check_invariants
+from .local_run.lambda_async import DEFAULT_SECONDS_PER_MINUTE, DEFAULT_TIMEOUT_CAP_SECONDS
+from .local_run.options import RunOptions
+from .local_run.pipeline import LocalPipeline
+from .local_run.progress import Progress
+from .local_run.report import json_line, render_table
+
+PROG = "prospect-uploader"
+RUN_EPILOG = """\
+counts (the summary table and --json):
+  rows            data rows in FILE (header and blank lines excluded)
+  valid, invalid  the splitter's summary: rows published / rows recorded as invalid
+  classified      rows labelled hot, warm or cold in ProspectsTable
+  failed          valid rows that ended in FailureQueue -> FailuresTable, unlabelled
+  dlq             model-step failures the recorder stored from FailureQueue (one per row)
+  model_requests  HTTP requests that reached the model
+  deliveries      row-event deliveries to the classify function: first attempts of each
+                  async invocation (one per copy with --duplicates), Lambda retries excluded
+  alerts          upload summaries published to AlertTopic
+
+invariants (checked; exit 1 when one fails):
+  rows = valid + invalid;  valid = classified + failed;
+  no faults:   model_requests = classified (at any --duplicates);
+  with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq.
+
+Rules, patterns, targets, retry settings, handlers and environments are read from the cloud
+assembly, so run `make synth` after changing the stack. AWS is moto, in this process; the
+handlers share one os.environ (functions must not set one variable to different values,
+POWERTOOLS_SERVICE_NAME excepted).
+"""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``run`` is the only command)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run the Prospect Uploader pipeline locally (moto, no AWS)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="upload a CSV file and run the pipeline to completion",
+        description="Upload FILE to the local UploadBucket and run the whole pipeline: "
+        "splitter, classify step, failure recorder, alerts.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("file", metavar="FILE", type=Path, help="the CSV file to upload")
+    run.add_argument(
+        "--cdk-out",
+        type=Path,
+        default=Path("cdk.out"),
+        help="cloud assembly directory (default: ./cdk.out, written by `make synth`)",
+    )
+    run.add_argument(
+        "--stack", default="ProspectUploader", help="stack name (default: %(default)s)"
+    )
+    run.add_argument(
+        "--duplicates",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="deliver every event N times to each Lambda target: two copies at "
+        "once, the rest after them (default: 1)",
+    )
+    run.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="Lambda invocations running at once (default: 4)",
+    )
+    run.add_argument(
+        "--fault-rate",
+        type=_rate,
+        default=0.0,
+        metavar="F",
+        help="fraction of rows whose model requests fail (429, 529, 500, timeouts, "
+        "400), local model only (default: 0)",
+    )
+    run.add_argument("--seed", type=int, default=0, help="seed of the fault plan (default: 0)")
+    run.add_argument(
+        "--model",
+        choices=("local", "anthropic"),
+        default="local",
+        help="local: deterministic Messages API on 127.0.0.1 (default); "
+        "anthropic: the real API, needs ANTHROPIC_API_KEY",
+    )
+    run.add_argument(
+        "--backoff-minute-ms",
+        type=_positive_float,
+        default=DEFAULT_SECONDS_PER_MINUTE * 1000,
+        metavar="MS",
+        help="local milliseconds per minute of Lambda's retry wait (default: "
+        "%(default).0f; keep it above the longest attempt, about 1 s with timeouts)",
+    )
+    run.add_argument(
+        "--timeout-cap",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT_CAP_SECONDS,
+        metavar="SECONDS",
+        help="remaining time a context reports at most; the "
+        "model timeout is that minus 3 s, at least 1 s (default: %(default)s)",
+    )
+    run.add_argument("--key", help="object key of the upload (default: FILE's name)")
+    run.add_argument(
+        "--log-file",
+        type=Path,
+        help="where handler logs go (default: a new temporary file, named on stderr)",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="end stdout with one JSON line of the counts"
+    )
+    run.add_argument(
+        "--serve",
+        action="store_true",
+        help="then serve the Prospect Viewer on the run's results until Ctrl-C",
+    )
+    run.add_argument(
+        "--port", type=int, default=0, help="viewer port with --serve (default: any free port)"
+    )
+    return parser
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    options = RunOptions(
+        csv_path=args.file,
+        cdk_out=args.cdk_out,
+        stack=args.stack,
+        duplicates=args.duplicates,
+        concurrency=args.concurrency,
+        fault_rate=args.fault_rate,
+        seed=args.seed,
+        model=args.model,
+        seconds_per_minute=args.backoff_minute_ms / 1000,
+        timeout_cap_seconds=args.timeout_cap,
+        object_key=args.key,
+        log_file=args.log_file,
+        progress=Progress(err),
+    )
+    with LocalPipeline(options) as pipeline:
+        print(f"{PROG}: handler logs: {pipeline.log_path}", file=err)
+        result = pipeline.run()
+        rejected = result.status == "rejected"
+        checks = [] if rejected else check_invariants(result)
+        print(render_table(result, checks), file=out)
+        if args.json:
+            print(json_line(result), file=out)
+        out.flush()
+        if rejected:
+            code = result.error_code or "Rejected"
+            print(f"{PROG}: error: upload rejected ({code}): {result.reason}", file=err)
+            return 1
+        failing = [check for check in checks if not check.ok]
+        for check in failing:
+            hint = f": {check.hint}" if check.hint else ""
+            print(f"{PROG}: invariant violated: {check.name} ({check.values}){hint}", file=err)
+        if args.serve:
+            _serve(pipeline, args.port, err)
+        return 1 if failing else 0
+
+
+def _serve(pipeline: LocalPipeline, port: int, err: TextIO) -> None:
+    server = pipeline.serve_viewer(port=port)
+    print(f"{PROG}: Prospect Viewer on {server.url} (Ctrl-C to stop)", file=err, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code (see the module docstring)."""
+    args = build_parser().parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    try:
+        return _run(args, out, err)
+    except LocalRunError as exc:
+        print(f"{PROG}: error: {exc}", file=err)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=err)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

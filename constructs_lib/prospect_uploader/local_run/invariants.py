@@ -1,0 +1,93 @@
+"""The run's invariants: what must hold whatever the duplicates and faults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .results import RunResult
+
+
+@dataclass(frozen=True)
+class Check:
+    """One invariant: ``name`` (the equation), the numbers, whether it holds, and why not."""
+
+    name: str
+    values: str
+    ok: bool
+    hint: str = ""
+
+
+def check_invariants(result: RunResult) -> list[Check]:
+    """Evaluate the invariants of a completed upload.
+
+    - rows = valid + invalid (rows counted from the file, not from the splitter);
+    - valid = classified + failed (every valid row ends labelled or recorded as failed);
+    - without faults: model_requests = classified (one request per row at any duplicates);
+    - with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq
+      (no row both labelled and recorded, no failure record that names no row).
+    """
+    checks = [
+        Check(
+            "rows = valid + invalid",
+            f"{result.rows} = {result.valid} + {result.invalid}",
+            result.rows == result.valid + result.invalid,
+            "the splitter's summary disagrees with the file's row count",
+        ),
+        Check(
+            "valid = classified + failed",
+            f"{result.valid} = {result.classified} + {result.failed}",
+            result.valid == result.classified + result.failed,
+            _settle_hint(result),
+        ),
+    ]
+    if not result.faults_enabled:
+        checks.append(
+            Check(
+                "model_requests = classified",
+                f"{result.model_requests} = {result.classified}",
+                result.model_requests == result.classified,
+                "some row reached the model more than once: idempotency did not hold",
+            )
+        )
+    else:
+        bound = (result.retry_attempts + 1) * result.valid
+        checks.append(
+            Check(
+                "model_requests <= (lambda_retry_attempts + 1) x valid",
+                f"{result.model_requests} <= {result.retry_attempts + 1} x {result.valid}",
+                result.model_requests <= bound,
+                "more model requests than Lambda's retries allow",
+            )
+        )
+    checks.append(
+        Check(
+            "failed = dlq",
+            f"{result.failed} = {result.dlq}",
+            result.failed == result.dlq and result.unattributed == 0,
+            _dlq_hint(result),
+        )
+    )
+    return checks
+
+
+def _settle_hint(result: RunResult) -> str:
+    if result.unsettled:
+        return f"{result.unsettled} valid row(s) neither labelled nor recorded as failed"
+    return _dlq_hint(result)
+
+
+def _dlq_hint(result: RunResult) -> str:
+    parts = []
+    if result.superseded:
+        parts.append(f"{result.superseded} row(s) were labelled after a failure was recorded")
+    if result.in_progress_exhausted:
+        parts.append(
+            f"{result.in_progress_exhausted} delivery(ies) ran out of retries on "
+            "IdempotencyAlreadyInProgressError: raise --backoff-minute-ms above the longest "
+            "attempt"
+        )
+    if result.unattributed:
+        parts.append(f"{result.unattributed} failure record(s) name no row of this upload")
+    if result.left_on_queue:
+        parts.append(f"{result.left_on_queue} message(s) left on the failure queue")
+    return "; ".join(parts)

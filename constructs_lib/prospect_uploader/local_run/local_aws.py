@@ -1,0 +1,160 @@
+"""The stack's stateful resources created in moto (in-process ``mock_aws``), named after the
+template, plus the local name of every other resource for intrinsic resolution.
+
+In-process moto rather than ``ThreadedMotoServer``: the handlers run in this process anyway,
+so there is no port, no server thread and no HTTP hop per AWS call; clients reach moto
+through botocore's event hooks. Nothing ever leaves the machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+from .assembly import CloudAssembly, ResourceSpec
+from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, PhysicalResource, Resolver
+from .moto_fixes import atomic_conditional_put_item
+
+# The template property that names each resource type, when the stack sets one.
+_NAME_PROPERTIES = {
+    "AWS::S3::Bucket": "BucketName",
+    "AWS::DynamoDB::Table": "TableName",
+    "AWS::SQS::Queue": "QueueName",
+    "AWS::Events::EventBus": "Name",
+    "AWS::SNS::Topic": "TopicName",
+    "AWS::Lambda::Function": "FunctionName",
+    "AWS::Events::Rule": "Name",
+}
+
+
+@dataclass
+class LocalAws:
+    """The running emulation: a boto3 session on moto and every resource's local name."""
+
+    session: boto3.session.Session
+    physical: dict[str, PhysicalResource]
+    resolver: Resolver
+
+    def client(self, service: str) -> Any:
+        """A boto3 client on moto."""
+        return self.session.client(service)
+
+    def ref(self, logical_id: str) -> str:
+        """The local ``Ref`` value of a template resource."""
+        return self.physical[logical_id].ref
+
+
+def local_name(assembly: CloudAssembly, resource: ResourceSpec) -> str:
+    """The template's name for the resource, else ``<stack>-<logical id>`` (lower-case for
+    buckets, which S3 requires), like CloudFormation's generated names without the suffix."""
+    prop = _NAME_PROPERTIES.get(resource.resource_type)
+    explicit = resource.properties.get(prop) if prop else None
+    if isinstance(explicit, str):
+        return explicit
+    name = f"{assembly.stack_name}-{resource.logical_id}"
+    return name.lower() if resource.resource_type == "AWS::S3::Bucket" else name
+
+
+def _arn(service: str, resource: str, region: str = LOCAL_REGION) -> str:
+    return f"arn:aws:{service}:{region}:{LOCAL_ACCOUNT}:{resource}"
+
+
+def _create(session: boto3.session.Session, spec: ResourceSpec, name: str) -> PhysicalResource:
+    kind, props = spec.resource_type, spec.properties
+    if kind == "AWS::S3::Bucket":
+        s3 = session.client("s3")
+        s3.create_bucket(Bucket=name)
+        if (props.get("VersioningConfiguration") or {}).get("Status") == "Enabled":
+            # Versioned buckets put a version-id in every event; the splitter pins reads to it.
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        return PhysicalResource(spec.logical_id, kind, name, {"Arn": f"arn:aws:s3:::{name}"})
+    if kind == "AWS::DynamoDB::Table":
+        dynamodb = session.client("dynamodb")
+        params: dict[str, Any] = {
+            "TableName": name,
+            "KeySchema": props["KeySchema"],
+            "AttributeDefinitions": props["AttributeDefinitions"],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        if props.get("GlobalSecondaryIndexes"):
+            params["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+        dynamodb.create_table(**params)
+        ttl = props.get("TimeToLiveSpecification")
+        if ttl and ttl.get("Enabled"):
+            dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+        arn = _arn("dynamodb", f"table/{name}")
+        return PhysicalResource(spec.logical_id, kind, name, {"Arn": arn})
+    if kind == "AWS::SQS::Queue":
+        attributes = {"FifoQueue": "true"} if props.get("FifoQueue") else {}
+        url = session.client("sqs").create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        attrs = {"Arn": _arn("sqs", name), "QueueName": name, "QueueUrl": url}
+        return PhysicalResource(spec.logical_id, kind, url, attrs)
+    if kind == "AWS::Events::EventBus":
+        arn = session.client("events").create_event_bus(Name=name)["EventBusArn"]
+        return PhysicalResource(spec.logical_id, kind, name, {"Arn": arn, "Name": name})
+    if kind == "AWS::SNS::Topic":
+        # KmsMasterKeyId is left out: moto does not encrypt, and the key is not created.
+        arn = session.client("sns").create_topic(Name=name)["TopicArn"]
+        return PhysicalResource(spec.logical_id, kind, arn, {"TopicName": name})
+    raise AssertionError(f"not a created type: {kind}")
+
+
+def _placeholder(spec: ResourceSpec, name: str) -> PhysicalResource:
+    """A resource the local run does not create (roles, keys, log groups, secrets, functions):
+    it only needs a name and an ARN to resolve references; nothing calls it."""
+    kind = spec.resource_type
+    if kind == "AWS::Lambda::Function":
+        arn = _arn("lambda", f"function:{name}")
+    elif kind == "AWS::Events::Rule":
+        arn = _arn("events", f"rule/{name}")
+    elif kind == "AWS::SecretsManager::Secret":
+        arn = _arn("secretsmanager", f"secret:{name}")
+        return PhysicalResource(spec.logical_id, kind, arn, {"Arn": arn})
+    else:
+        service = kind.split("::")[1].lower() if kind.count("::") == 2 else "local"
+        arn = _arn(service, name)
+    return PhysicalResource(spec.logical_id, kind, name, {"Arn": arn})
+
+
+CREATED_TYPES = frozenset(
+    {
+        "AWS::S3::Bucket",
+        "AWS::DynamoDB::Table",
+        "AWS::SQS::Queue",
+        "AWS::Events::EventBus",
+        "AWS::SNS::Topic",
+    }
+)
+
+
+@contextmanager
+def local_aws(assembly: CloudAssembly, region: str = LOCAL_REGION) -> Iterator[LocalAws]:
+    """Start moto, create the template's buckets, tables, queues, buses and topics, and yield
+    the names. Everything is discarded when the context closes."""
+    from moto import mock_aws  # Imported here: moto is a local-run dependency only.
+
+    with ExitStack() as stack:
+        stack.enter_context(mock_aws())
+        stack.enter_context(atomic_conditional_put_item())
+        session = boto3.session.Session(region_name=region)
+        physical: dict[str, PhysicalResource] = {}
+        for spec in assembly.resources.values():
+            name = local_name(assembly, spec)
+            if spec.resource_type in CREATED_TYPES:
+                physical[spec.logical_id] = _create(session, spec, name)
+            else:
+                physical[spec.logical_id] = _placeholder(spec, name)
+        resolver = Resolver(physical, stack_name=assembly.stack_name, region=region)
+        yield LocalAws(session=session, physical=physical, resolver=resolver)
+
+
+def queue_url_for_arn(physical: Mapping[str, PhysicalResource], arn: str) -> str | None:
+    """The URL of the local queue with ``arn``, else None."""
+    for resource in physical.values():
+        if resource.resource_type == "AWS::SQS::Queue" and resource.attributes.get("Arn") == arn:
+            return resource.attributes["QueueUrl"]
+    return None

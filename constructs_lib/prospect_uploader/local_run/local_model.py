@@ -1,0 +1,274 @@
+"""A deterministic local Messages API on 127.0.0.1, with seeded fault injection.
+
+``POST /v1/messages`` answers one of ``labels`` (default hot, warm, cold) chosen from a hash
+of the user message, so the same row always gets the same label, run after run. Every
+response carries a ``request-id`` header; requests are counted (thread-safe).
+
+Fault injection (``fault_rate`` F, ``seed`` S) decides per *request content*, not per
+arrival, so which rows fail does not depend on thread timing and a seed reproduces a run.
+A row's first request fails with probability F; a failing row gets one seeded plan:
+
+- ``transient`` (60 %): its first 1 or 2 requests fail with 429, 529, 500 or a timeout (at
+  most one timeout), then it succeeds, as a short outage would;
+- ``persistent`` (20 %): every request fails with 429, 529, 500 or a timeout, so Lambda's
+  retries run out and the event goes to the on-failure destination;
+- ``invalid`` (20 %): every request gets 400, as a request the API rejects stays rejected;
+  the model step dead-letters it itself without a retry.
+
+A timeout holds the request ``timeout_hold_seconds`` (longer than the client's timeout),
+then closes the connection unanswered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_LABELS = ("hot", "warm", "cold")
+DEFAULT_MODEL = "claude-haiku-5-5"
+TIMEOUT = "timeout"
+TRANSIENT_FAULTS: tuple[int | str, ...] = (429, 529, 500, TIMEOUT)
+PLAN_WEIGHTS = {"transient": 0.6, "persistent": 0.2, "invalid": 0.2}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What a row's requests get: ``kind`` ``healthy``/``transient``/``persistent``/``invalid``;
+    ``faults`` lists the failures of a transient plan, in order."""
+
+    kind: str
+    faults: tuple[int | str, ...] = ()
+    digest: str = ""
+    seed: int = 0
+
+    def outcome(self, request_index: int) -> int | str:
+        """200, an error status or ``"timeout"`` for the row's ``request_index``-th request
+        (0-based)."""
+        if self.kind == "invalid":
+            return 400
+        if self.kind == "persistent":
+            rng = random.Random(f"{self.seed}:{self.digest}:{request_index}")
+            return rng.choice(TRANSIENT_FAULTS)
+        if request_index < len(self.faults):
+            return self.faults[request_index]
+        return 200
+
+
+def fault_plan(digest: str, fault_rate: float, seed: int) -> FaultPlan:
+    """The seeded plan of the content with ``digest`` (see the module docstring)."""
+    rng = random.Random(f"{seed}:{digest}")
+    if fault_rate <= 0 or rng.random() >= fault_rate:
+        return FaultPlan("healthy")
+    kind = rng.choices(list(PLAN_WEIGHTS), weights=list(PLAN_WEIGHTS.values()))[0]
+    if kind == "transient":
+        first = rng.choice(TRANSIENT_FAULTS)
+        if rng.choice((1, 2)) == 1:
+            return FaultPlan(kind, (first,))
+        # At most one hang per outage: two hangs in a row hold the idempotency record longer
+        # than a concurrent duplicate's compressed retries last, a race the stack's real
+        # waits (minutes against a 85 s model timeout) make rare.
+        second = rng.choice([f for f in TRANSIENT_FAULTS if f != TIMEOUT or first != TIMEOUT])
+        return FaultPlan(kind, (first, second))
+    return FaultPlan(kind, digest=digest, seed=seed)
+
+
+def user_text(body: dict[str, Any]) -> str:
+    """The text of the last user message (string or content blocks)."""
+    messages = body.get("messages") or []
+    content = messages[-1].get("content", "") if messages and isinstance(messages[-1], dict) else ""
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return str(content)
+
+
+def label_for(text: str, labels: Sequence[str] = DEFAULT_LABELS) -> str:
+    """The deterministic answer for ``text``."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return labels[int.from_bytes(digest[:8], "big") % len(labels)]
+
+
+class LocalMessagesAPI:
+    """The server. Use as a context manager or call :meth:`start` / :meth:`stop`.
+
+    Parameters (defaults in brackets): ``labels`` [hot, warm, cold]; ``fault_rate`` [0.0];
+    ``seed`` [0]; ``timeout_hold_seconds`` [1.5]; ``model`` [claude-haiku-5-5] used when a
+    request names none.
+    """
+
+    def __init__(
+        self,
+        *,
+        labels: Sequence[str] = DEFAULT_LABELS,
+        fault_rate: float = 0.0,
+        seed: int = 0,
+        timeout_hold_seconds: float = 1.5,
+        model: str = DEFAULT_MODEL,
+    ) -> None:
+        if not 0.0 <= fault_rate <= 1.0:
+            raise ValueError("fault_rate must be between 0 and 1")
+        self.labels = tuple(labels)
+        self.fault_rate = fault_rate
+        self.seed = seed
+        self.timeout_hold_seconds = timeout_hold_seconds
+        self.model = model
+        self.outcomes: Counter[str] = Counter()  # "200", "429", ..., "timeout"
+        self._per_content: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> LocalMessagesAPI:
+        """Bind 127.0.0.1 on a free port and serve on a daemon thread."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
+        self._server.daemon_threads = True
+        thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="local-model",
+            daemon=True,
+        )
+        thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; wakes requests held by a timeout fault."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> LocalMessagesAPI:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``: the value for ``ANTHROPIC_BASE_URL``."""
+        if self._server is None:
+            raise RuntimeError("LocalMessagesAPI is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def request_count(self) -> int:
+        """``POST /v1/messages`` requests received, whatever their outcome."""
+        with self._lock:
+            return sum(self.outcomes.values())
+
+    # -- request handling --------------------------------------------------------------------
+    def decide(self, body: dict[str, Any]) -> tuple[int | str, str]:
+        """Count the request; return its outcome and request id."""
+        text = user_text(body)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        plan = fault_plan(digest, self.fault_rate, self.seed)
+        with self._lock:
+            index = self._per_content[digest]
+            self._per_content[digest] += 1
+            outcome = plan.outcome(index)
+            self.outcomes[str(outcome)] += 1
+            request_id = f"req_local_{next(self._ids):06d}"
+        return outcome, request_id
+
+    def count_rejected(self, status: int) -> None:
+        """Count a request refused before any fault plan applied (bad path, body or key)."""
+        with self._lock:
+            self.outcomes[str(status)] += 1
+
+    def success_body(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
+        """A Messages API success body the SDK accepts."""
+        text = user_text(body)
+        return {
+            "id": "msg_local_" + request_id.rsplit("_", 1)[-1],
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model") or self.model,
+            "content": [{"type": "text", "text": label_for(text, self.labels)}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": max(1, len(text) // 4), "output_tokens": 1},
+        }
+
+    def hold(self) -> None:
+        """Wait out a timeout fault (returns early when the server stops)."""
+        self._stopping.wait(self.timeout_hold_seconds)
+
+
+def error_body(status: int, message: str | None = None) -> dict[str, Any]:
+    """A Messages API error body."""
+    error_type = ERROR_TYPES.get(status, "api_error")
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message or f"local model: injected {status}"},
+    }
+
+
+def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # The counters are the log; stderr stays clean.
+
+        def do_POST(self) -> None:  # http.server's naming
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if self.path.split("?", 1)[0] != "/v1/messages":
+                self._send(404, error_body(404, "local model serves /v1/messages only"), "")
+                return
+            if not (self.headers.get("x-api-key") or self.headers.get("authorization")):
+                self._send(401, error_body(401, "missing API key"), "")
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = None
+            if not isinstance(body, dict) or not body.get("messages") or "max_tokens" not in body:
+                self._send(400, error_body(400, "body needs messages and max_tokens"), "")
+                return
+            outcome, request_id = api.decide(body)
+            if outcome == TIMEOUT:
+                api.hold()
+                self.close_connection = True
+                return
+            if outcome == 200:
+                self._send(200, api.success_body(body, request_id), request_id)
+            else:
+                self._send(int(outcome), error_body(int(outcome)), request_id)
+
+        def _send(self, status: int, payload: dict[str, Any], request_id: str) -> None:
+            if not request_id:
+                api.count_rejected(status)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            if request_id:
+                self.send_header("request-id", request_id)
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # The client gave up (its own timeout); nothing to do.
+
+    return Handler

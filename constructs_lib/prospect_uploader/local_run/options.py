@@ -1,0 +1,98 @@
+"""Options of a local run, and their validation before anything starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+
+from .assembly import DEFAULT_STACK
+from .errors import InputFileError, ModelUnavailableError, UsageError
+from .lambda_async import DEFAULT_SECONDS_PER_MINUTE, DEFAULT_TIMEOUT_CAP_SECONDS
+from .progress import Progress
+
+MODELS = ("local", "anthropic")
+DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Options of one run (defaults in brackets).
+
+    ``csv_path`` (required); ``cdk_out`` [cdk.out]; ``stack`` [ProspectUploader];
+    ``duplicates`` [1] copies of every event to each Lambda target; ``concurrency`` [4]
+    worker threads for Lambda invocations; ``fault_rate`` [0.0] and ``seed`` [0] of the
+    local model; ``model`` [local] or ``anthropic``; ``seconds_per_minute`` [1.0] and
+    ``timeout_cap_seconds`` [4.0] (see :class:`~.lambda_async.AsyncSettings`);
+    ``object_key`` [the file name]; ``log_file`` [a new temp file]; ``code_root``
+    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [300].
+    """
+
+    csv_path: Path
+    cdk_out: Path = Path("cdk.out")
+    stack: str = DEFAULT_STACK
+    duplicates: int = 1
+    concurrency: int = 4
+    fault_rate: float = 0.0
+    seed: int = 0
+    model: str = "local"
+    seconds_per_minute: float = DEFAULT_SECONDS_PER_MINUTE
+    timeout_cap_seconds: float = DEFAULT_TIMEOUT_CAP_SECONDS
+    object_key: str | None = None
+    log_file: Path | None = None
+    code_root: Path | None = None
+    run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
+    progress: Progress | None = field(default=None, compare=False)
+
+
+def validate_options(options: RunOptions) -> None:
+    """Raise :class:`UsageError` (or :class:`InputFileError`) for unusable options."""
+    path = options.csv_path
+    if not path.exists():
+        raise InputFileError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputFileError(f"{path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise InputFileError(f"{path}: not readable")
+    if options.duplicates < 1:
+        raise UsageError("--duplicates must be at least 1")
+    if options.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    if not 0.0 <= options.fault_rate <= 1.0:
+        raise UsageError("--fault-rate must be between 0 and 1")
+    if options.model not in MODELS:
+        raise UsageError(f"--model must be one of {', '.join(MODELS)}")
+    if options.model == "anthropic":
+        if options.fault_rate > 0:
+            raise UsageError("--fault-rate needs --model local (faults are injected locally)")
+        if not os.environ.get("ANTHROPIC_API_KEY"):
+            raise ModelUnavailableError(
+                "--model anthropic calls the real Claude API and needs ANTHROPIC_API_KEY; "
+                "set it, or use the default --model local"
+            )
+    if options.seconds_per_minute <= 0 or options.timeout_cap_seconds <= 0:
+        raise UsageError("--backoff-minute-ms and --timeout-cap must be positive")
+
+
+# What the local run imports beyond the library's own dependencies (moto for AWS; the
+# handlers' own requirements), with the pip name to install.
+LOCAL_DEPENDENCIES = {
+    "moto": "moto[dynamodb,events,s3,sns,sqs]",
+    "boto3": "boto3",
+    "anthropic": "anthropic",
+    "aws_lambda_powertools": "aws-lambda-powertools",
+    "jmespath": "jmespath",
+}
+
+
+def require_local_dependencies() -> None:
+    """Raise :class:`UsageError` naming what to install when a local-run package is absent."""
+    missing = [pip for module, pip in LOCAL_DEPENDENCIES.items() if not find_spec(module)]
+    if missing:
+        raise UsageError(
+            "the local run needs "
+            + ", ".join(missing)
+            + ": pip install "
+            + " ".join(f"'{name}'" for name in missing)
+        )

@@ -1,0 +1,95 @@
+"""Rendering a run: a readable summary table and the one-line JSON object."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from .invariants import Check
+from .results import RunResult
+
+LABEL_ORDER = ("hot", "warm", "cold")
+# Meaning of each JSON key (also the summary table's notes).
+JSON_FIELDS = {
+    "rows": "data rows in the file",
+    "valid": "rows the splitter published (its summary)",
+    "invalid": "rows the splitter recorded as invalid (its summary)",
+    "classified": "prospect rows labelled in ProspectsTable",
+    "failed": "valid rows that ended in the failure store without a label",
+    "dlq": "model-step failures recorded from FailureQueue (one per row)",
+    "model_requests": "HTTP requests that reached the model",
+    "deliveries": "row-event deliveries to the classify function, first attempts only",
+    "alerts": "upload alerts published to AlertTopic",
+}
+
+
+def to_json(result: RunResult) -> dict[str, Any]:
+    """The ``--json`` object: the keys of ``JSON_FIELDS`` plus labels and context."""
+    labels = {label: result.labels.get(label, 0) for label in LABEL_ORDER}
+    labels.update({k: v for k, v in result.labels.items() if k not in labels})
+    return {
+        "rows": result.rows,
+        "valid": result.valid,
+        "invalid": result.invalid,
+        "classified": result.classified,
+        "failed": result.failed,
+        "dlq": result.dlq,
+        "model_requests": result.model_requests,
+        "deliveries": result.deliveries,
+        "labels": labels,
+        "alerts": result.alerts,
+        "lambda_retries": result.lambda_retries,
+        "status": result.status,
+        "upload_id": result.upload_id,
+    }
+
+
+def render_table(result: RunResult, checks: Sequence[Check]) -> str:
+    """The human summary: counts with their meaning, then every invariant."""
+    head = f"Prospect Uploader local run: {result.file} -> s3://{result.bucket}/{result.object_key}"
+    status = result.status or "unknown"
+    if result.reason:
+        status += f" ({result.error_code or 'reason'}: {result.reason})"
+    lines = [head, f"upload {result.upload_id or '-'}: {status}", ""]
+    label_text = ", ".join(f"{label} {result.labels.get(label, 0)}" for label in LABEL_ORDER)
+    faults = ", ".join(f"{k} x{v}" for k, v in sorted(result.model_outcomes.items()) if k != "200")
+    rows: list[tuple[str, Any, str]] = [
+        ("rows", result.rows, JSON_FIELDS["rows"]),
+        ("valid", result.valid, JSON_FIELDS["valid"]),
+        ("invalid", result.invalid, JSON_FIELDS["invalid"]),
+        ("classified", result.classified, f"{JSON_FIELDS['classified']} ({label_text})"),
+        ("failed", result.failed, JSON_FIELDS["failed"]),
+        ("dlq", result.dlq, JSON_FIELDS["dlq"]),
+        (
+            "model requests",
+            result.model_requests,
+            JSON_FIELDS["model_requests"] + (f" (failed: {faults})" if faults else ""),
+        ),
+        (
+            "deliveries",
+            result.deliveries,
+            f"{JSON_FIELDS['deliveries']} ({result.duplicates} per event)",
+        ),
+        ("lambda retries", result.lambda_retries, "async retries of all functions"),
+        ("on-failure", result.on_failure_records, "Lambda on-failure records sent to the queue"),
+        ("alerts", result.alerts, JSON_FIELDS["alerts"]),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, note in rows:
+        shown = "-" if value is None else str(value)
+        lines.append(f"  {name:<{width}}  {shown:>6}  {note}")
+    lines += ["", "Invariants:"]
+    for check in checks:
+        mark = "ok  " if check.ok else "FAIL"
+        lines.append(f"  {mark}  {check.name:<54} {check.values}")
+        if not check.ok and check.hint:
+            lines.append(f"        {check.hint}")
+    for message in result.alert_messages:
+        lines += ["", f"Alert: {message}"]
+    return "\n".join(lines)
+
+
+def json_line(result: RunResult) -> str:
+    """The JSON object on one line."""
+    return json.dumps(to_json(result), separators=(",", ":"), sort_keys=False)

@@ -1,0 +1,121 @@
+"""What a run produced, read back from the local tables (the pipeline's own records)."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunResult:
+    """Counts of one run. See ``JSON_FIELDS`` in :mod:`.report` for the definitions."""
+
+    file: str
+    object_key: str
+    bucket: str = ""
+    upload_id: str | None = None
+    status: str | None = None  # the splitter's summary status: completed / rejected
+    reason: str | None = None
+    error_code: str | None = None
+    rows: int | None = None  # data rows in the file, counted independently of the splitter
+    summary_rows: int | None = None  # data rows according to the splitter's summary
+    valid: int = 0
+    invalid: int = 0
+    classified: int = 0
+    failed: int = 0  # valid rows with a model failure record and no label
+    superseded: int = 0  # rows with a label AND a model failure record
+    unsettled: int = 0  # valid rows with neither
+    dlq: int = 0  # model failures recorded (one item per row) for this upload
+    unattributed: int = 0  # failure records of this run that name no row of this upload
+    left_on_queue: int = 0
+    labels: dict[str, int] = field(default_factory=dict)
+    model_requests: int = 0
+    model_outcomes: dict[str, int] = field(default_factory=dict)
+    deliveries: int = 0
+    lambda_retries: int = 0
+    on_failure_records: int = 0
+    alerts: int = 0
+    alert_messages: list[str] = field(default_factory=list)
+    functions: dict[str, Any] = field(default_factory=dict)
+    in_progress_exhausted: int = 0  # on-failure records caused by IdempotencyAlreadyInProgress
+    faults_enabled: bool = False
+    retry_attempts: int = 0
+    duplicates: int = 1
+    model: str = "local"
+    log_file: str = ""
+
+
+def count_csv_rows(path: Path) -> int | None:
+    """Non-blank data records after the header, or None when the file is not UTF-8 CSV.
+
+    Counted with the csv module directly (not the splitter's code), so ``rows`` is an
+    independent check of the splitter's ``rows = valid + invalid``.
+    """
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            records = [record for record in csv.reader(handle) if record]
+    except (UnicodeDecodeError, csv.Error, codecs.CodecRegistryError):
+        return None
+    return max(0, len(records) - 1)
+
+
+def scan(table: Any) -> list[dict[str, Any]]:
+    """Every item of a (small, local) table."""
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {}
+    while True:
+        page = table.scan(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def read_outcome(result: RunResult, failures_table: Any, prospects_table: Any) -> None:
+    """Fill ``result`` from the failures and prospects tables."""
+    failure_items = scan(failures_table)
+    summaries = [item for item in failure_items if item.get("kind") == "summary"]
+    if summaries:
+        summary = summaries[0]
+        result.upload_id = str(summary["upload_id"])
+        result.status = str(summary.get("status", ""))
+        result.reason = summary.get("reason")
+        result.summary_rows = int(summary.get("rows", 0))
+        result.valid = int(summary.get("valid", 0))
+        result.invalid = int(summary.get("invalid", 0))
+    upload_items = [
+        item
+        for item in failure_items
+        if item.get("kind") == "upload" and item.get("upload_id") == result.upload_id
+    ]
+    if upload_items:
+        result.error_code = str(upload_items[0].get("error_code", ""))
+        result.reason = str(upload_items[0].get("reason", result.reason or ""))
+
+    model_items = [item for item in failure_items if item.get("kind") == "model"]
+    failed_rows = {
+        int(item["row_number"])
+        for item in model_items
+        if item.get("upload_id") == result.upload_id and "row_number" in item
+    }
+    result.dlq = len(failed_rows)
+    result.unattributed = len(model_items) - sum(
+        1
+        for item in model_items
+        if item.get("upload_id") == result.upload_id and "row_number" in item
+    )
+
+    labelled = {
+        int(item["row_number"]): str(item["label"])
+        for item in scan(prospects_table)
+        if item.get("upload_id") == result.upload_id and item.get("label")
+    }
+    result.classified = len(labelled)
+    result.labels = dict(Counter(labelled.values()))
+    result.superseded = len(failed_rows & set(labelled))
+    result.failed = len(failed_rows - set(labelled))
+    result.unsettled = max(0, result.valid - result.classified - result.failed)

@@ -1,0 +1,25 @@
+"""Fixtures of the local-run tests: the real cloud assembly (skipped when not synthesized)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.prospect_uploader.local_run.assembly import CloudAssembly, load_assembly
+
+REPO = Path(__file__).resolve().parents[2]
+CDK_OUT = REPO / "cdk.out"
+SAMPLE = REPO / "data" / "prospects-sample.csv"
+
+
+@pytest.fixture(scope="session")
+def cdk_out() -> Path:
+    if not (CDK_OUT / "ProspectUploader.template.json").is_file():
+        pytest.skip("cdk.out/ProspectUploader.template.json is missing: run `make synth`")
+    return CDK_OUT
+
+
+@pytest.fixture(scope="session")
+def assembly(cdk_out: Path) -> CloudAssembly:
+    return load_assembly(cdk_out)

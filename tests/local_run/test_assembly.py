@@ -1,0 +1,95 @@
+"""Reading the cloud assembly: settings come from cdk.out, and its absence is explained."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from constructs_lib.prospect_uploader.local_run.assembly import CloudAssembly, load_assembly
+from constructs_lib.prospect_uploader.local_run.environment import environment_union
+from constructs_lib.prospect_uploader.local_run.errors import (
+    AssemblyNotFoundError,
+    EnvironmentConflictError,
+)
+from constructs_lib.prospect_uploader.local_run.intrinsics import PhysicalResource, Resolver
+
+
+def test_lambda_retry_attempts_come_from_the_template(assembly):
+    template = json.loads(assembly.source.read_text())
+    configs = {
+        body["Properties"]["FunctionName"]["Ref"]: body["Properties"]
+        for body in template["Resources"].values()
+        if body["Type"] == "AWS::Lambda::EventInvokeConfig"
+    }
+    step = assembly.model_step_function()
+    assert step.display_name == "Classify/Function"
+    assert step.handler == "prospect_classifier.handler.handler"
+    assert step.retry_attempts == configs[step.logical_id]["MaximumRetryAttempts"]
+    assert step.max_event_age_seconds == configs[step.logical_id]["MaximumEventAgeInSeconds"]
+    assert (
+        step.on_failure == configs[step.logical_id]["DestinationConfig"]["OnFailure"]["Destination"]
+    )
+    assert step.timeout_seconds == template["Resources"][step.logical_id]["Properties"]["Timeout"]
+
+
+def test_rules_targets_and_event_source_mapping(assembly):
+    rules = {rule.display_name: rule for rule in assembly.rules()}
+    assert set(rules) >= {"SplitterRule", "Classify/Rule", "UploadAlertRule"}
+    assert rules["SplitterRule"].event_bus is None  # the default bus
+    assert rules["Classify/Rule"].targets[0].resource_type == "AWS::Lambda::Function"
+    alert_target = rules["UploadAlertRule"].targets[0]
+    assert alert_target.resource_type == "AWS::SNS::Topic"
+    assert "InputTemplate" in alert_target.input_transformer
+    (mapping,) = assembly.event_source_mappings()
+    assert mapping.batch_size == 10
+    assert mapping.report_batch_item_failures
+    assert assembly.function(mapping.function_logical_id).handler == (
+        "failure_recorder.handler.handler"
+    )
+    assert assembly.upload_bucket().path.endswith("/UploadBucket/Resource")
+
+
+def test_missing_cdk_out_tells_the_user_to_synth(tmp_path):
+    with pytest.raises(AssemblyNotFoundError, match="make synth"):
+        load_assembly(tmp_path / "nowhere")
+    with pytest.raises(AssemblyNotFoundError, match="make synth"):
+        load_assembly(tmp_path)  # a directory without the template
+
+
+def _template(**environments: dict) -> dict:
+    resources = {}
+    for name, variables in environments.items():
+        resources[name] = {
+            "Type": "AWS::Lambda::Function",
+            "Properties": {"Handler": "m.handler", "Environment": {"Variables": variables}},
+            "Metadata": {"aws:cdk:path": f"S/{name}/Resource"},
+        }
+    resources["Table"] = {"Type": "AWS::DynamoDB::Table", "Properties": {}}
+    return {"Resources": resources}
+
+
+def _resolver(assembly: CloudAssembly) -> Resolver:
+    physical = {
+        lid: PhysicalResource(lid, spec.resource_type, f"local-{lid}")
+        for lid, spec in assembly.resources.items()
+    }
+    return Resolver(physical, stack_name="S")
+
+
+def test_environment_union_resolves_refs_and_refuses_conflicts(tmp_path):
+    ok = CloudAssembly(
+        "S",
+        _template(
+            A={"TABLE": {"Ref": "Table"}, "POWERTOOLS_SERVICE_NAME": "a"},
+            B={"TABLE": {"Ref": "Table"}, "POWERTOOLS_SERVICE_NAME": "b", "IDEMPOTENCY_KEY": "k"},
+        ),
+        tmp_path,
+    )
+    merged = environment_union(ok.functions(), _resolver(ok))
+    assert merged["TABLE"] == "local-Table"
+    assert merged["POWERTOOLS_SERVICE_NAME"] == "b"  # the model step's value is kept
+
+    clash = CloudAssembly("S", _template(A={"MODE": "x"}, B={"MODE": "y"}), tmp_path)
+    with pytest.raises(EnvironmentConflictError, match="MODE"):
+        environment_union(clash.functions(), _resolver(clash))

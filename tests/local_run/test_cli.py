@@ -1,0 +1,120 @@
+"""The console script: output, --json, exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.prospect_uploader.cli import main
+
+from .conftest import REPO
+
+HEADER = "email,first_name,last_name,company,title,country,notes\n"
+JSON_KEYS = {
+    "rows",
+    "valid",
+    "invalid",
+    "classified",
+    "failed",
+    "dlq",
+    "model_requests",
+    "deliveries",
+    "labels",
+}
+
+
+def _small_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "small.csv"
+    path.write_text(
+        HEADER
+        + "ada@example.com,Ada,Lovelace,Analytical Engines,CTO,GB,Wants a demo\n"
+        + "grace@example.com,Grace,Hopper,Compilers Inc,VP,US,\n"
+        + "not-an-email,Bad,Row,Co,CEO,US,\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_cli_subprocess_json_and_summary(cdk_out, tmp_path):
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "constructs_lib.prospect_uploader.cli",
+            "run",
+            str(_small_csv(tmp_path)),
+            "--cdk-out",
+            str(cdk_out),
+            "--duplicates",
+            "2",
+            "--json",
+            "--log-file",
+            str(tmp_path / "handlers.log"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.strip().splitlines()
+    document = json.loads(lines[-1])
+    assert JSON_KEYS <= set(document)
+    assert document["rows"] == 3 and document["valid"] == 2 and document["invalid"] == 1
+    assert document["classified"] == document["model_requests"] == 2
+    assert document["deliveries"] == 4
+    assert set(document["labels"]) == {"hot", "warm", "cold"}
+    summary = "\n".join(lines[:-1])
+    assert "Invariants:" in summary and "FAIL" not in summary
+    assert "model requests" in summary
+    # Handler logs (Powertools JSON) stay out of stdout.
+    assert all(not line.startswith('{"level"') for line in lines)
+    assert "handler logs:" in completed.stderr
+    assert (tmp_path / "handlers.log").read_text()
+
+
+def test_missing_file_is_a_usage_error(capsys, tmp_path):
+    code = main(["run", str(tmp_path / "absent.csv")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "absent.csv: no such file" in err
+    assert "Traceback" not in err
+
+
+def test_missing_cdk_out_says_make_synth(capsys, tmp_path):
+    code = main(["run", str(_small_csv(tmp_path)), "--cdk-out", str(tmp_path / "none")])
+    err = capsys.readouterr().err
+    assert code == 2 and "make synth" in err and "Traceback" not in err
+
+
+def test_malformed_file_prints_the_recorded_reason(cdk_out, capsys, tmp_path):
+    bad = tmp_path / "notes.csv"
+    bad.write_text("this is not the prospect header\nhello,world\n", encoding="utf-8")
+    code = main(["run", str(bad), "--cdk-out", str(cdk_out), "--log-file", str(tmp_path / "l")])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "upload rejected (MissingHeader): first record must be the header" in captured.err
+    assert "Traceback" not in captured.err
+    assert "rejected" in captured.out  # the summary shows the recorded status
+
+
+def test_a_key_no_rule_matches_is_a_usage_error(cdk_out, capsys, tmp_path):
+    text = tmp_path / "prospects.txt"
+    text.write_text(HEADER, encoding="utf-8")
+    code = main(["run", str(text), "--cdk-out", str(cdk_out), "--log-file", str(tmp_path / "l")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "matched no rule" in err and '"suffix": ".csv"' in err
+
+
+def test_help_defines_the_counts(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "deliveries" in out and "Lambda retries excluded" in out
+    assert "--duplicates" in out and "--fault-rate" in out

@@ -1,0 +1,77 @@
+"""The shipped local Messages API: deterministic answers, seeded faults, real SDK over HTTP."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from constructs_lib.prospect_uploader.local_run.local_model import (
+    TIMEOUT,
+    LocalMessagesAPI,
+    fault_plan,
+    label_for,
+)
+
+
+def _ask(api: LocalMessagesAPI, text: str, timeout: float = 5.0):
+    client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
+    return _create(client, text, timeout)
+
+
+def _create(client: anthropic.Anthropic, text: str, timeout: float):
+    return client.messages.create(
+        model="claude-haiku-5-5",
+        max_tokens=16,
+        messages=[{"role": "user", "content": text}],
+        timeout=timeout,
+    )
+
+
+def test_answers_are_a_stable_label_with_a_request_id():
+    with LocalMessagesAPI() as api:
+        first = _ask(api, "prospect one")
+        again = _ask(api, "prospect one")
+        assert first.content[0].text == again.content[0].text == label_for("prospect one")
+        assert first._request_id and first._request_id != again._request_id
+        assert api.request_count == 2 and api.outcomes["200"] == 2
+
+
+def test_labels_cover_all_three_over_many_rows():
+    assert {label_for(f"row {n}") for n in range(50)} == {"hot", "warm", "cold"}
+
+
+def test_fault_plans_are_seeded_per_content():
+    plans = [fault_plan(f"{n:064x}", 0.3, seed=7) for n in range(400)]
+    assert plans == [fault_plan(f"{n:064x}", 0.3, seed=7) for n in range(400)]
+    faulty = [plan for plan in plans if plan.kind != "healthy"]
+    assert 0.2 < len(faulty) / len(plans) < 0.4
+    assert {plan.kind for plan in faulty} == {"transient", "persistent", "invalid"}
+    for plan in faulty:
+        if plan.kind == "transient":
+            assert 1 <= len(plan.faults) <= 2 and list(plan.faults).count(TIMEOUT) <= 1
+            assert plan.outcome(len(plan.faults)) == 200
+        if plan.kind == "invalid":
+            assert {plan.outcome(i) for i in range(3)} == {400}
+    assert all(plan.kind == "healthy" for plan in (fault_plan("x", 0.0, 1), fault_plan("y", 0, 2)))
+
+
+def test_injected_errors_and_timeouts_reach_the_sdk():
+    with LocalMessagesAPI(fault_rate=1.0, seed=3, timeout_hold_seconds=0.3) as api:
+        client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
+        seen = set()
+        for n in range(40):
+            try:
+                _create(client, f"row {n}", timeout=0.1)
+            except anthropic.APITimeoutError:
+                seen.add("timeout")
+            except anthropic.APIStatusError as exc:
+                seen.add(exc.status_code)
+                assert exc.request_id
+        assert {400, 429, 500, 529, "timeout"} <= seen
+        assert api.request_count == 40
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.5])
+def test_fault_rate_is_a_fraction(rate):
+    with pytest.raises(ValueError):
+        LocalMessagesAPI(fault_rate=rate)

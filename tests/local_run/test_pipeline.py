@@ -1,0 +1,75 @@
+"""The whole pipeline in-process: the real handlers, moto, the local model, the cdk.out rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.prospect_uploader.local_run import (
+    RunOptions,
+    RunResult,
+    check_invariants,
+    run_pipeline,
+)
+
+from .conftest import SAMPLE
+
+
+def _assert_invariants(result: RunResult) -> None:
+    failing = [check for check in check_invariants(result) if not check.ok]
+    assert not failing, failing
+
+
+@pytest.fixture(scope="module")
+def duplicated_run(cdk_out: Path, tmp_path_factory) -> RunResult:
+    log = tmp_path_factory.mktemp("logs") / "handlers.log"
+    return run_pipeline(RunOptions(csv_path=SAMPLE, cdk_out=cdk_out, duplicates=3, log_file=log))
+
+
+@pytest.fixture(scope="module")
+def faulty_run(cdk_out: Path, tmp_path_factory) -> RunResult:
+    log = tmp_path_factory.mktemp("logs") / "handlers.log"
+    return run_pipeline(
+        RunOptions(
+            csv_path=SAMPLE, cdk_out=cdk_out, duplicates=2, fault_rate=0.3, seed=7, log_file=log
+        )
+    )
+
+
+def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_run):
+    result = duplicated_run
+    _assert_invariants(result)
+    assert result.status == "completed"
+    assert result.rows == result.summary_rows == 40
+    assert result.valid > 0 and result.invalid > 0
+    assert result.model_requests == result.classified == result.valid
+    assert result.deliveries == 3 * result.valid
+    assert result.failed == result.dlq == 0
+    assert sum(result.labels.values()) == result.classified
+    assert set(result.labels) <= {"hot", "warm", "cold"}
+    # Concurrent duplicates met the first delivery's record IN_PROGRESS and were retried.
+    classify = result.functions["Classify/Function"]
+    assert classify["retries"] > 0
+    assert classify["on_failure"] == 0
+    assert result.alerts == 1  # the sample has invalid rows
+
+
+def test_handler_logs_go_to_the_log_file(duplicated_run):
+    log = Path(duplicated_run.log_file).read_text()
+    assert '"service":"prospect-splitter"' in log.replace(" ", "")
+    assert '"_aws"' in log  # EMF metrics of the model step
+
+
+def test_faults_end_in_the_failure_store_and_stay_within_the_retry_bound(faulty_run):
+    result = faulty_run
+    _assert_invariants(result)
+    assert result.failed > 0
+    assert result.failed == result.dlq
+    assert result.model_requests <= (result.retry_attempts + 1) * result.valid
+    assert result.retry_attempts == 2
+    failures = {k: v for k, v in result.model_outcomes.items() if k != "200"}
+    assert failures, "the local model injected no fault"
+    assert result.on_failure_records > 0  # retries ran out: Lambda's on-failure record
+    assert "400" in failures  # ... and the handler dead-lettered a rejected request itself
+    assert result.left_on_queue == 0
