@@ -24,6 +24,12 @@ SHAPE_MODEL_STEP = "model-step"
 SHAPE_LAMBDA_DLQ = "lambda-dlq"
 SHAPE_UNRECOGNISED = "unrecognised"
 
+#: The model step raises this for a concurrent duplicate so Lambda retries it. If
+#: that copy's retries run out while another delivery still holds the record, the
+#: holder owns the row's outcome (its own retries and on-failure record); this
+#: copy's record is kept apart so it never hides or overwrites the real cause.
+IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
+
 
 def utc_now() -> str:
     """ISO-8601 UTC timestamp with a ``Z`` suffix."""
@@ -93,6 +99,8 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
 
     Key: ``upload_id`` and ``model#%08d`` from ``detail.upload_id``/``detail.row_number``
     when present; otherwise ``message#<messageId>`` (and upload ``unattributed``).
+    A concurrent duplicate that gave up on an in-progress record is kind
+    ``duplicate`` under ``duplicate#%08d``, so it never overwrites the row's real failure.
     Never raises on bad input: a body that is not a JSON object is stored raw with
     error_code ``UnparseableDeadLetter``.
     """
@@ -123,10 +131,15 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
         return item
     shape, original_event, error_code, reason = _classify(body, attrs)
     upload_id, row_number, detail = _attribution(original_event)
+    prefix = "model"
+    if error_code == IN_PROGRESS_ERROR:
+        prefix = item["kind"] = "duplicate"
+        reason = f"{reason} (a concurrent duplicate; the delivery that held the record owns "
+        reason += "the row's outcome)"
     item.update(
         upload_id=upload_id or UNATTRIBUTED_UPLOAD_ID,
         failure_id=(
-            f"model#{row_number:08d}"
+            f"{prefix}#{row_number:08d}"
             if upload_id and row_number is not None
             else f"message#{message_id}"
         ),

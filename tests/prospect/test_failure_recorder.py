@@ -131,6 +131,23 @@ def test_lambda_on_failure_destination_shape(aws):
     assert json.loads(item["original_event"]) == _row_event(row_number=12)
 
 
+def test_in_progress_duplicate_is_kept_apart_from_the_real_failure(aws):
+    # GIVEN the row's real failure, then a concurrent duplicate that ran out of
+    # retries on IdempotencyAlreadyInProgressError
+    handler({"Records": [_on_failure("m-real")]}, None)
+    duplicate = _on_failure("m-dup")
+    body = json.loads(duplicate["body"])
+    body["responsePayload"]["errorType"] = "IdempotencyAlreadyInProgressError"
+    duplicate["body"] = json.dumps(body)
+    # WHEN it is recorded
+    handler({"Records": [duplicate]}, None)
+    # THEN the real cause stays, and the duplicate is its own kind of item
+    items = aws.failures("u-123")
+    assert items["model#00000012"]["error_code"] == "ModelTimeoutError"
+    assert items["duplicate#00000012"]["kind"] == "duplicate"
+    assert "owns the row's outcome" in items["duplicate#00000012"]["reason"]
+
+
 def test_model_step_own_message_shape(aws):
     handler({"Records": [_model_step()]}, None)
 
