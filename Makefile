@@ -16,7 +16,7 @@ UV_VERSION := 0.13.9
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test lint demo bench clean
+.PHONY: setup synth test lint demo demo-faults bench lock clean
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -58,6 +58,9 @@ lint: setup
 
 demo: synth
 	$(BIN)/prospect-uploader run data/prospects-sample.csv --duplicates 3
+
+demo-faults: synth
+	$(BIN)/prospect-uploader run data/prospects-sample.csv --duplicates 2 --fault-rate 0.3 --seed 7
 
 bench: synth
 	$(BIN)/python -m bench

@@ -4,13 +4,27 @@
   business key, with a standard DLQ and alarms.
 - :class:`RetryBudget`: an aspect that fails synth when a step's retries could
   cost more model requests per delivery than you allow.
+
+Names are imported on first use (PEP 562), so tools that only need part of the
+package, such as the ``prospect-uploader`` local run, do not start jsii.
 """
 
-from ._validation import PropValidationError
-from .bundling import LocalBundlingError, LocalPipBundling, python_lambda_code
-from .idempotent_model_step import RESERVED_ENVIRONMENT, IdempotentModelStep, ModelProvider
-from .model_step_handler import ModelStepHandler
-from .retry_budget import RetryBudget
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "PropValidationError": "._validation",
+    "LocalBundlingError": ".bundling",
+    "LocalPipBundling": ".bundling",
+    "python_lambda_code": ".bundling",
+    "RESERVED_ENVIRONMENT": ".idempotent_model_step",
+    "IdempotentModelStep": ".idempotent_model_step",
+    "ModelProvider": ".idempotent_model_step",
+    "ModelStepHandler": ".model_step_handler",
+    "RetryBudget": ".retry_budget",
+}
 
 __all__ = [
     "RESERVED_ENVIRONMENT",
@@ -23,3 +37,18 @@ __all__ = [
     "RetryBudget",
     "python_lambda_code",
 ]
+
+if TYPE_CHECKING:
+    from ._validation import PropValidationError
+    from .bundling import LocalBundlingError, LocalPipBundling, python_lambda_code
+    from .idempotent_model_step import RESERVED_ENVIRONMENT, IdempotentModelStep, ModelProvider
+    from .model_step_handler import ModelStepHandler
+    from .retry_budget import RetryBudget
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value

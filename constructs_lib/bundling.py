@@ -25,6 +25,7 @@ import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
+from ._paths import lambda_src_root
 from .defaults import LAMBDA_PYTHON_VERSION, LAMBDA_RUNTIME
 
 #: Bumped when the bundle layout changes, so old staged assets are not reused.
@@ -38,17 +39,11 @@ RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
 _IGNORED_NAMES = ("__pycache__", "*.pyc", "*.pyo", "tests", ".pytest_cache", ".mypy_cache")
 
 
+__all__ = ["LocalBundlingError", "LocalPipBundling", "lambda_src_root", "python_lambda_code"]
+
+
 class LocalBundlingError(RuntimeError):
     """Local bundling could not build the asset; the message says why and what to do."""
-
-
-def lambda_src_root() -> Path:
-    """The directory that holds the runtime packages (``model_step`` and friends).
-
-    It is installed beside ``constructs_lib`` (as the ``lambda_src`` package) and
-    is the repository's ``lambda_src/`` in a checkout.
-    """
-    return Path(__file__).resolve().parent.parent / "lambda_src"
 
 
 def pip_platform(architecture: lambda_.Architecture) -> str:

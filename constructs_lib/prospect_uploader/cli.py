@@ -69,9 +69,11 @@ def _positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (``run`` is the only command)."""
+    """The argument parser: ``run`` (the local pipeline) and ``viewer`` (the signing proxy)."""
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Run the Prospect Uploader pipeline locally (moto, no AWS)."
+        prog=PROG,
+        description="The Prospect Uploader: run the pipeline locally (moto, no AWS), or open "
+        "a deployed Prospect Viewer through a signing proxy.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
@@ -156,7 +158,35 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--port", type=int, default=0, help="viewer port with --serve (default: any free port)"
     )
+    viewer = commands.add_parser(
+        "viewer",
+        help="open a deployed Prospect Viewer through a local SigV4-signing proxy",
+        description="Serve http://127.0.0.1:PORT and forward each request, signed with your "
+        "AWS credentials, to the viewer's IAM-authenticated Function URL (the stack "
+        "output ViewerUrl). Nothing is exposed beyond loopback.",
+    )
+    viewer.add_argument("url", metavar="FUNCTION_URL", help="the stack output ViewerUrl")
+    viewer.add_argument("--region", help="default: read from the Function URL's host")
+    viewer.add_argument("--port", type=int, default=8080, help="local port (default: 8080)")
     return parser
+
+
+def _viewer(args: argparse.Namespace, err: TextIO) -> int:
+    from .viewer_proxy import SigningProxy, ViewerProxyError
+
+    try:
+        proxy = SigningProxy(args.url, region=args.region, port=args.port)
+    except (ViewerProxyError, OSError) as exc:
+        print(f"{PROG}: error: {exc}", file=err)
+        return 2
+    print(f"{PROG}: Prospect Viewer on {proxy.url} (Ctrl-C to stop)", file=err, flush=True)
+    try:
+        proxy.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.stop()
+    return 0
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -212,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (see the module docstring)."""
     args = build_parser().parse_args(argv)
     out, err = sys.stdout, sys.stderr
+    if args.command == "viewer":
+        return _viewer(args, err)
     try:
         return _run(args, out, err)
     except LocalRunError as exc:

@@ -106,3 +106,10 @@ def test_signature_verifies_for_the_forwarded_request(upstream):
 def test_proxy_listens_on_loopback_only(upstream):
     with SigningProxy(upstream.url, credentials=CREDS, region="eu-west-1") as proxy:
         assert proxy.url.startswith("http://127.0.0.1:")
+
+
+def test_cli_viewer_refuses_a_url_without_a_region(capsys):
+    from constructs_lib.prospect_uploader.cli import main
+
+    assert main(["viewer", "https://example.com/"]) == 2
+    assert "cannot tell the region" in capsys.readouterr().err

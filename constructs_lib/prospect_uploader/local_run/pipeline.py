@@ -72,7 +72,7 @@ def _new_log_file() -> Path:
 
 
 def _default_code_root() -> Path:
-    from constructs_lib.bundling import lambda_src_root
+    from constructs_lib._paths import lambda_src_root
 
     return lambda_src_root()
 
