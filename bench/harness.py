@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,13 @@ for _path in (str(REPO), str(LAMBDA_SRC)):
         sys.path.insert(0, _path)
 
 import boto3  # noqa: E402
+
+from constructs_lib.prospect_uploader.local_run.environment import (  # noqa: E402
+    patched_environ,
+)
+from constructs_lib.prospect_uploader.local_run.moto_fixes import (  # noqa: E402
+    atomic_conditional_put_item,
+)
 
 REGION = "us-east-1"
 FUNCTION_NAME = "model-step-bench"
@@ -69,22 +75,8 @@ CLEARED_ENV = (
 
 
 # --------------------------------------------------------------------------- environment
-@contextmanager
-def patched_env(values: Mapping[str, str], clear: Sequence[str] = ()) -> Iterator[None]:
-    """Set ``values`` and remove ``clear`` in ``os.environ``; restore everything on exit."""
-    names = set(values) | set(clear)
-    saved = {name: os.environ.get(name) for name in names}
-    for name in clear:
-        os.environ.pop(name, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+# One implementation of each emulator fix, shared with the local run (which ships it).
+patched_env = patched_environ
 
 
 def bench_env(**extra: str) -> Iterator[None]:
@@ -92,31 +84,7 @@ def bench_env(**extra: str) -> Iterator[None]:
     return patched_env({**BASE_ENV, **extra}, CLEARED_ENV)
 
 
-_PUT_ITEM_LOCK = threading.Lock()
-
-
-@contextmanager
-def atomic_moto_put_item() -> Iterator[None]:
-    """Make moto's conditional PutItem atomic across threads, as DynamoDB's is.
-
-    moto evaluates ``ConditionExpression`` and then stores the item without a lock, so two
-    threads can both "win" an ``attribute_not_exists(id)`` put on the same key. Real DynamoDB
-    never lets that happen. Without this lock the concurrent duplicate figures would measure an
-    emulator race, not the handler (the same fix as tests/runtime/conftest.py).
-    """
-    from moto.dynamodb.models import DynamoDBBackend
-
-    original = DynamoDBBackend.put_item
-
-    def put_item(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _PUT_ITEM_LOCK:
-            return original(self, *args, **kwargs)
-
-    DynamoDBBackend.put_item = put_item  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        DynamoDBBackend.put_item = original  # type: ignore[method-assign]
+atomic_moto_put_item = atomic_conditional_put_item
 
 
 @contextmanager

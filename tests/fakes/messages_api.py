@@ -31,8 +31,10 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from constructs_lib.prospect_uploader.local_run.loopback import LoopbackServer
 
 ScriptEntry = Any  # int | str | Reply
 Script = Sequence[ScriptEntry] | Callable[[int, dict], ScriptEntry]
@@ -78,7 +80,7 @@ class RecordedRequest:
     request_id: str
 
 
-class FakeMessagesAPI:
+class FakeMessagesAPI(LoopbackServer):
     """A threaded HTTP server that imitates ``POST /v1/messages``.
 
     Parameters
@@ -95,6 +97,8 @@ class FakeMessagesAPI:
         ``model`` field of success bodies, default ``"claude-haiku-5-5"``.
     """
 
+    thread_name = "fake-messages-api"
+
     def __init__(
         self,
         script: Script | None = None,
@@ -104,6 +108,7 @@ class FakeMessagesAPI:
         timeout_sleep: float = 5.0,
         model: str = "claude-haiku-5-5",
     ) -> None:
+        super().__init__()
         self.script = script if script is not None else []
         self.text = text
         self.delay = delay
@@ -112,44 +117,10 @@ class FakeMessagesAPI:
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> FakeMessagesAPI:
-        """Bind to 127.0.0.1 on a free port and serve in a daemon thread."""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        # A short poll interval makes stop() return quickly (the default is 0.5 s).
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving; wakes any request held by a ``"timeout"`` entry."""
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeMessagesAPI:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    # -- inspection --------------------------------------------------------------------------
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>``, the value for ``ANTHROPIC_BASE_URL``."""
-        if self._server is None:
-            raise RuntimeError("FakeMessagesAPI is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        """Requests are answered by this server's state."""
+        return _make_handler(self)
 
     @property
     def request_count(self) -> int:
@@ -192,7 +163,7 @@ class FakeMessagesAPI:
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0:
-            self._stopping.wait(seconds)
+            self.stopping.wait(seconds)
 
 
 def index_hex(value: int) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import pytest
 from model_step import ModelStep
 from moto import mock_aws
 
+from constructs_lib.prospect_uploader.local_run.moto_fixes import atomic_conditional_put_item
 from tests.fakes import FakeMessagesAPI
 
 REGION = "us-east-1"
@@ -150,26 +150,11 @@ def create_resources() -> Aws:
     return Aws(dynamodb=dynamodb, sqs=sqs, queue_url=queue_url, secret_arn=secret_arn)
 
 
-_PUT_ITEM_LOCK = threading.Lock()
-
-
 @pytest.fixture
-def atomic_moto_put_item(monkeypatch):
-    """Make moto's conditional PutItem atomic across threads, as DynamoDB's is.
-
-    moto evaluates the condition and stores the item in two steps without a lock, so two
-    threads can both "win" the same idempotency key. That is an emulator gap, not behaviour
-    of DynamoDB, and it would make the concurrency tests flaky.
-    """
-    from moto.dynamodb.models import DynamoDBBackend
-
-    original = DynamoDBBackend.put_item
-
-    def put_item(self, *args, **kwargs):
-        with _PUT_ITEM_LOCK:
-            return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(DynamoDBBackend, "put_item", put_item)
+def atomic_moto_put_item():
+    """moto's conditional PutItem made atomic, as DynamoDB's is (see moto_fixes)."""
+    with atomic_conditional_put_item():
+        yield
 
 
 @pytest.fixture

@@ -29,8 +29,10 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .loopback import LoopbackServer
 
 DEFAULT_LABELS = ("hot", "warm", "cold")
 DEFAULT_MODEL = "claude-haiku-5-5"
@@ -103,13 +105,15 @@ def label_for(text: str, labels: Sequence[str] = DEFAULT_LABELS) -> str:
     return labels[int.from_bytes(digest[:8], "big") % len(labels)]
 
 
-class LocalMessagesAPI:
+class LocalMessagesAPI(LoopbackServer):
     """The server. Use as a context manager or call :meth:`start` / :meth:`stop`.
 
     Parameters (defaults in brackets): ``labels`` [hot, warm, cold]; ``fault_rate`` [0.0];
     ``seed`` [0]; ``timeout_hold_seconds`` [1.5]; ``model`` [claude-haiku-5-5] used when a
     request names none.
     """
+
+    thread_name = "local-model"
 
     def __init__(
         self,
@@ -120,6 +124,7 @@ class LocalMessagesAPI:
         timeout_hold_seconds: float = 1.5,
         model: str = DEFAULT_MODEL,
     ) -> None:
+        super().__init__()
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError("fault_rate must be between 0 and 1")
         self.labels = tuple(labels)
@@ -131,44 +136,10 @@ class LocalMessagesAPI:
         self._per_content: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._stopping = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> LocalMessagesAPI:
-        """Bind 127.0.0.1 on a free port and serve on a daemon thread."""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
-        self._server.daemon_threads = True
-        thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="local-model",
-            daemon=True,
-        )
-        thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving; wakes requests held by a timeout fault."""
-        self._stopping.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> LocalMessagesAPI:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>``: the value for ``ANTHROPIC_BASE_URL``."""
-        if self._server is None:
-            raise RuntimeError("LocalMessagesAPI is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        """Requests are answered by this server's state."""
+        return _handler_class(self)
 
     @property
     def request_count(self) -> int:
@@ -211,7 +182,7 @@ class LocalMessagesAPI:
 
     def hold(self) -> None:
         """Wait out a timeout fault (returns early when the server stops)."""
-        self._stopping.wait(self.timeout_hold_seconds)
+        self.stopping.wait(self.timeout_hold_seconds)
 
 
 def error_body(status: int, message: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""A threaded HTTP server on 127.0.0.1: the lifecycle every local stand-in shares."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
+
+
+class LoopbackServer:
+    """Serve :meth:`handler_class` on 127.0.0.1, on a free port, in a daemon thread.
+
+    Subclasses implement :meth:`handler_class`. Requests that hold on purpose (a
+    simulated timeout) wait on :attr:`stopping`, so :meth:`stop` returns at once.
+    Use it as a context manager or call :meth:`start` / :meth:`stop`.
+    """
+
+    thread_name = "loopback-server"
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        """The request handler class bound to this server's state."""
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        """Bind 127.0.0.1 on a free port and serve on a daemon thread."""
+        self.stopping.clear()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler_class())
+        self._server.daemon_threads = True
+        # A short poll interval makes stop() return quickly (the default is 0.5 s).
+        threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=self.thread_name,
+            daemon=True,
+        ).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; wakes requests held by a simulated timeout."""
+        self.stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``: the value for ``ANTHROPIC_BASE_URL``."""
+        if self._server is None:
+            raise RuntimeError(f"{type(self).__name__} is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
