@@ -28,8 +28,7 @@ def events_rule_metric(
     with ``EventBusName`` too, and an alarm without it never fires.
     """
     dimensions = {"RuleName": rule.rule_name}
-    if not is_default_bus(event_bus):
-        assert event_bus is not None
+    if event_bus is not None and not is_default_bus(event_bus):
         dimensions["EventBusName"] = event_bus.event_bus_name
     return cloudwatch.Metric(
         namespace="AWS/Events",

@@ -13,7 +13,9 @@ the failures behind an IAM-authenticated Function URL.
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, CfnOutput, Duration, Stack, Validations
+from typing import cast
+
+from aws_cdk import Acknowledgment, Annotations, CfnOutput, Duration, Stack, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -103,8 +105,7 @@ class ProspectUploaderStack(Stack):
         # The native property, not `event_bridge_enabled=True`: that adds CDK's
         # notifications custom resource (a Lambda with a managed-policy role) to
         # set what CloudFormation can set itself on a bucket this stack owns.
-        upload_cfn = self.upload_bucket.node.default_child
-        assert isinstance(upload_cfn, s3.CfnBucket)
+        upload_cfn = cast(s3.CfnBucket, self.upload_bucket.node.default_child)
         upload_cfn.add_property_override(
             "NotificationConfiguration.EventBridgeConfiguration.EventBridgeEnabled", True
         )
@@ -157,8 +158,6 @@ class ProspectUploaderStack(Stack):
                 )
             self.alert_topic.add_subscription(subscriptions.EmailSubscription(str(alert_email)))
         else:
-            from aws_cdk import Annotations
-
             Annotations.of(self).add_warning_v2(
                 "prospect-uploader:no-alert-email",
                 "No alert_email context: the alert topic has no subscription. Synthesize "
@@ -190,8 +189,8 @@ class ProspectUploaderStack(Stack):
                 "POWERTOOLS_SERVICE_NAME": "prospect-splitter",
             },
         )
-        splitter_role = self.splitter.role
-        assert splitter_role is not None
+        # python_function always creates the role.
+        splitter_role = cast(iam.IRole, self.splitter.role)
         splitter_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject", "s3:GetObjectVersion"],
