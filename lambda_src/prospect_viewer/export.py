@@ -7,20 +7,10 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from .store import public_view
+from .store import PUBLIC_FIELDS, public_view
 
-EXPORT_COLUMNS = (
-    "upload_id",
-    "failure_id",
-    "kind",
-    "error_code",
-    "reason",
-    "row_number",
-    "raw_row",
-    "source_shape",
-    "recorded_at",
-    "retried_at",
-)
+# The export is exactly what the page shows: the same public fields, same order.
+EXPORT_COLUMNS = PUBLIC_FIELDS
 # Function URL responses are capped at 6 MB; stop before that and say so in a header.
 MAX_EXPORT_CHARS = 5 * 1024 * 1024
 _FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
