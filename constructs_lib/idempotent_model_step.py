@@ -395,14 +395,9 @@ class IdempotentModelStep(Construct):
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
         )
-        # The handler dead-letters non-retryable failures itself.
-        role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["sqs:SendMessage"], resources=[self.dead_letter_queue.queue_arn]
-            )
-        )
-        if self.dead_letter_queue.encryption_master_key is not None:
-            self.dead_letter_queue.encryption_master_key.grant_encrypt(role)
+        # The handler dead-letters non-retryable failures itself. This is the same
+        # grant (KMS included) the on-failure destination makes, so CDK keeps one.
+        self.dead_letter_queue.grant_send_messages(role)
         if api_key_secret is not None:
             role.add_to_principal_policy(
                 iam.PolicyStatement(
