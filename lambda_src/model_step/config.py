@@ -32,11 +32,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import jmespath
 from jmespath.exceptions import JMESPathError
 
 from .errors import ConfigurationError
+
+N = TypeVar("N", int, float)
 
 DEFAULT_MODEL_ID = "claude-haiku-5-5"
 DEFAULT_MAX_TOKENS = 1024
@@ -92,15 +95,15 @@ class Settings:
             prompt_version=_required(env, "PROMPT_VERSION"),
             system_prompt=_required(env, "SYSTEM_PROMPT"),
             model_id=env.get("MODEL_ID") or DEFAULT_MODEL_ID,
-            max_tokens=_positive_int(env, "MAX_TOKENS", DEFAULT_MAX_TOKENS),
+            max_tokens=_positive(env, "MAX_TOKENS", DEFAULT_MAX_TOKENS, int),
             model_provider=provider,
             api_key_secret_arn=env.get("ANTHROPIC_API_KEY_SECRET_ARN") or None,
-            expires_after_seconds=_positive_int(
-                env, "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", DEFAULT_EXPIRES_AFTER_SECONDS
+            expires_after_seconds=_positive(
+                env, "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", DEFAULT_EXPIRES_AFTER_SECONDS, int
             ),
             allowed_labels=parse_labels(env.get("ALLOWED_LABELS", "")),
-            model_timeout_seconds=_positive_float(
-                env, "MODEL_TIMEOUT_SECONDS", DEFAULT_MODEL_TIMEOUT_SECONDS
+            model_timeout_seconds=_positive(
+                env, "MODEL_TIMEOUT_SECONDS", DEFAULT_MODEL_TIMEOUT_SECONDS, float
             ),
             service_name=env.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE_NAME,
             metrics_namespace=env.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE,
@@ -120,27 +123,15 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive(env: Mapping[str, str], name: str, default: N, kind: type[N]) -> N:
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError as exc:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
-    if value <= 0:
-        raise ConfigurationError(f"{name} must be positive, got {value}")
-    return value
-
-
-def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name} must be a number, got {raw!r}") from exc
+        noun = "an integer" if kind is int else "a number"
+        raise ConfigurationError(f"{name} must be {noun}, got {raw!r}") from exc
     if value <= 0:
         raise ConfigurationError(f"{name} must be positive, got {value}")
     return value
