@@ -8,7 +8,16 @@ from typing import Any, cast
 
 import jmespath
 import jmespath.exceptions
-from aws_cdk import Acknowledgment, Annotations, Duration, Names, Stack, Token, Validations
+from aws_cdk import (
+    Acknowledgment,
+    Annotations,
+    Duration,
+    Names,
+    RemovalPolicy,
+    Stack,
+    Token,
+    Validations,
+)
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -385,11 +394,15 @@ class IdempotentModelStep(Construct):
             cfn_function.snap_start = lambda_.CfnFunction.SnapStartProperty(
                 apply_on="PublishedVersions"
             )
+            version = self.function.current_version
+            # CDK retains superseded versions by default; with SnapStart each one
+            # keeps a billed snapshot cache, so a replaced version is deleted.
+            version.apply_removal_policy(RemovalPolicy.DESTROY)
             self.alias = lambda_.Alias(
                 self,
                 SNAP_START_ALIAS_ID,
                 alias_name=SNAP_START_ALIAS_NAME,
-                version=self.function.current_version,
+                version=version,
                 description="SnapStart version the buffer queue's event source mapping invokes",
             )
             consumer = self.alias

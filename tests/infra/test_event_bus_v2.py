@@ -194,6 +194,11 @@ def test_snap_start_alias_points_at_the_published_version(raw):
     assert alias["Properties"]["FunctionVersion"] == {"Fn::GetAtt": [version, "Version"]}
 
 
+def test_snap_start_deletes_a_superseded_version_and_its_billed_snapshot(raw):
+    _, version = only(raw, "AWS::Lambda::Version")
+    assert version["DeletionPolicy"] == "Delete"
+
+
 def test_snap_start_mapping_invokes_the_alias_not_latest(raw):
     _, mapping = only(raw, "AWS::Lambda::EventSourceMapping")
     assert ":live" in json.dumps(mapping["Properties"]["FunctionName"])
