@@ -46,7 +46,7 @@ from .alarms import (
     occurrence_alarm,
     threshold_alarm,
 )
-from .event_bus_v2 import EventBusV2
+from .event_bus_v2 import EventBusV2Base
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 
@@ -159,7 +159,7 @@ class IdempotentModelStep(Construct):
         system_prompt: str,
         api_key_secret: secretsmanager.ISecret | None = None,
         model_provider: ModelProvider = ModelProvider.ANTHROPIC,
-        event_bus: events.IEventBus | EventBusV2 | None = None,
+        event_bus: events.IEventBus | EventBusV2Base | None = None,
         model_id: str = defaults.DEFAULT_MODEL_ID,
         max_tokens: int = defaults.DEFAULT_MAX_TOKENS,
         allowed_labels: list[str] | None = None,
@@ -194,9 +194,9 @@ class IdempotentModelStep(Construct):
             Granted with ``grant_read``, so a secret imported by name or partial ARN
             and a customer managed KMS key both work.
         :param model_provider: default ``ModelProvider.ANTHROPIC``.
-        :param event_bus: a classic ``IEventBus`` (a rule is created) or an
-            :class:`EventBusV2` (a subscriber is created). Default: the account's
-            default bus.
+        :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
+            :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
+            subscriber is created). Default: the account's default bus.
         :param model_id: default ``"claude-haiku-5-5"``.
         :param max_tokens: 1-128,000, default 1,024.
         :param allowed_labels: if given, an answer must be one of these (case-insensitive)
@@ -423,7 +423,7 @@ class IdempotentModelStep(Construct):
         #: The v2 subscriber and the role it assumes (``None`` on a classic bus).
         self.subscriber: eventsv2.CfnSubscriber | None = None
         self.subscriber_role: iam.Role | None = None
-        if isinstance(event_bus, EventBusV2):
+        if isinstance(event_bus, EventBusV2Base):
             self._subscribe_v2(event_bus, event_pattern, event_retry_attempts, max_event_age)
         else:
             self.rule = events.Rule(
@@ -459,7 +459,7 @@ class IdempotentModelStep(Construct):
     # ------------------------------------------------------------- v2 subscriber
     def _subscribe_v2(
         self,
-        bus: EventBusV2,
+        bus: EventBusV2Base,
         event_pattern: events.EventPattern,
         event_retry_attempts: int,
         max_event_age: Duration,
@@ -697,7 +697,7 @@ class IdempotentModelStep(Construct):
         return cast(events.IRule, self.rule)
 
     def _v2_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
-        bus = cast(EventBusV2, self.event_bus)
+        bus = cast(EventBusV2Base, self.event_bus)
         subscriber = cast(eventsv2.CfnSubscriber, self.subscriber)
         return events_v2_subscriber_metric(
             bus.event_bus_arn, subscriber.attr_subscriber_arn, name, period
