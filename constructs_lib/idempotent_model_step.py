@@ -676,21 +676,21 @@ class IdempotentModelStep(Construct):
         )
 
     def metric_rate_limited(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """429/529 answers the runtime waited out (Powertools EMF ``RateLimited``); never billed."""
+        """429/529 answers the runtime waited out (EMF ``RateLimited``, Sum, default 5 minutes)."""
         return self._runtime_metric("RateLimited", period)
 
     def metric_dead_letter_messages(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum)."""
+        """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum, 1 minute)."""
         return self.dead_letter_queue.metric_number_of_messages_sent(
             period=period or Duration.minutes(1), statistic="Sum"
         )
 
     def metric_model_requests(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Model requests the handler made (Powertools EMF metric ``ModelRequests``)."""
+        """Billed model requests (Powertools EMF ``ModelRequests``, Sum, default 5 minutes)."""
         return self._runtime_metric("ModelRequests", period)
 
     def metric_duplicates_suppressed(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Deliveries answered from the idempotency table without a model request."""
+        """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
     def _rule(self) -> events.IRule:
