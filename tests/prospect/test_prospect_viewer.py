@@ -220,3 +220,58 @@ def test_local_server_uses_the_same_handler(seeded):
             opener.open(request, timeout=5)
     assert len(data["items"]) == 3
     assert refused.value.code == 400
+
+
+def _raw(port, data, timeout=5.0):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data.encode())
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    response = b"".join(chunks)
+    return int(response.split(b" ", 2)[1]), response
+
+
+@pytest.mark.parametrize(
+    ("request_text", "status"),
+    [
+        # A DNS-rebinding page reaches 127.0.0.1 under its own name.
+        ("GET /t/{token}/api/failures HTTP/1.1\r\nHost: attacker.example:{port}\r\n\r\n", 421),
+        (
+            "POST /t/{token}/api/retry HTTP/1.1\r\nHost: attacker.example:{port}\r\n"
+            "Content-Type: application/json\r\nX-Requested-With: x\r\nContent-Length: 55\r\n\r\n"
+            '{"upload_id": "alpha", "failure_id": "model#00000002"}',
+            421,
+        ),
+        ("GET /api/failures HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n", 404),
+        ("GET 1:80/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n", 400),
+        (
+            "POST /t/{token}/api/retry HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Content-Length: -5\r\n\r\n",
+            400,
+        ),
+        (
+            "POST /t/{token}/api/retry HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            "Origin: https://evil.example\r\nContent-Length: 0\r\n\r\n",
+            403,
+        ),
+    ],
+    ids=["rebinding-get", "rebinding-retry", "no-token", "no-slash", "negative-length", "origin"],
+)
+def test_local_server_refuses_what_the_proxy_refuses(seeded, request_text, status):
+    seeded.drain_published()
+    with serve() as server:
+        text = request_text.replace("{port}", str(server.port)).replace("{token}", server.token)
+        got, response = _raw(server.port, text)
+    assert got == status, response
+    assert seeded.drain_published() == []
+
+
+def test_local_server_answers_on_localhost_too(seeded):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with serve() as server:
+        url = server.url.replace("127.0.0.1", "localhost")
+        with opener.open(url + "api/failures?upload_id=beta", timeout=5) as r:
+            assert len(json.load(r)["items"]) == 3
