@@ -717,3 +717,59 @@ def test_retry_all_refuses_a_forged_request(seeded):
     assert (status, json.loads(body)["error"]["code"]) == (403, "CrossOrigin")
     assert call("POST", "/api/retry-upload", {}, POST_HEADERS)[0] == 400
     assert seeded.drain_published() == []
+
+
+# -- EventBridge v2 bus (optional) -----------------------------------------------------------
+def test_v2_bus_publishes_with_a_deduplication_id_per_generation(seeded, monkeypatch):
+    """moto has no eventbridgev2: botocore's Stubber checks the request against the
+    service model and answers as the bus does; everything else is real."""
+    import boto3
+    from botocore.stub import Stubber
+    from prospect_viewer.config import Settings
+    from prospect_viewer.handler import build_app
+    from prospect_viewer.retry import retry_failure
+
+    arn = "arn:aws:events:us-east-1:123456789012:event-bus/prospect-v2"
+    monkeypatch.setenv("EVENT_BUS_KIND", "v2")
+    monkeypatch.setenv("EVENT_BUS_ARN", arn)
+    monkeypatch.delenv("EVENT_BUS_NAME")
+    app = build_app(Settings.from_env(), boto3.session.Session(region_name="us-east-1"))
+    assert app.publisher.v2
+    client = app.publisher._client
+    assert client.meta.service_model.service_name == "eventbridgev2"
+    with Stubber(client) as stub:
+        stub.add_response(
+            "put_events",
+            {"Entries": [{"EventId": "e-1", "SuccessCode": "SUCCESS"}]},
+            {
+                "EventBusArn": arn,
+                "Entries": [
+                    {
+                        "Source": "prospect-uploader",
+                        "DetailType": "Prospect Row Validated",
+                        "Detail": json.dumps(
+                            {"upload_id": "alpha", "row_number": 2, "email": "a@example.com",
+                             "replay_generation": 1}
+                        ),
+                        "SystemMetadata": {"DeduplicationId": "alpha#2#r1"},
+                    }
+                ],
+            },
+        )  # fmt: skip
+        result = retry_failure(
+            app.store, app.publisher, app.event_source, "alpha", "model#00000002", 0
+        )
+        stub.assert_no_pending_responses()
+    assert result["replay_generation"] == 1
+    assert int(seeded.failures("alpha")["model#00000002"]["replay_generation"]) == 1
+
+
+def test_v2_bus_needs_its_arn(monkeypatch, seeded):
+    from prospect_viewer.config import ConfigurationError, Settings
+
+    monkeypatch.setenv("EVENT_BUS_KIND", "v2")
+    with pytest.raises(ConfigurationError, match="EVENT_BUS_ARN"):
+        Settings.from_env()
+    monkeypatch.setenv("EVENT_BUS_KIND", "v3")
+    with pytest.raises(ConfigurationError, match="classic or v2"):
+        Settings.from_env()
