@@ -332,6 +332,25 @@ def test_local_server_answers_on_localhost_too(seeded):
 
 
 # -- operator retry: one publish per generation ------------------------------------------
+@pytest.fixture
+def atomic_updates(monkeypatch):
+    """DynamoDB applies a conditional UpdateItem atomically; moto 5 checks the condition
+    and writes without a lock, so two threads can both pass it. Serialise moto's
+    update_item as the service does; everything above it stays real."""
+    import threading
+
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.Lock()
+    original = DynamoDBBackend.update_item
+
+    def update_item(self, *args, **kwargs):
+        with lock:
+            return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DynamoDBBackend, "update_item", update_item)
+
+
 def test_a_second_press_on_the_same_generation_is_refused_and_publishes_nothing(seeded):
     seeded.drain_published()
     first = call("POST", "/api/retry", RETRY_ALPHA, POST_HEADERS)
@@ -347,7 +366,7 @@ def test_a_second_press_on_the_same_generation_is_refused_and_publishes_nothing(
     assert int(seeded.failures("alpha")["model#00000002"]["retry_count"]) == 2
 
 
-def test_concurrent_presses_publish_once(seeded):
+def test_concurrent_presses_publish_once(seeded, atomic_updates):
     import threading
 
     seeded.drain_published()
@@ -670,7 +689,7 @@ def test_retry_all_publishes_one_new_request_per_row_and_is_safe_to_press_twice(
             for e in seeded.drain_published()] == [(2, 2)]  # fmt: skip
 
 
-def test_two_concurrent_retry_all_presses_publish_each_row_once(seeded):
+def test_two_concurrent_retry_all_presses_publish_each_row_once(seeded, atomic_updates):
     import threading
 
     _seed_retryable_upload(seeded)
