@@ -21,6 +21,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-proxy-server",
+    # What a DNS-rebinding attacker arranges: their name resolves to 127.0.0.1.
+    "--host-resolver-rules=MAP attacker.example 127.0.0.1",
 ]
 
 pytestmark = [
@@ -215,4 +217,73 @@ def test_pagination_with_small_pages(aws, browser, monkeypatch):
         page.click("#prev")
         expect(_rows(page)).to_have_count(4)
         assert page.is_disabled("#prev")
+    context.close()
+
+
+@pytest.fixture
+def through_proxy(aws, browser):
+    """Chromium -> the signing proxy -> an HTTPS stand-in Function URL running the real
+    handler (which checks Origin against Host as the Lambda does) over moto."""
+    from botocore.credentials import Credentials
+    from prospect_viewer.handler import handler
+    from prospect_viewer.local_server import to_function_url_event
+
+    from constructs_lib.prospect_uploader.viewer_proxy import SigningProxy
+    from tests.proxy.tls import HttpsUpstream, client_context
+
+    def function_url(method, target, headers, body):
+        result = handler(to_function_url_event(method, target, headers, body, "127.0.0.1"), None)
+        return result["statusCode"], result["headers"], result["body"].encode()
+
+    seed(aws.failures_table)
+    upstream = HttpsUpstream(function_url)
+    context = browser.new_context()
+    try:
+        with SigningProxy(
+            upstream.url,
+            credentials=Credentials("AKIDEXAMPLE", "secret"),
+            region="us-east-1",
+            ssl_context=client_context(),
+        ) as proxy:
+            page = context.new_page()
+            page.proxy = proxy
+            page.upstream = upstream
+            yield page
+    finally:
+        context.close()
+        upstream.close()
+
+
+def test_retry_works_in_the_browser_through_the_signing_proxy(through_proxy, aws):
+    page = through_proxy
+    page.goto(page.proxy.url)
+    page.wait_for_selector("body[data-loaded]")
+    expect(_rows(page)).to_have_count(6)
+    aws.drain_published()
+    page.click("tr[data-failure-id='model#00000002'] button.retry")
+    expect(page.locator("#status")).to_have_text("Retried model#00000002")
+    assert [e["detail"]["replay_generation"] for e in aws.drain_published()] == [1]
+    # What reached the Function URL carried the Function URL's own Origin.
+    posted = [r for r in page.upstream.requests if r[0] == "POST"]
+    assert posted[0][2]["Origin"] == f"https://127.0.0.1:{page.upstream.port}"
+
+
+def test_a_rebinding_page_gets_nothing_from_the_proxy(through_proxy):
+    page = through_proxy
+    # The attacker would also need the token; even with it, the Host gives them away.
+    response = page.goto(f"http://attacker.example:{page.proxy.port}/t/{page.proxy.token}/")
+    assert response.status == 421
+    assert page.upstream.requests == []
+
+
+def test_a_rebinding_page_gets_nothing_from_the_local_server(aws, browser):
+    from prospect_viewer.local_server import serve
+
+    seed(aws.failures_table)
+    context = browser.new_context()
+    page = context.new_page()
+    with serve() as server:
+        response = page.goto(f"http://attacker.example:{server.port}/t/{server.token}/")
+        assert response.status == 421
+        assert page.goto(server.url).status == 200  # the real address still works
     context.close()
