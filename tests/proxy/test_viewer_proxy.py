@@ -203,6 +203,7 @@ def _refused_cases():
         ("repeated-length", post + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
         ("chunked-body", post + "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400),
         ("oversized-length", post + "Content-Length: 1000000000\r\n\r\n", 413),
+        ("5000-digit-length", post + "Content-Length: " + "9" * 5000 + "\r\n\r\n", 413),
     ]  # fmt: skip
 
 
