@@ -3,18 +3,26 @@
 The viewer's Function URL uses ``AWS_IAM`` auth, so nothing reaches it without a
 signature, and a browser cannot sign. An operator runs this proxy on their own
 machine with their own AWS credentials (any principal allowed
-``lambda:InvokeFunctionUrl`` on the viewer) and opens ``http://127.0.0.1:PORT``::
+``lambda:InvokeFunctionUrl`` on the viewer)::
 
     prospect-uploader viewer https://abc123.lambda-url.eu-west-1.on.aws/
 
-It listens on loopback only, forwards every request to that one URL, signs it
-with SigV4 for the ``lambda`` service, and drops the browser's own cookies and
-authorization headers, so nothing but the operator's credentials authenticates.
+and opens the URL it prints, ``http://127.0.0.1:PORT/t/<token>/``. The token is new
+on every start; without it the proxy answers 404 and forwards nothing, so another
+user of the machine, or a web page probing local ports, cannot use the operator's
+credentials. The proxy listens on loopback only and forwards a request only when its
+Host is the proxy's own loopback address (DNS rebinding sends another name), its
+target is a path, its route and method are the viewer's, its Origin (if any) is the
+proxy's own and its Content-Length is sane: see ``prospect_viewer.loopback``. A
+forwarded request carries only the headers the viewer reads (never the browser's
+cookies or authorization), the Origin of the Function URL itself (so the viewer's
+same-origin check on Retry passes), and a SigV4 signature for the ``lambda`` service.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -22,11 +30,15 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from lambda_src.prospect_viewer.loopback import Refusal, check_request, new_token
+
 _URL_REGION = re.compile(r"\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
-# Hop-by-hop and identity headers never forwarded to the function.
-_DROPPED = {"host", "connection", "authorization", "cookie", "content-length", "keep-alive",
-            "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"}  # fmt: skip
-_MAX_BODY = 1024 * 1024
+# The only request headers forwarded (all others, cookies included, are dropped).
+_FORWARDED = ("accept", "content-type", "x-requested-with")
+# Response headers that describe the upstream connection, not the answer.
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade"}
+UPSTREAM_TIMEOUT_SECONDS = 35  # the viewer's Lambda timeout is 30 s
+CLIENT_TIMEOUT_SECONDS = 30  # a browser that stops mid-request frees its thread
 
 
 class ViewerProxyError(ValueError):
@@ -46,12 +58,14 @@ def region_of(function_url: str) -> str:
 
 
 class SigningProxy:
-    """Serve ``127.0.0.1:port`` and forward each request, SigV4-signed, to ``function_url``.
+    """Serve ``127.0.0.1:port`` and forward allowed requests, SigV4-signed, to ``function_url``.
 
-    :param function_url: the viewer's Function URL (the stack output ``ViewerUrl``).
+    :param function_url: the viewer's Function URL (the stack output ``ViewerUrl``); https only.
     :param credentials: botocore credentials. Default: the standard AWS credential chain.
     :param region: default: read from the URL's host.
     :param port: default 0 (any free port; see :attr:`url`).
+    :param ssl_context: verifies the Function URL's certificate (default: the system's CAs).
+    :param token: the URL secret; default a new random one per start.
     """
 
     def __init__(
@@ -61,11 +75,19 @@ class SigningProxy:
         credentials: Any = None,
         region: str | None = None,
         port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(function_url)
-        if parts.scheme not in {"https", "http"} or not parts.hostname:
-            raise ViewerProxyError(f"function_url must be an https URL, got {function_url!r}")
-        self.target = f"{parts.scheme}://{parts.netloc}"
+        if parts.scheme != "https" or not parts.hostname:
+            raise ViewerProxyError(
+                f"function_url must be an https:// URL (the stack output ViewerUrl), "
+                f"got {function_url!r}"
+            )
+        if parts.username or parts.password:
+            raise ViewerProxyError("function_url must not carry a user name or password")
+        self.target = f"https://{parts.netloc}"
+        self.upstream_origin = self.target
         self.region = region or region_of(function_url)
         if credentials is None:
             import botocore.session
@@ -77,17 +99,26 @@ class SigningProxy:
                     "allowed lambda:InvokeFunctionUrl on the viewer"
                 )
         self._credentials = credentials
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}),  # never via an environment proxy
+            urllib.request.HTTPSHandler(context=ssl_context or ssl.create_default_context()),
+        )
+        self.token = token or new_token()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._server.daemon_threads = True
+        self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        """Where to point the browser."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}/"
+        """Where to point the browser: loopback, with this start's secret path prefix."""
+        return f"http://127.0.0.1:{self.port}/t/{self.token}/"
 
     def start(self) -> SigningProxy:
         """Serve in a background thread."""
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -107,14 +138,21 @@ class SigningProxy:
         self.stop()
 
     def signed_request(
-        self, method: str, path: str, headers: dict[str, str], body: bytes
+        self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> urllib.request.Request:
-        """The upstream request for one incoming request, signed for the ``lambda`` service."""
+        """The upstream request for one accepted request, signed for the ``lambda`` service.
+
+        ``target`` is the viewer's own path and query (token prefix already removed).
+        Only ``_FORWARDED`` headers pass; a present Origin becomes the Function URL's.
+        """
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        kept = {k: v for k, v in headers.items() if k.lower() not in _DROPPED}
-        aws_request = AWSRequest(method=method, url=self.target + path, data=body, headers=kept)
+        lowered = {k.lower(): v for k, v in headers.items()}
+        kept = {name: lowered[name] for name in _FORWARDED if name in lowered}
+        if "origin" in lowered:
+            kept["origin"] = self.upstream_origin
+        aws_request = AWSRequest(method=method, url=self.target + target, data=body, headers=kept)
         SigV4Auth(self._credentials, "lambda", self.region).add_auth(aws_request)
         return urllib.request.Request(
             aws_request.url,
@@ -127,18 +165,42 @@ class SigningProxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = CLIENT_TIMEOUT_SECONDS
+
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet: the proxy would otherwise log every request to stderr."""
 
+            def _refuse(self, refusal: Refusal) -> None:
+                # The body (if any) is never read, so the connection cannot be reused.
+                self.close_connection = True
+                data = (refusal.reason + "\n").encode()
+                self.send_response(refusal.status)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("X-Content-Type-Options", "nosniff")
+                self.send_header("Cache-Control", "no-store")
+                if refusal.allow:
+                    self.send_header("Allow", refusal.allow)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
+
             def _forward(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                if length > _MAX_BODY:
-                    self.send_error(413, "request body too large")
+                decision = check_request(
+                    self.command, self.path, self.headers, port=proxy.port, token=proxy.token
+                )
+                if isinstance(decision, Refusal):
+                    self._refuse(decision)
                     return
-                body = self.rfile.read(length) if length else b""
-                request = proxy.signed_request(self.command, self.path, dict(self.headers), body)
+                body = self.rfile.read(decision.body_length) if decision.body_length else b""
+                if len(body) != decision.body_length:
+                    self._refuse(Refusal(400, "request body shorter than its Content-Length"))
+                    return
+                request = proxy.signed_request(
+                    self.command, decision.target, dict(self.headers.items()), body
+                )
                 try:
-                    with urllib.request.urlopen(request, timeout=30) as response:
+                    with proxy._opener.open(request, timeout=UPSTREAM_TIMEOUT_SECONDS) as response:
                         status, headers, payload = (
                             response.status,
                             response.headers,
@@ -146,17 +208,20 @@ class SigningProxy:
                         )
                 except urllib.error.HTTPError as error:
                     status, headers, payload = error.code, error.headers, error.read()
-                except urllib.error.URLError as error:
-                    self.send_error(502, f"viewer unreachable: {error.reason}")
+                except (urllib.error.URLError, OSError) as error:
+                    reason = getattr(error, "reason", error)
+                    self._refuse(Refusal(502, f"viewer unreachable: {reason}"))
                     return
                 self.send_response(status)
                 for name, value in headers.items():
-                    if name.lower() not in {"connection", "transfer-encoding", "content-length"}:
+                    if name.lower() not in _HOP_BY_HOP:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _forward  # http.server dispatches on these names
+            # http.server dispatches on these names (others get its 501); a method the
+            # route does not take is refused with 405 by check_request.
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _forward
 
         return Handler

@@ -7,33 +7,35 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .export import render_csv
+from .export import MAX_RESPONSE_BYTES, render_csv, response_bytes
 from .page import index_page
-from .retry import RetryRefused, retry_failure
+from .publish import Publisher
+from .retry import RetryRefused, is_retryable, retry_failure, retry_upload
+from .routes import ROUTES
 from .store import FailureFilter, FailureStore, InvalidPageToken, public_view
+from .uploads import UploadStore, upload_view
 from .web import Request, Response, error_response, json_response
 
 CSRF_HEADER = "x-requested-with"
-_ROUTES = {
-    "/": "GET",
-    "/api/failures": "GET",
-    "/export.csv": "GET",
-    "/api/retry": "POST",
+UPLOADS_LISTED = 200
+EXPORT_HEADERS = {
+    "content-disposition": 'attachment; filename="prospect-failures.csv"',
+    "x-export-rows": "0",
 }
 
 
 @dataclass(frozen=True)
 class ViewerApp:
-    """The viewer's request handling, over a FailureStore and an EventBridge client."""
+    """The viewer's request handling, over the tables and an event publisher."""
 
     store: FailureStore
-    events_client: Any
-    event_bus_name: str
+    publisher: Publisher
     event_source: str
+    uploads: UploadStore | None = None
 
     def handle(self, request: Request) -> Response:
         """Route a request; unknown paths get 404, wrong methods 405."""
-        allowed = _ROUTES.get(request.path)
+        allowed = ROUTES.get(request.path)
         if allowed is None:
             return error_response(404, "NotFound", f"no route for {request.path}")
         if request.method != allowed:
@@ -42,11 +44,32 @@ class ViewerApp:
             return response
         if request.path == "/":
             return index_page()
+        if request.path == "/api/uploads":
+            return self._uploads()
         if request.path == "/api/failures":
             return self._list(request)
         if request.path == "/export.csv":
             return self._export(request)
+        if request.path == "/api/retry-upload":
+            return self._retry_upload(request)
         return self._retry(request)
+
+    def view(self, item: dict[str, Any]) -> dict[str, Any]:
+        """What the page gets for one failure: public fields plus ``retryable``."""
+        return {**public_view(item), "retryable": is_retryable(item, self.event_source)}
+
+    def _uploads(self) -> Response:
+        if self.uploads is None:
+            return json_response(200, {"configured": False, "items": [], "truncated": False})
+        items, truncated = self.uploads.newest(UPLOADS_LISTED)
+        return json_response(
+            200,
+            {
+                "configured": True,
+                "items": [upload_view(item) for item in items],
+                "truncated": truncated,
+            },
+        )
 
     def _list(self, request: Request) -> Response:
         flt = _filter(request)
@@ -55,17 +78,27 @@ class ViewerApp:
         except InvalidPageToken as exc:
             return error_response(400, "InvalidPageToken", str(exc))
         return json_response(
-            200, {"items": [public_view(item) for item in items], "next_page_token": token}
+            200, {"items": [self.view(item) for item in items], "next_page_token": token}
         )
 
     def _export(self, request: Request) -> Response:
-        text, truncated = render_csv(self.store.iter_all(_filter(request)))
-        headers = {"content-disposition": 'attachment; filename="prospect-failures.csv"'}
-        if truncated:
+        # What the result weighs without a body, with the largest header values it can get.
+        empty = Response(
+            200,
+            "",
+            "text/csv; charset=utf-8",
+            {**EXPORT_HEADERS, "x-export-rows": "9" * 12, "x-export-truncated": "true"},
+        )
+        overhead = response_bytes(empty.to_function_url_result())
+        rendered = render_csv(self.store.iter_all(_filter(request)), MAX_RESPONSE_BYTES - overhead)
+        headers = {**EXPORT_HEADERS, "x-export-rows": str(rendered.rows)}
+        if rendered.truncated:
             headers["x-export-truncated"] = "true"
-        return Response(200, text, "text/csv; charset=utf-8", headers)
+        return Response(
+            200, rendered.body, "text/csv; charset=utf-8", headers, base64=rendered.base64
+        )
 
-    def _retry(self, request: Request) -> Response:
+    def _json_body(self, request: Request) -> dict[str, Any] | Response:
         refusal = _csrf_refusal(request)
         if refusal is not None:
             return refusal
@@ -75,27 +108,48 @@ class ViewerApp:
             return error_response(400, "InvalidJson", "body must be a JSON object")
         if not isinstance(payload, dict):
             return error_response(400, "InvalidJson", "body must be a JSON object")
+        return payload
+
+    def _retry(self, request: Request) -> Response:
+        payload = self._json_body(request)
+        if isinstance(payload, Response):
+            return payload
         upload_id, failure_id = payload.get("upload_id"), payload.get("failure_id")
         if not all(isinstance(value, str) and value for value in (upload_id, failure_id)):
             return error_response(400, "MissingKey", "upload_id and failure_id are required")
+        expected = payload.get("expected_generation")
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+            return error_response(
+                400,
+                "MissingGeneration",
+                "expected_generation (the replay_generation shown, 0 if none) is required",
+            )
         try:
             result = retry_failure(
-                self.store,
-                self.events_client,
-                self.event_bus_name,
-                self.event_source,
-                upload_id,
-                failure_id,
+                self.store, self.publisher, self.event_source, upload_id, failure_id, expected
             )
         except RetryRefused as exc:
             return error_response(exc.status, exc.code, exc.message)
         return json_response(200, result)
+
+    def _retry_upload(self, request: Request) -> Response:
+        payload = self._json_body(request)
+        if isinstance(payload, Response):
+            return payload
+        upload_id = payload.get("upload_id")
+        if not isinstance(upload_id, str) or not upload_id:
+            return error_response(400, "MissingKey", "upload_id is required")
+        return json_response(
+            200, retry_upload(self.store, self.publisher, self.event_source, upload_id)
+        )
 
 
 def _filter(request: Request) -> FailureFilter:
     return FailureFilter(
         upload_id=request.query.get("upload_id", "").strip(),
         reason=request.query.get("reason", "").strip(),
+        kind=request.query.get("kind", "").strip(),
+        error_code=request.query.get("error_code", "").strip(),
     )
 
 

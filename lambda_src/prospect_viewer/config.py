@@ -8,6 +8,7 @@ from dataclasses import dataclass
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 DEFAULT_EVENT_SOURCE = "prospect-uploader"
+BUS_KINDS = ("classic", "v2")
 
 
 class ConfigurationError(RuntimeError):
@@ -20,20 +21,31 @@ class Settings:
 
     Environment variables (defaults in brackets):
     - FAILURES_TABLE_NAME (required): the failures table.
-    - EVENT_BUS_NAME (required): bus that retried model failures are re-published to.
+    - EVENT_BUS_NAME (required for the classic bus): bus retries are re-published to.
+    - UPLOADS_TABLE_NAME [unset]: the uploads table; unset, the page lists no uploads.
     - PAGE_SIZE [50, at most 500]: failures per page.
     - EVENT_SOURCE ["prospect-uploader"]: the only event Source a retry may re-publish.
+    - EVENT_BUS_KIND ["classic"]: ``classic`` (events PutEvents to EVENT_BUS_NAME) or
+      ``v2`` (eventbridgev2 PutEvents to EVENT_BUS_ARN, with a deduplication id).
+    - EVENT_BUS_ARN (required when EVENT_BUS_KIND is v2).
     """
 
     failures_table_name: str
     event_bus_name: str
     page_size: int = DEFAULT_PAGE_SIZE
     event_source: str = DEFAULT_EVENT_SOURCE
+    uploads_table_name: str = ""
+    event_bus_kind: str = "classic"
+    event_bus_arn: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
         """Read settings from ``os.environ``; raises ConfigurationError when incomplete."""
-        missing = [n for n in ("FAILURES_TABLE_NAME", "EVENT_BUS_NAME") if not os.environ.get(n)]
+        kind = os.environ.get("EVENT_BUS_KIND", "").strip().lower() or "classic"
+        if kind not in BUS_KINDS:
+            raise ConfigurationError(f"EVENT_BUS_KIND must be classic or v2, got {kind!r}")
+        required = ["FAILURES_TABLE_NAME", "EVENT_BUS_ARN" if kind == "v2" else "EVENT_BUS_NAME"]
+        missing = [n for n in required if not os.environ.get(n)]
         if missing:
             raise ConfigurationError("missing environment variables: " + ", ".join(missing))
         raw_page_size = os.environ.get("PAGE_SIZE", "").strip() or str(DEFAULT_PAGE_SIZE)
@@ -45,7 +57,10 @@ class Settings:
             raise ConfigurationError(f"PAGE_SIZE must be 1..{MAX_PAGE_SIZE}, got {page_size}")
         return cls(
             failures_table_name=os.environ["FAILURES_TABLE_NAME"],
-            event_bus_name=os.environ["EVENT_BUS_NAME"],
+            event_bus_name=os.environ.get("EVENT_BUS_NAME", ""),
             page_size=page_size,
             event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
+            uploads_table_name=os.environ.get("UPLOADS_TABLE_NAME", "").strip(),
+            event_bus_kind=kind,
+            event_bus_arn=os.environ.get("EVENT_BUS_ARN", "").strip() if kind == "v2" else "",
         )

@@ -1,38 +1,123 @@
-"""CSV export with spreadsheet formula-injection protection."""
+"""CSV export with spreadsheet formula-injection protection and a response-size cap."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
+import json
+import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from .store import PUBLIC_FIELDS, public_view
 
 # The export is exactly what the page shows: the same public fields, same order.
 EXPORT_COLUMNS = PUBLIC_FIELDS
-# Function URL responses are capped at 6 MB; stop before that and say so in a header.
-MAX_EXPORT_CHARS = 5 * 1024 * 1024
-_FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+# Lambda's synchronous response limit is 6 MB (6,291,456 bytes) of the *serialised*
+# result: the JSON object {"statusCode", "headers", "body", "isBase64Encoded"}. The cap
+# applies to that whole object, measured as below, with room for the runtime's framing.
+MAX_RESPONSE_BYTES = 6_000_000
+# Characters a spreadsheet skips before it reads a formula, besides str.isspace().
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
+# Formula starts, after NFKC (which maps full-width ＝＋－＠ and small ﹦﹢﹣﹫ to ASCII).
+_TRIGGERS = frozenset("=+-@\u2212")
+TRUNCATION_MARKER = "# export truncated after {rows} rows at the 6 MB response limit; "
+TRUNCATION_MARKER += "narrow the filters (upload, kind, error code) to export the rest"
 
 
 def neutralise_cell(value: object) -> str:
     """Prefix a single quote to any cell a spreadsheet could read as a formula.
 
-    Triggers (OWASP CSV injection): a leading ``=``, ``+``, ``-``, ``@``, tab or CR.
+    Triggers (OWASP CSV injection, widened): a cell starting with tab or CR, or whose
+    first character after leading whitespace (spaces, NBSP, newlines, ideographic
+    space, zero-width characters) is ``=``, ``+``, ``-``, ``@``, a minus sign, or a
+    full-width or small-form look-alike of one of them.
     """
     text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_TRIGGERS) else text
+    if not text:
+        return text
+    if text[0] in "\t\r":
+        return "'" + text
+    stripped = text.lstrip()
+    while stripped and stripped[0] in _INVISIBLE:
+        stripped = stripped[1:].lstrip()
+    if stripped and unicodedata.normalize("NFKC", stripped[0])[:1] in _TRIGGERS:
+        return "'" + text
+    return text
 
 
-def render_csv(items: Iterable[dict[str, Any]]) -> tuple[str, bool]:
-    """CSV text of ``items`` (header first) and whether it was truncated at the size cap."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
-    writer.writerow(EXPORT_COLUMNS)
+def json_string_bytes(text: str) -> int:
+    """Bytes ``text`` takes inside a JSON document, quotes excluded.
+
+    Measured with ``ensure_ascii=True`` (every non-ASCII character as ``\\uXXXX``): the
+    larger of the two encodings Lambda's Python runtimes use, so the cap holds for both.
+    """
+    return len(json.dumps(text)) - 2
+
+
+def base64_bytes(utf8_length: int) -> int:
+    """Length of the base64 text of ``utf8_length`` bytes."""
+    return 4 * ((utf8_length + 2) // 3)
+
+
+def response_bytes(result: dict[str, Any]) -> int:
+    """Serialised size of a Function URL result, measured as ``json_string_bytes`` does."""
+    return len(json.dumps(result).encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class RenderedCsv:
+    """The export body, ready for the Function URL result."""
+
+    body: str  # text, or base64 text when ``base64`` is True
+    base64: bool
+    rows: int
+    truncated: bool
+
+
+def render_csv(items: Iterable[dict[str, Any]], max_body_bytes: int) -> RenderedCsv:
+    """CSV of ``items`` (header first) whose encoded body fits ``max_body_bytes``.
+
+    The body goes out as JSON-escaped text or as base64, whichever is smaller (quotes
+    and non-ASCII cost 2-12 bytes as JSON text, base64 always 4/3): both sizes are
+    tracked row by row and the first row that fits neither ends the export, with a
+    last line saying so. ``items`` is consumed lazily, so the reads stop there too.
+    """
+    marker_reserve = json_string_bytes(TRUNCATION_MARKER.format(rows=10**12)) + 8
+    budget = max_body_bytes - marker_reserve
+    lines: list[str] = []
+    text_bytes = utf8_bytes = 0
+    rows = 0
+    truncated = False
+
+    def add(line: str) -> None:
+        nonlocal text_bytes, utf8_bytes
+        lines.append(line)
+        text_bytes += json_string_bytes(line)
+        utf8_bytes += len(line.encode("utf-8"))
+
+    add(_csv_line(EXPORT_COLUMNS))
     for item in items:
         view = public_view(item)
-        writer.writerow([neutralise_cell(view.get(column)) for column in EXPORT_COLUMNS])
-        if buffer.tell() > MAX_EXPORT_CHARS:
-            return buffer.getvalue(), True
-    return buffer.getvalue(), False
+        line = _csv_line([neutralise_cell(view.get(column)) for column in EXPORT_COLUMNS])
+        next_text = text_bytes + json_string_bytes(line)
+        next_b64 = base64_bytes(utf8_bytes + len(line.encode("utf-8")))
+        if min(next_text, next_b64) > budget:
+            truncated = True
+            break
+        add(line)
+        rows += 1
+    if truncated:
+        add(_csv_line([TRUNCATION_MARKER.format(rows=rows)]))
+    text = "".join(lines)
+    if text_bytes <= base64_bytes(utf8_bytes):
+        return RenderedCsv(text, False, rows, truncated)
+    return RenderedCsv(base64.b64encode(text.encode("utf-8")).decode(), True, rows, truncated)
+
+
+def _csv_line(cells: Iterable[object]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\r\n").writerow(cells)
+    return buffer.getvalue()

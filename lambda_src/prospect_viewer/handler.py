@@ -10,7 +10,9 @@ import boto3
 
 from .app import ViewerApp
 from .config import Settings
+from .publish import Publisher
 from .store import FailureStore
+from .uploads import UploadStore
 from .web import Request, error_response
 
 logger = logging.getLogger(__name__)
@@ -18,14 +20,23 @@ logger.setLevel(logging.INFO)
 
 
 def build_app(settings: Settings, session: boto3.session.Session | None = None) -> ViewerApp:
-    """Wire the table and EventBridge client for ``settings``."""
+    """Wire the tables and the EventBridge client for ``settings``."""
     session = session or boto3.session.Session()
-    table = session.resource("dynamodb").Table(settings.failures_table_name)
+    dynamodb = session.resource("dynamodb")
+    if settings.event_bus_kind == "v2":
+        publisher = Publisher(session.client("eventbridgev2"), bus_arn=settings.event_bus_arn)
+    else:
+        publisher = Publisher(session.client("events"), bus_name=settings.event_bus_name)
+    uploads = (
+        UploadStore(dynamodb.Table(settings.uploads_table_name))
+        if settings.uploads_table_name
+        else None
+    )
     return ViewerApp(
-        store=FailureStore(table, settings.page_size),
-        events_client=session.client("events"),
-        event_bus_name=settings.event_bus_name,
+        store=FailureStore(dynamodb.Table(settings.failures_table_name), settings.page_size),
+        publisher=publisher,
         event_source=settings.event_source,
+        uploads=uploads,
     )
 
 

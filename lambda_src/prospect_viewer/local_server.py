@@ -2,7 +2,8 @@
 
 Each http.server request becomes a Function URL payload 2.0 event, goes through
 ``handler.handler`` (or the function you pass) and the result is written back, so the
-deployed page and the local page share one code path.
+deployed page and the local page share one code path. The server answers only to its
+own loopback Host and under the per-start secret path it prints (see ``loopback``).
 
     python -m prospect_viewer.local_server --port 8000
 """
@@ -13,11 +14,13 @@ import argparse
 import base64
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from . import handler as lambda_handler
+from .loopback import TOKEN_PREFIX, Refusal, check_request, new_token
 
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -42,13 +45,42 @@ def to_function_url_event(
     }
 
 
-def _request_handler(app: LambdaHandler) -> type[BaseHTTPRequestHandler]:
+def _request_handler(app: LambdaHandler, guard: _Guard) -> type[BaseHTTPRequestHandler]:
     class _Handler(BaseHTTPRequestHandler):
+        timeout = 30  # a client that stops mid-request frees its thread
+
+        def _refuse(self, refusal: Refusal) -> None:
+            # The body (if any) is never read, so the connection cannot be reused.
+            self.close_connection = True
+            data = (refusal.reason + "\n").encode()
+            self.send_response(refusal.status)
+            self.send_header("content-type", "text/plain; charset=utf-8")
+            self.send_header("x-content-type-options", "nosniff")
+            self.send_header("cache-control", "no-store")
+            if refusal.allow:
+                self.send_header("allow", refusal.allow)
+            self.send_header("content-length", str(len(data)))
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+
         def _dispatch(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
+            decision = check_request(
+                self.command, self.path, self.headers, port=guard.port, token=guard.token
+            )
+            if isinstance(decision, Refusal):
+                self._refuse(decision)
+                return
+            body = self.rfile.read(decision.body_length) if decision.body_length else b""
+            if len(body) != decision.body_length:
+                self._refuse(Refusal(400, "request body shorter than its Content-Length"))
+                return
             event = to_function_url_event(
-                self.command, self.path, dict(self.headers.items()), body, self.client_address[0]
+                self.command,
+                decision.target,
+                dict(self.headers.items()),
+                body,
+                self.client_address[0],
             )
             result = app(event, None)
             payload = result.get("body") or ""
@@ -64,7 +96,7 @@ def _request_handler(app: LambdaHandler) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = do_DELETE = _dispatch
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _dispatch
 
         def log_message(self, *args: Any) -> None:
             pass  # Keep test and demo output quiet.
@@ -72,18 +104,25 @@ def _request_handler(app: LambdaHandler) -> type[BaseHTTPRequestHandler]:
     return _Handler
 
 
-class LocalServer:
-    """A running local viewer: ``port``, ``url``, ``stop()``; also a context manager."""
+@dataclass
+class _Guard:
+    port: int
+    token: str
 
-    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread) -> None:
+
+class LocalServer:
+    """A running local viewer: ``port``, ``token``, ``url``, ``stop()``; a context manager."""
+
+    def __init__(self, httpd: ThreadingHTTPServer, thread: threading.Thread, token: str) -> None:
         self._httpd = httpd
         self._thread = thread
         self.host, self.port = httpd.server_address[:2]
+        self.token = token
 
     @property
     def url(self) -> str:
-        """Base URL with a trailing slash, e.g. ``http://127.0.0.1:54321/``."""
-        return f"http://{self.host}:{self.port}/"
+        """Where to point the browser: ``http://127.0.0.1:PORT/t/<token>/``."""
+        return f"http://127.0.0.1:{self.port}{TOKEN_PREFIX}{self.token}/"
 
     def stop(self) -> None:
         """Stop serving and join the thread."""
@@ -98,17 +137,33 @@ class LocalServer:
         self.stop()
 
 
-def serve(host: str = "127.0.0.1", port: int = 0, app: LambdaHandler | None = None) -> LocalServer:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    app: LambdaHandler | None = None,
+    token: str | None = None,
+) -> LocalServer:
     """Start serving in a daemon thread and return at once.
 
     Defaults: 127.0.0.1 and an ephemeral port (0); the bound port is ``server.port``.
-    ``app`` defaults to the Lambda handler, configured from the environment.
+    ``app`` defaults to the Lambda handler, configured from the environment. ``token``
+    defaults to a new random secret; only ``server.url`` (which contains it) works.
+    Requests are checked by ``prospect_viewer.loopback`` (Host, target, token, route,
+    Origin, Content-Length) before the handler sees them.
     """
-    httpd = ThreadingHTTPServer((host, port), _request_handler(app or lambda_handler.handler))
+    guard = _Guard(port=0, token=token or new_token())
+    handler_class = _request_handler(app or lambda_handler.handler, guard)
+    httpd = ThreadingHTTPServer((host, port), handler_class)
+    guard.port = httpd.server_address[1]
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, name="prospect-viewer", daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever,
+        kwargs={"poll_interval": 0.1},
+        name="prospect-viewer",
+        daemon=True,
+    )
     thread.start()
-    return LocalServer(httpd, thread)
+    return LocalServer(httpd, thread, guard.token)
 
 
 def main() -> None:

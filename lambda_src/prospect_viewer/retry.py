@@ -1,12 +1,31 @@
-"""Re-publishing a dead-lettered model event."""
+"""Operator retry: re-publish a dead-lettered row event with a new replay generation.
+
+Contract (shared with the model-step runtime): the re-published detail carries
+``replay_generation`` = previous generation + 1. The runtime joins it to the row's
+idempotency key, so one generation makes exactly one new model request and the same
+generation delivered twice replays. The viewer moves the failure item's
+``replay_generation`` with a conditional UpdateItem *before* publishing: of two
+presses that saw the same generation, one claims it and publishes, the other is told
+the failure was already retried (409). A publish that fails gives the claim back.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .store import FailureStore
+from .publish import Entry, Publisher, dedup_id
+from .store import FailureFilter, FailureStore
+
+# Only row events the model step consumes are ever re-published; anything else a
+# recorder filed (e.g. an upload summary that reached a DLQ) is not retryable.
+RETRYABLE_DETAIL_TYPES = frozenset({"Prospect Row Validated"})
+RETRYABLE_KINDS = frozenset({"model"})
+# "Retry all retryable" claims and publishes at most this many rows per request (the
+# Lambda has 30 s); the page repeats the request while the answer says ``more``.
+MAX_BULK_RETRY = 100
 
 
 class RetryRefused(Exception):
@@ -17,6 +36,19 @@ class RetryRefused(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC with milliseconds and ``Z`` (the recorder's ``recorded_at`` format)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def generation_of(item: dict[str, Any]) -> int:
+    """The item's current replay generation (0 when never retried)."""
+    try:
+        return max(int(item.get("replay_generation") or 0), 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _original_event(item: dict[str, Any]) -> dict[str, Any]:
@@ -34,24 +66,14 @@ def _original_event(item: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-def retry_failure(
-    store: FailureStore,
-    events_client: Any,
-    bus_name: str,
-    allowed_source: str,
-    upload_id: str,
-    failure_id: str,
-) -> dict[str, Any]:
-    """Re-publish a kind "model" failure's original event and stamp ``retried_at``.
+def retryable_event(item: dict[str, Any], allowed_source: str) -> dict[str, Any]:
+    """The item's original event if it may be re-published; else raises RetryRefused (400).
 
-    Refuses (RetryRefused, 400) for missing items, non-model failures, items without a
-    usable original event, and events whose Source is not ``allowed_source`` (the
-    viewer must not become a way to inject arbitrary events into the bus).
+    Retryable: a kind "model" failure whose stored event has Source ``allowed_source``
+    AND a detail-type in RETRYABLE_DETAIL_TYPES (the viewer must not become a way to
+    inject arbitrary events into the bus).
     """
-    item = store.get(upload_id, failure_id)
-    if item is None:
-        raise RetryRefused(400, "FailureNotFound", "no such failure")
-    if item.get("kind") != "model":
+    if item.get("kind") not in RETRYABLE_KINDS:
         raise RetryRefused(
             400,
             "NotRetryable",
@@ -62,29 +84,145 @@ def retry_failure(
         raise RetryRefused(
             400, "SourceNotAllowed", f"events from {event['source']!r} are not retried"
         )
-    response = events_client.put_events(
-        Entries=[
-            {
-                "EventBusName": bus_name,
-                "Source": event["source"],
-                "DetailType": event["detail-type"],
-                "Detail": json.dumps(event["detail"], ensure_ascii=False),
-            }
-        ]
-    )
-    if response.get("FailedEntryCount"):
-        entry = response["Entries"][0]
+    if event["detail-type"] not in RETRYABLE_DETAIL_TYPES:
         raise RetryRefused(
-            502,
-            "PublishFailed",
-            f"{entry.get('ErrorCode')}: {entry.get('ErrorMessage', '')}".strip(),
+            400,
+            "DetailTypeNotAllowed",
+            f"{event['detail-type']!r} events are not retried",
         )
-    retried_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    store.mark_retried(upload_id, failure_id, retried_at)
+    return event
+
+
+def is_retryable(item: dict[str, Any], allowed_source: str) -> bool:
+    """True when ``retryable_event`` would accept the item."""
+    try:
+        retryable_event(item, allowed_source)
+    except RetryRefused:
+        return False
+    return True
+
+
+def retried_since_recorded(item: dict[str, Any]) -> bool:
+    """True when the item was retried after its last sighting by the recorder."""
+    retried_at = str(item.get("retried_at") or "")
+    return bool(retried_at) and retried_at >= str(item.get("recorded_at") or "")
+
+
+@dataclass(frozen=True)
+class _Claim:
+    item: dict[str, Any]
+    generation: int
+    entry: Entry
+
+
+def _claim(
+    store: FailureStore, item: dict[str, Any], event: dict[str, Any], expected: int, at: str
+) -> _Claim | None:
+    detail = dict(event["detail"])
+    previous = max(expected, generation_of(detail))
+    generation = previous + 1
+    if not store.claim_generation(item["upload_id"], item["failure_id"], expected, generation, at):
+        return None
+    detail["replay_generation"] = generation
+    row = detail.get("row_number", item.get("row_number", item["failure_id"]))
+    entry = Entry(
+        source=event["source"],
+        detail_type=event["detail-type"],
+        detail=detail,
+        dedup_id=dedup_id(str(item["upload_id"]), row, generation),
+    )
+    return _Claim(item, generation, entry)
+
+
+def retry_failure(
+    store: FailureStore,
+    publisher: Publisher,
+    allowed_source: str,
+    upload_id: str,
+    failure_id: str,
+    expected_generation: int,
+) -> dict[str, Any]:
+    """Retry one failure the operator saw at ``expected_generation``.
+
+    400 when the failure is missing or not retryable; 409 ``AlreadyRetried`` when its
+    generation is no longer the one the page showed (another press, another tab, or
+    "Retry all" got there first); 502 when the bus refused the event.
+    """
+    item = store.get(upload_id, failure_id)
+    if item is None:
+        raise RetryRefused(400, "FailureNotFound", "no such failure")
+    event = retryable_event(item, allowed_source)
+    current = generation_of(item)
+    conflict = RetryRefused(
+        409,
+        "AlreadyRetried",
+        f"already retried (generation {current}); reload to see its state",
+    )
+    if current != expected_generation:
+        raise conflict
+    retried_at = utc_now()
+    claim = _claim(store, item, event, current, retried_at)
+    if claim is None:
+        raise conflict
+    [error] = publisher.publish([claim.entry])
+    if error is not None:
+        store.release_generation(upload_id, failure_id, claim.generation, item)
+        raise RetryRefused(502, "PublishFailed", error)
     return {
         "retried": True,
         "upload_id": upload_id,
         "failure_id": failure_id,
-        "event_id": response["Entries"][0].get("EventId"),
+        "replay_generation": claim.generation,
+        "retried_at": retried_at,
+    }
+
+
+def retry_upload(
+    store: FailureStore,
+    publisher: Publisher,
+    allowed_source: str,
+    upload_id: str,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """ "Retry all retryable" for one upload: one new generation per pending row.
+
+    Pending = retryable and not retried since the recorder last filed it. So a second
+    press finds nothing left (``retried`` 0), and a row whose retry failed again (the
+    recorder re-files it with a newer ``recorded_at``) is pending again. Two presses at
+    once race per item on the conditional claim: each row is published once.
+    """
+    limit = limit or MAX_BULK_RETRY
+    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    more = False
+    for item in store.iter_all(FailureFilter(upload_id=upload_id)):
+        if retried_since_recorded(item) or not is_retryable(item, allowed_source):
+            continue
+        if len(pending) == limit:
+            more = True
+            break
+        pending.append((item, retryable_event(item, allowed_source)))
+    retried_at = utc_now()
+    claims: list[_Claim] = []
+    conflicts = 0
+    for item, event in pending:
+        claim = _claim(store, item, event, generation_of(item), retried_at)
+        if claim is None:
+            conflicts += 1
+        else:
+            claims.append(claim)
+    errors = publisher.publish([claim.entry for claim in claims])
+    failed = []
+    for claim, error in zip(claims, errors, strict=True):
+        if error is not None:
+            store.release_generation(
+                upload_id, claim.item["failure_id"], claim.generation, claim.item
+            )
+            failed.append({"failure_id": claim.item["failure_id"], "error": error})
+    return {
+        "upload_id": upload_id,
+        "retried": len(claims) - len(failed),
+        "already_retried": conflicts,
+        "failed": failed,
+        "more": more,
         "retried_at": retried_at,
     }

@@ -26,6 +26,7 @@ PUBLIC_FIELDS = (
     "recorded_at",
     "retried_at",
     "retry_count",
+    "replay_generation",
 )
 # Bound the DynamoDB reads behind one page so a sparse filter cannot make a request
 # scan the whole table; the caller gets a shorter page and a token to continue.
@@ -40,22 +41,33 @@ class InvalidPageToken(ValueError):
 class FailureFilter:
     """Which failures to list. Summary items are never listed.
 
+    ``kind`` and ``error_code`` match exactly (error_code case-insensitively).
     ``reason`` matches an item whose error_code equals it or whose reason contains it,
     both case-insensitively. Empty strings mean "no filter".
     """
 
     upload_id: str = ""
     reason: str = ""
+    kind: str = ""
+    error_code: str = ""
 
     def matches(self, item: dict[str, Any]) -> bool:
         """True when ``item`` is a failure that passes this filter."""
         if item.get("kind") == "summary":
             return False
+        if self.kind and str(item.get("kind", "")) != self.kind:
+            return False
+        code = str(item.get("error_code", "")).lower()
+        if self.error_code and code != self.error_code.lower():
+            return False
         if not self.reason:
             return True
         wanted = self.reason.lower()
-        code = str(item.get("error_code", "")).lower()
         return code == wanted or wanted in str(item.get("reason", "")).lower()
+
+    def key(self) -> list[str]:
+        """What a page token is bound to."""
+        return [self.upload_id, self.reason, self.kind, self.error_code]
 
 
 def _plain(value: object) -> object:
@@ -64,16 +76,23 @@ def _plain(value: object) -> object:
     return value
 
 
+def plain(value: object) -> object:
+    """A DynamoDB value as JSON: Decimals become int or float, maps and lists recursively."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | set | tuple):
+        return [plain(v) for v in value]
+    return _plain(value)
+
+
 def public_view(item: dict[str, Any]) -> dict[str, Any]:
-    """JSON-safe subset of an item for the browser, plus ``retryable``."""
-    view = {name: _plain(item[name]) for name in PUBLIC_FIELDS if name in item}
-    view["retryable"] = item.get("kind") == "model" and bool(item.get("original_event"))
-    return view
+    """JSON-safe subset of an item for the browser (no ``retryable``: see retry.py)."""
+    return {name: _plain(item[name]) for name in PUBLIC_FIELDS if name in item}
 
 
 def encode_page_token(key: dict[str, Any], flt: FailureFilter) -> str:
     """Opaque token: the last key read, bound to the filters it was issued for."""
-    payload = {"k": {name: str(key[name]) for name in KEY_NAMES}, "f": [flt.upload_id, flt.reason]}
+    payload = {"k": {name: str(key[name]) for name in KEY_NAMES}, "f": flt.key()}
     return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
 
 
@@ -86,7 +105,7 @@ def decode_page_token(token: str, flt: FailureFilter) -> dict[str, str]:
         issued_for = payload["f"]
     except (binascii.Error, ValueError, KeyError, TypeError) as exc:
         raise InvalidPageToken("page_token is not valid") from exc
-    if issued_for != [flt.upload_id, flt.reason]:
+    if issued_for != flt.key():
         raise InvalidPageToken("page_token was issued for different filters")
     if not isinstance(key, dict) or sorted(key) != sorted(KEY_NAMES):
         raise InvalidPageToken("page_token is not valid")
@@ -136,11 +155,14 @@ class FailureStore:
         assert start is not None  # the loop returns when the table is exhausted
         return items, encode_page_token(start, flt)
 
-    def iter_all(self, flt: FailureFilter) -> Iterator[dict[str, Any]]:
-        """Every matching failure, read page by page (for the CSV export)."""
+    def iter_all(self, flt: FailureFilter, read_size: int = 200) -> Iterator[dict[str, Any]]:
+        """Every matching failure, read lazily page by page (Query for an upload, else Scan).
+
+        A consumer that stops early (the export at its size cap) stops the reads too.
+        """
         start: dict[str, Any] | None = None
         while True:
-            response = self._read(flt, start, 1000)
+            response = self._read(flt, start, read_size)
             yield from (item for item in response.get("Items", []) if flt.matches(item))
             start = response.get("LastEvaluatedKey")
             if not start:
@@ -153,11 +175,63 @@ class FailureStore:
         )
         return response.get("Item")
 
-    def mark_retried(self, upload_id: str, failure_id: str, retried_at: str) -> None:
-        """Set retried_at and count the retry; never creates an item."""
-        self._table.update_item(
-            Key={"upload_id": upload_id, "failure_id": failure_id},
-            UpdateExpression="SET retried_at = :at ADD retry_count :one",
-            ConditionExpression="attribute_exists(failure_id)",
-            ExpressionAttributeValues={":at": retried_at, ":one": 1},
-        )
+    def claim_generation(
+        self, upload_id: str, failure_id: str, expected: int, new: int, retried_at: str
+    ) -> bool:
+        """Move ``replay_generation`` from ``expected`` to ``new``; False if it moved already.
+
+        The condition is what makes a double press publish once: of two presses that saw
+        the same generation, exactly one claim succeeds. Also stamps ``retried_at`` and
+        counts ``retry_count``. Never creates an item.
+        """
+        if expected:
+            condition = "attribute_exists(failure_id) AND replay_generation = :expected"
+        else:
+            condition = (
+                "attribute_exists(failure_id) AND "
+                "(attribute_not_exists(replay_generation) OR replay_generation = :expected)"
+            )
+        try:
+            self._table.update_item(
+                Key={"upload_id": upload_id, "failure_id": failure_id},
+                UpdateExpression="SET replay_generation = :new, retried_at = :at "
+                "ADD retry_count :one",
+                ConditionExpression=condition,
+                ExpressionAttributeValues={
+                    ":expected": expected,
+                    ":new": new,
+                    ":at": retried_at,
+                    ":one": 1,
+                },
+            )
+        except self._table.meta.client.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def release_generation(
+        self, upload_id: str, failure_id: str, claimed: int, previous: dict[str, Any]
+    ) -> None:
+        """Undo a claim whose event could not be published (only if still ours).
+
+        ``previous`` is the item as read before the claim; its generation and
+        ``retried_at`` are restored so the failure shows as not retried.
+        """
+        values: dict[str, Any] = {
+            ":claimed": claimed,
+            ":prev": int(previous.get("replay_generation") or 0),
+            ":minus": -1,
+        }
+        if previous.get("retried_at"):
+            values[":at"] = previous["retried_at"]
+            update = "SET replay_generation = :prev, retried_at = :at ADD retry_count :minus"
+        else:
+            update = "SET replay_generation = :prev REMOVE retried_at ADD retry_count :minus"
+        try:
+            self._table.update_item(
+                Key={"upload_id": upload_id, "failure_id": failure_id},
+                UpdateExpression=update,
+                ConditionExpression="replay_generation = :claimed",
+                ExpressionAttributeValues=values,
+            )
+        except self._table.meta.client.exceptions.ConditionalCheckFailedException:
+            pass  # someone claimed a later generation meanwhile; theirs stands

@@ -57,9 +57,10 @@ class Response:
     body: str
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
+    base64: bool = False  # body is base64 text of the bytes to send
 
     def to_function_url_result(self) -> dict[str, Any]:
-        """Payload 2.0 result: statusCode, headers, body (text), isBase64Encoded False."""
+        """Payload 2.0 result: statusCode, headers, body, isBase64Encoded."""
         headers = {
             **BASE_HEADERS,
             "content-security-policy": API_CSP,
@@ -70,7 +71,7 @@ class Response:
             "statusCode": self.status,
             "headers": headers,
             "body": self.body,
-            "isBase64Encoded": False,
+            "isBase64Encoded": self.base64,
         }
 
 

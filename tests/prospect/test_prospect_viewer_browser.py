@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from .viewer_data import seed
+from .viewer_data import UPLOADS_TABLE, create_uploads_table, seed, seed_uploads
+
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "viewer.png"
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -18,6 +21,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-proxy-server",
+    # What a DNS-rebinding attacker arranges: their name resolves to 127.0.0.1.
+    "--host-resolver-rules=MAP attacker.example 127.0.0.1",
 ]
 
 pytestmark = [
@@ -44,10 +49,12 @@ def browser():
 
 
 @pytest.fixture
-def page(aws, browser):
+def page(aws, browser, monkeypatch):
     from prospect_viewer.local_server import serve
 
     seed(aws.failures_table)
+    seed_uploads(create_uploads_table(aws.session))
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
     context = browser.new_context()
     # Belt and braces: the page may only ever talk to the local server.
     context.route(
@@ -110,7 +117,88 @@ def test_retry_button_republishes(page, aws):
     aws.drain_published()
     page.click("tr[data-failure-id='model#00000002'] button.retry")
     expect(page.locator("#status")).to_have_text("Retried model#00000002")
-    assert [e["detail"]["row_number"] for e in aws.drain_published()] == [2]
+    assert [
+        (e["detail"]["row_number"], e["detail"]["replay_generation"]) for e in aws.drain_published()
+    ] == [(2, 1)]
+    row = page.locator("tr[data-failure-id='model#00000002']")
+    expect(row.locator("td").nth(8)).to_have_text("1")  # the generation column
+
+
+def test_a_stale_retry_button_is_refused_and_publishes_nothing(page, aws, browser):
+    # Two tabs show generation 0; the second tab's press comes after the first's.
+    other = page.context.new_page()
+    other.goto(page.server_url)
+    other.wait_for_selector("body[data-loaded]")
+    aws.drain_published()
+    page.click("tr[data-failure-id='model#00000002'] button.retry")
+    expect(page.locator("#status")).to_have_text("Retried model#00000002")
+    other.click("tr[data-failure-id='model#00000002'] button.retry")
+    expect(other.locator("#status")).to_contain_text("Retry refused: already retried")
+    assert len(aws.drain_published()) == 1
+
+
+def test_uploads_list_shows_status_counts_and_tokens(page):
+    uploads = page.locator("#uploads tr")
+    expect(uploads).to_have_count(4)
+    assert uploads.evaluate_all("rs => rs.map(r => r.dataset.uploadId)") == [
+        "delta", "gamma", "beta", "alpha",
+    ]  # fmt: skip
+    badges = page.locator("#uploads .badge").all_inner_texts()
+    assert badges == ["splitting", "classifying", "incomplete", "completed"]
+    alpha = page.locator("#uploads tr[data-upload-id='alpha']")
+    assert "hot 1 · warm 1" in alpha.inner_text()
+    assert alpha.locator("td.tokens").inner_text() == "1290 (1234 / 56)"
+
+
+def test_clicking_an_upload_shows_its_failures_and_filters_by_kind_and_code(page):
+    page.click("#uploads tr[data-upload-id='alpha'] button.open-upload")
+    expect(_rows(page)).to_have_count(3)
+    assert page.input_value("#upload-filter") == "alpha"
+    assert page.get_attribute("#export", "href") == "export.csv?upload_id=alpha"
+    assert page.is_enabled("#retry-all")
+    expect(page.locator("#uploads tr.selected")).to_have_count(1)
+
+    page.fill("#kind-filter", "validation")
+    page.click("#apply")
+    expect(_rows(page)).to_have_count(2)
+    page.fill("#code-filter", "MissingCompany")
+    page.click("#apply")
+    expect(_rows(page)).to_have_count(1)
+    assert page.get_attribute("tr#rows tr, #rows tr", "data-failure-id") == "row#00000004"
+
+
+def test_retry_all_retryable_is_safe_to_press_twice(page, aws):
+    from .viewer_data import model_failure, put_all
+
+    put_all(aws.failures_table, [model_failure("alpha", n) for n in (10, 11)])
+    aws.drain_published()
+    page.click("#uploads tr[data-upload-id='alpha'] button.open-upload")
+    expect(_rows(page)).to_have_count(5)
+    page.click("#retry-all")
+    expect(page.locator("#status")).to_have_text("Retry all for alpha: 3 retried")
+    page.click("#retry-all")
+    expect(page.locator("#status")).to_have_text("Retry all for alpha: nothing left to retry")
+    published = aws.drain_published()
+    assert sorted(e["detail"]["row_number"] for e in published) == [2, 10, 11]
+    assert {e["detail"]["replay_generation"] for e in published} == {1}
+
+
+def test_screenshot(page, tmp_path):
+    """The README's picture: uploads, one opened, its failures (UPDATE_SCREENSHOT=1 writes
+    docs/viewer.png; otherwise the picture only goes to a temporary file)."""
+    from PIL import Image
+
+    page.set_viewport_size({"width": 1200, "height": 760})
+    page.click("#uploads tr[data-upload-id='alpha'] button.open-upload")
+    expect(_rows(page)).to_have_count(3)
+    raw = tmp_path / "viewer.png"
+    page.screenshot(path=str(raw))
+    target = DOCS_SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") == "1" else tmp_path / "s.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A 64-colour palette keeps the PNG small; text stays sharp.
+    Image.open(raw).convert("RGB").quantize(colors=64).save(target, optimize=True)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.stat().st_size < 200_000
 
 
 def test_pagination_with_small_pages(aws, browser, monkeypatch):
@@ -129,4 +217,73 @@ def test_pagination_with_small_pages(aws, browser, monkeypatch):
         page.click("#prev")
         expect(_rows(page)).to_have_count(4)
         assert page.is_disabled("#prev")
+    context.close()
+
+
+@pytest.fixture
+def through_proxy(aws, browser):
+    """Chromium -> the signing proxy -> an HTTPS stand-in Function URL running the real
+    handler (which checks Origin against Host as the Lambda does) over moto."""
+    from botocore.credentials import Credentials
+    from prospect_viewer.handler import handler
+    from prospect_viewer.local_server import to_function_url_event
+
+    from constructs_lib.prospect_uploader.viewer_proxy import SigningProxy
+    from tests.proxy.tls import HttpsUpstream, client_context
+
+    def function_url(method, target, headers, body):
+        result = handler(to_function_url_event(method, target, headers, body, "127.0.0.1"), None)
+        return result["statusCode"], result["headers"], result["body"].encode()
+
+    seed(aws.failures_table)
+    upstream = HttpsUpstream(function_url)
+    context = browser.new_context()
+    try:
+        with SigningProxy(
+            upstream.url,
+            credentials=Credentials("AKIDEXAMPLE", "secret"),
+            region="us-east-1",
+            ssl_context=client_context(),
+        ) as proxy:
+            page = context.new_page()
+            page.proxy = proxy
+            page.upstream = upstream
+            yield page
+    finally:
+        context.close()
+        upstream.close()
+
+
+def test_retry_works_in_the_browser_through_the_signing_proxy(through_proxy, aws):
+    page = through_proxy
+    page.goto(page.proxy.url)
+    page.wait_for_selector("body[data-loaded]")
+    expect(_rows(page)).to_have_count(6)
+    aws.drain_published()
+    page.click("tr[data-failure-id='model#00000002'] button.retry")
+    expect(page.locator("#status")).to_have_text("Retried model#00000002")
+    assert [e["detail"]["replay_generation"] for e in aws.drain_published()] == [1]
+    # What reached the Function URL carried the Function URL's own Origin.
+    posted = [r for r in page.upstream.requests if r[0] == "POST"]
+    assert posted[0][2]["Origin"] == f"https://127.0.0.1:{page.upstream.port}"
+
+
+def test_a_rebinding_page_gets_nothing_from_the_proxy(through_proxy):
+    page = through_proxy
+    # The attacker would also need the token; even with it, the Host gives them away.
+    response = page.goto(f"http://attacker.example:{page.proxy.port}/t/{page.proxy.token}/")
+    assert response.status == 421
+    assert page.upstream.requests == []
+
+
+def test_a_rebinding_page_gets_nothing_from_the_local_server(aws, browser):
+    from prospect_viewer.local_server import serve
+
+    seed(aws.failures_table)
+    context = browser.new_context()
+    page = context.new_page()
+    with serve() as server:
+        response = page.goto(f"http://attacker.example:{server.port}/t/{server.token}/")
+        assert response.status == 421
+        assert page.goto(server.url).status == 200  # the real address still works
     context.close()

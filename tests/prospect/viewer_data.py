@@ -8,12 +8,20 @@ from typing import Any
 XSS_ROW = '<script>window.__xss = 1</script>,<img src=x onerror="window.__xss=2">,x,Acme,,,'
 
 
-def model_event(upload_id: str, row_number: int) -> dict[str, Any]:
+UPLOADS_TABLE = "prospect-uploads"
+
+
+def model_event(
+    upload_id: str,
+    row_number: int,
+    detail_type: str = "Prospect Row Validated",
+    source: str = "prospect-uploader",
+) -> dict[str, Any]:
     return {
         "version": "0",
         "id": f"evt-{row_number}",
-        "detail-type": "Prospect Row Validated",
-        "source": "prospect-uploader",
+        "detail-type": detail_type,
+        "source": source,
         "account": "123456789012",
         "time": "2026-11-29T09:00:00Z",
         "region": "us-east-1",
@@ -110,3 +118,114 @@ def seed(table: Any) -> None:
     with table.batch_writer() as batch:
         for item in items:
             batch.put_item(Item=item)
+
+
+def model_failure(upload_id: str, row_number: int, **overrides: Any) -> dict[str, Any]:
+    """A kind "model" failure as the recorder files it (a retryable row by default)."""
+    event = overrides.pop("event", None) or model_event(upload_id, row_number)
+    item = {
+        "upload_id": upload_id,
+        "failure_id": f"model#{row_number:08d}",
+        "kind": "model",
+        "error_code": "InternalServerError",
+        "reason": "RetriesExhausted: 500 from the model",
+        "row_number": row_number,
+        "source_shape": "lambda-on-failure",
+        "original_event": json.dumps(event),
+        "raw_row": f"r{row_number}@example.com,,,,,,",
+        "recorded_at": "2026-11-29T10:00:00.000Z",
+    }
+    item.update(overrides)
+    return item
+
+
+def put_all(table: Any, items: list[dict[str, Any]]) -> None:
+    with table.batch_writer() as batch:
+        for item in items:
+            batch.put_item(Item=item)
+
+
+def quote_heavy_failures(upload_id: str, count: int) -> list[dict[str, Any]]:
+    """Validation failures whose cells are all double quotes: 2,000-character raw rows
+    (the splitter's and recorder's cap) and 200-character reasons. CSV doubles each
+    quote and JSON escapes each again, so one character costs 4 bytes as JSON text."""
+    return [
+        {
+            "upload_id": upload_id,
+            "failure_id": f"row#{n:08d}",
+            "kind": "validation",
+            "error_code": "InvalidEmail",
+            "reason": '"' * 200,
+            "row_number": n,
+            "raw_row": '"' * 2000,
+            "recorded_at": "2026-11-29T09:00:00.000Z",
+        }
+        for n in range(1, count + 1)
+    ]
+
+
+def create_uploads_table(session: Any) -> Any:
+    """The UploadsTable of the shared data model: pk upload_id (S), TTL expires_at."""
+    client = session.client("dynamodb")
+    client.create_table(
+        TableName=UPLOADS_TABLE,
+        KeySchema=[{"AttributeName": "upload_id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "upload_id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.update_time_to_live(
+        TableName=UPLOADS_TABLE,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
+    )
+    return session.resource("dynamodb").Table(UPLOADS_TABLE)
+
+
+def upload_item(upload_id: str, status: str, created_at: str, **counts: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "upload_id": upload_id,
+        "status": status,
+        "bucket": "prospect-uploads",
+        "key": f"incoming/{upload_id}.csv",
+        "created_at": created_at,
+        "expires_at": 1_900_000_000,
+        "rows": 0,
+        "valid": 0,
+        "invalid": 0,
+        "classified": {},
+        "failed": {},
+        "model_requests": 0,
+        "rate_limited": 0,
+        "duplicates_suppressed": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "requests_saved": 0,
+        "deduplicated": 0,
+    }
+    item.update(counts)
+    return item
+
+
+def seed_uploads(table: Any) -> None:
+    """Uploads alpha (completed) and beta (incomplete) as in ``seed``, plus gamma
+    (classifying) and a splitting one, with counts in the contract's shape."""
+    put_all(
+        table,
+        [
+            upload_item(
+                "alpha", "completed", "2026-11-29T09:00:00.000Z",
+                rows=5, valid=3, invalid=2, classified={"hot": 1, "warm": 1},
+                failed={"ModelTimeoutError": 1}, model_requests=3, input_tokens=1234,
+                output_tokens=56, completed_at="2026-11-29T09:05:00.000Z",
+            ),
+            upload_item(
+                "beta", "incomplete", "2026-11-29T09:10:00.000Z",
+                rows=3, valid=0, invalid=3, missing=0,
+            ),
+            upload_item(
+                "gamma", "classifying", "2026-11-29T09:20:00.000Z",
+                rows=40, valid=40, classified={"cold": 12}, model_requests=12,
+                input_tokens=4800, output_tokens=96,
+            ),
+            upload_item("delta", "splitting", "2026-11-29T09:30:00.000Z"),
+        ],
+    )  # fmt: skip
