@@ -16,9 +16,10 @@ from .validation import HEADER, header_matches
 
 # Reading in 64 KiB chunks keeps memory flat whatever the object size.
 CHUNK_BYTES = 64 * 1024
-# The longest valid row is 7 fields of MAX_FIELD_CHARS=1000 characters, quoted with every
-# quote doubled and 4 UTF-8 bytes a character: about 56 KB. So no valid row is longer
-# than 64 KiB, counted over all the physical lines of one record, line breaks included.
+# A valid row has 7 fields of at most MAX_FIELD_CHARS=1000 characters. A field takes at
+# most 4,002 bytes as CSV (1000 four-byte characters, quoted; 1000 doubled quotes take
+# 2,002), so a valid row is under 28.1 KB and a 64 KiB bound, counted over all the physical
+# lines of one record (line breaks included), never rejects a row that could be valid.
 MAX_RECORD_BYTES = 64 * 1024
 # A valid row has 7 fields; 8 to 64 make it one invalid row (FieldCountMismatch), more
 # reject the upload: such a file is not a prospect list.

@@ -21,6 +21,13 @@ from .fault_injection import FlakyPutEvents
 VALID = "ada@example.com,Ada,Lovelace,Analytical Engines,CTO,GB,note"
 
 
+@pytest.fixture(autouse=True)
+def _splitter_env_unset(monkeypatch):
+    """Settings the conftest fixture does not reset; each test sets what it needs."""
+    for name in ("MAX_ROWS", "PUBLISH_CONCURRENCY", "EVENT_BUS_KIND", "EVENT_BUS_ARN"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _rows(published: list[dict]) -> list[dict]:
     return [e["detail"] for e in published if e["detail-type"] == "Prospect Row Validated"]
 
