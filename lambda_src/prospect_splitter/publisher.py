@@ -176,8 +176,8 @@ class EventPublisher:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _slots: threading.BoundedSemaphore | None = field(default=None, repr=False)
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
-    _in_flight: set[Future[tuple[int, int]]] = field(default_factory=set, repr=False)
-    _error: BaseException | None = field(default=None, repr=False)
+    _in_flight: set[Future[None]] = field(default_factory=set, repr=False)
+    _error: Exception | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -217,13 +217,17 @@ class EventPublisher:
         with self._lock:
             waiting = list(self._in_flight)
         for future in waiting:
-            future.exception()  # waits; the error itself is recorded by _done
+            future.result()  # _run_batch never raises; its outcome is recorded first
         self._raise_pending_error()
 
     def close(self) -> None:
-        """Wait for calls in flight and stop the workers (errors are left to ``flush``)."""
+        """Stop the workers: queued batches are dropped, calls in flight finish.
+
+        After a successful ``flush`` nothing is queued; on an error path (a failed batch,
+        an unreadable object) the upload is retried as a whole anyway.
+        """
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     # ------------------------------------------------------------------ internals
@@ -239,7 +243,7 @@ class EventPublisher:
             return
         batch, self._batch, self._batch_bytes = self._batch, [], 0
         if self.concurrency == 1:
-            self._count(self._send(batch))
+            self._count(*self._send(batch))
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
@@ -248,24 +252,27 @@ class EventPublisher:
             self._slots = threading.BoundedSemaphore(2 * self.concurrency)
         assert self._slots is not None
         self._slots.acquire()  # back-pressure: bounded batches in memory
-        future = self._pool.submit(self._send, batch)
+        future = self._pool.submit(self._run_batch, batch)
         with self._lock:
             self._in_flight.add(future)
-        future.add_done_callback(self._done)
 
-    def _done(self, future: Future[tuple[int, int]]) -> None:
-        error = future.exception()
-        with self._lock:
-            self._in_flight.discard(future)
-            if error is not None and self._error is None:
-                self._error = error
-        if error is None:
-            self._count(future.result())
-        assert self._slots is not None
-        self._slots.release()
+    def _run_batch(self, batch: list[dict[str, Any]]) -> None:
+        """Worker: send one batch and record its outcome before the future completes."""
+        try:
+            accepted, deduplicated = self._send(batch)
+        except Exception as error:  # re-raised on the caller's thread by add or flush
+            with self._lock:
+                if self._error is None:
+                    self._error = error
+        else:
+            self._count(accepted, deduplicated)
+        finally:
+            with self._lock:
+                self._in_flight = {f for f in self._in_flight if not f.done()}
+            assert self._slots is not None
+            self._slots.release()
 
-    def _count(self, counts: tuple[int, int]) -> None:
-        accepted, deduplicated = counts
+    def _count(self, accepted: int, deduplicated: int) -> None:
         with self._lock:
             self.published += accepted
             self.deduplicated += deduplicated
