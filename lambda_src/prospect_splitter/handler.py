@@ -25,7 +25,7 @@ from botocore.config import Config
 from .config import Settings
 from .publisher import Bus, ClassicBus, EventPublisher, V2Bus
 from .s3_event import MalformedS3Event, UploadRef, parse_s3_event
-from .service import SplitterPorts, record_malformed_event, split_upload
+from .service import SplitHooks, SplitterPorts, record_malformed_event, split_upload
 
 logger = Logger(service="prospect-splitter")
 
@@ -76,8 +76,12 @@ def build_splitter(
     *,
     session: boto3.session.Session | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    hooks: SplitHooks | None = None,
 ) -> Splitter:
-    """Create clients, the publisher factory and the idempotent split function."""
+    """Create clients, the publisher factory and the idempotent split function.
+
+    ``hooks`` (see ``service.SplitHooks``) are called at the start and end of each split.
+    """
     session = session or boto3.session.Session()
     bus = _event_bus(settings, session)
     ports = SplitterPorts(
@@ -87,6 +91,7 @@ def build_splitter(
         ),
         max_upload_bytes=settings.max_upload_bytes,
         max_rows=settings.max_rows,
+        hooks=hooks or SplitHooks(),
         new_publisher=lambda: EventPublisher(
             bus, concurrency=settings.publish_concurrency, sleep=sleep
         ),

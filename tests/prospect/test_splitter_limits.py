@@ -9,13 +9,15 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+from prospect_splitter.config import Settings
 from prospect_splitter.csv_stream import (
     MAX_FIELDS,
     MAX_RECORD_BYTES,
     UploadRejected,
     iter_records,
 )
-from prospect_splitter.handler import handler
+from prospect_splitter.handler import build_splitter, handler
+from prospect_splitter.service import SplitHooks
 
 from .conftest import HEADER
 
@@ -180,3 +182,32 @@ def test_a_50_mib_line_of_commas_is_rejected_with_flat_memory():
         tracemalloc.stop()
     assert raised.value.error_code == "LineTooLong"
     assert peak < 1024 * 1024
+
+
+# --- the start and end hooks ---------------------------------------------------------------
+
+
+def test_hooks_see_the_start_and_the_counted_end(aws, lambda_context, monkeypatch):
+    monkeypatch.setenv("MAX_ROWS", "3")
+    calls: list[tuple] = []
+    published_at_start: list[int] = []
+
+    def started(ref):
+        published_at_start.append(len(_rows(aws.drain_published())))
+        calls.append(("started", ref.key))
+
+    def finished(ref, result):
+        calls.append(("finished", ref.key, result.status, result.error_code, result.valid))
+
+    splitter = build_splitter(
+        Settings.from_env(), session=aws.session, hooks=SplitHooks(started, finished)
+    )
+    splitter.process(aws.put_csv("ok.csv", _csv(VALID, VALID, "bad,B,C,Co,T,US,")), lambda_context)
+    splitter.process(aws.put_csv("big.csv", _csv(*[VALID] * 4)), lambda_context)
+
+    assert calls == [
+        ("started", "ok.csv"),
+        ("finished", "ok.csv", "completed", None, 2),
+        ("finished", "big.csv", "rejected", "TooManyRows", 0),  # rejected: never started
+    ]
+    assert published_at_start == [0]  # started runs before the first row is published
