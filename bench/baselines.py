@@ -183,7 +183,7 @@ def naive_split(
     (``body.read().decode()``), every record parsed into a list, then each row validated and
     published with the SAME validation and PutEvents batching as the real splitter, so the only
     difference measured is how the object is read. No idempotency, no failure records."""
-    from prospect_splitter.publisher import EventPublisher
+    from prospect_splitter.publisher import ClassicBus, EventPublisher
     from prospect_splitter.service import ROW_DETAIL_TYPE
     from prospect_splitter.validation import header_matches, prospect_detail, validate_row
 
@@ -191,7 +191,7 @@ def naive_split(
     records = [fields for fields in csv.reader(io.StringIO(text, newline="")) if fields]
     if not records or not header_matches(records[0]):
         raise ValueError("missing header")
-    publisher = EventPublisher(events, bus_name, source)
+    publisher = EventPublisher(ClassicBus(events, bus_name, source))  # serial, as it was
     valid = invalid = 0
     for row_number, fields in enumerate(records[1:], start=1):
         if validate_row(fields) is None:

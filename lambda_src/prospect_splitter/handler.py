@@ -23,15 +23,31 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
 from .config import Settings
-from .publisher import EventPublisher
+from .publisher import Bus, ClassicBus, EventPublisher, V2Bus
 from .s3_event import MalformedS3Event, UploadRef, parse_s3_event
-from .service import SplitterPorts, record_malformed_event, split_upload
+from .service import SplitHooks, SplitterPorts, record_malformed_event, split_upload
 
 logger = Logger(service="prospect-splitter")
 
 # botocore's standard mode retries whole-call throttles; entry-level failures inside a
 # 200 response are EventPublisher's job.
 _BOTO_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5})
+
+
+def _event_bus(settings: Settings, session: boto3.session.Session) -> Bus:
+    # One HTTP connection per publishing worker (botocore's pool holds 10 by default).
+    config = _BOTO_CONFIG.merge(
+        Config(max_pool_connections=max(10, settings.publish_concurrency + 2))
+    )
+    if settings.event_bus_kind == "v2":
+        return V2Bus(
+            session.client("eventbridgev2", config=config),
+            settings.event_bus_arn,
+            settings.event_source,
+        )
+    return ClassicBus(
+        session.client("events", config=config), settings.event_bus_name, settings.event_source
+    )
 
 
 @dataclass(frozen=True)
@@ -60,18 +76,24 @@ def build_splitter(
     *,
     session: boto3.session.Session | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    hooks: SplitHooks | None = None,
 ) -> Splitter:
-    """Create clients, the publisher factory and the idempotent split function."""
+    """Create clients, the publisher factory and the idempotent split function.
+
+    ``hooks`` (see ``service.SplitHooks``) are called at the start and end of each split.
+    """
     session = session or boto3.session.Session()
-    events = session.client("events", config=_BOTO_CONFIG)
+    bus = _event_bus(settings, session)
     ports = SplitterPorts(
         s3=session.client("s3", config=_BOTO_CONFIG),
         failures_table=session.resource("dynamodb", config=_BOTO_CONFIG).Table(
             settings.failures_table_name
         ),
         max_upload_bytes=settings.max_upload_bytes,
+        max_rows=settings.max_rows,
+        hooks=hooks or SplitHooks(),
         new_publisher=lambda: EventPublisher(
-            events, settings.event_bus_name, settings.event_source, sleep=sleep
+            bus, concurrency=settings.publish_concurrency, sleep=sleep
         ),
     )
     config = IdempotencyConfig(
@@ -107,8 +129,8 @@ def _splitter_for(settings: Settings) -> Splitter:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Split the uploaded CSV named by ``event`` into row events.
 
-    Returns ``{"upload_id","rows","valid","invalid","status"}`` (plus ``reason`` when
-    rejected). Raises only when the upload must be retried (EventPublishError,
+    Returns ``{"upload_id","rows","valid","invalid","deduplicated","status"}`` (plus
+    ``reason`` when rejected). Raises only when the upload must be retried (EventPublishError,
     ObjectChangedDuringProcessing, AWS errors).
     """
     return _splitter_for(Settings.from_env()).process(event, context)

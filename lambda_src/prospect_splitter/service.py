@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from .config import DEFAULT_MAX_ROWS
 from .csv_stream import UploadRejected, iter_records
 from .failures import FailureWriter, put_summary, put_upload_failure
 from .objects import ObjectChangedDuringProcessing, iter_object_chunks, object_size
@@ -31,14 +32,20 @@ class SplitResult:
     invalid: int
     status: str  # "completed" or "rejected"
     reason: str | None = None
+    # Rows a v2 bus answered DEDUPLICATED (already published within its 300 s window);
+    # they count in ``valid`` too. Always 0 on a classic bus.
+    deduplicated: int = 0
+    error_code: str | None = None  # why a rejected upload was rejected
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"upload_id","rows","valid","invalid","status"}`` plus ``reason`` when rejected."""
+        """``{"upload_id","rows","valid","invalid","deduplicated","status"}`` plus ``reason``
+        when rejected."""
         result: dict[str, Any] = {
             "upload_id": self.upload_id,
             "rows": self.rows,
             "valid": self.valid,
             "invalid": self.invalid,
+            "deduplicated": self.deduplicated,
             "status": self.status,
         }
         if self.reason is not None:
@@ -47,33 +54,74 @@ class SplitResult:
 
 
 @dataclass(frozen=True)
+class SplitHooks:
+    """Extension points around one split; the defaults do nothing.
+
+    - ``started(ref)``: the file passed the counting pass (size, encoding, header,
+      shape and MAX_ROWS checks); called once before the first row is published.
+    - ``finished(ref, result)``: called once the summary is recorded and published, for a
+      completed upload (counts rows / valid / invalid / deduplicated) and for a rejected
+      one (all zero, ``result.error_code`` says why). Not called for an event that names
+      no object (``record_malformed_event``).
+    An exception from a hook propagates, so the upload is retried as a whole.
+    """
+
+    started: Callable[[UploadRef], None] = lambda ref: None
+    finished: Callable[[UploadRef, SplitResult], None] = lambda ref, result: None
+
+
+@dataclass(frozen=True)
 class SplitterPorts:
-    """The AWS resources the splitter talks to."""
+    """The AWS resources the splitter talks to, and its limits."""
 
     s3: Any
     failures_table: Any
     max_upload_bytes: int
-    new_publisher: Callable[[], EventPublisher]  # a fresh buffer per upload
+    new_publisher: Callable[[], EventPublisher]  # a fresh buffer (and pool) per upload
+    max_rows: int = DEFAULT_MAX_ROWS
+    hooks: SplitHooks = field(default_factory=SplitHooks)
+
+
+def row_deduplication_id(upload_id: str, row_number: int) -> str:
+    """A row's publish-side dedup id on a v2 bus: the same row of the same upload."""
+    return f"{upload_id}#{row_number}"
+
+
+def summary_deduplication_id(upload_id: str) -> str:
+    return f"{upload_id}#summary"
 
 
 def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
     """Pass 1: decode and parse the whole file without publishing anything.
 
     Streaming the object twice costs a second GetObject but guarantees that an
-    undecodable byte or a broken record near the end rejects the upload before a
-    single row event exists, so published + invalid = data rows always holds.
+    undecodable byte, an oversized line or a broken record near the end, or more than
+    MAX_ROWS rows, rejects the upload before a single row event exists, so published +
+    invalid = data rows always holds. It stops reading at row MAX_ROWS + 1.
     """
     chunks = iter_object_chunks(ports.s3, ref)
-    return sum(1 for _ in iter_records(chunks, ports.max_upload_bytes))
+    records = iter_records(chunks, ports.max_upload_bytes)
+    count = 0
+    try:
+        for _ in records:
+            count += 1
+            if count > ports.max_rows:
+                raise UploadRejected(
+                    "TooManyRows",
+                    f"more than {ports.max_rows} data rows (limit MAX_ROWS={ports.max_rows})",
+                )
+    finally:
+        records.close()  # closes the S3 body when we stop early
+        chunks.close()
+    return count
 
 
-def _summarise(
-    ports: SplitterPorts, publisher: EventPublisher, ref: UploadRef, result: SplitResult
-) -> None:
+def _summarise(ports: SplitterPorts, ref: UploadRef, result: SplitResult) -> None:
     summary = {**result.as_dict(), "bucket": ref.bucket, "key": ref.key}
     put_summary(ports.failures_table, ref, result.as_dict())
-    publisher.add(SUMMARY_DETAIL_TYPE, summary)
-    publisher.flush()
+    with ports.new_publisher() as publisher:
+        publisher.add(SUMMARY_DETAIL_TYPE, summary, summary_deduplication_id(ref.upload_id))
+        publisher.flush()
 
 
 def _reject(ports: SplitterPorts, ref: UploadRef, rejection: UploadRejected) -> SplitResult:
@@ -81,9 +129,41 @@ def _reject(ports: SplitterPorts, ref: UploadRef, rejection: UploadRejected) -> 
         "upload rejected", extra={"upload_id": ref.upload_id, "error_code": rejection.error_code}
     )
     put_upload_failure(ports.failures_table, ref.upload_id, rejection.error_code, rejection.reason)
-    result = SplitResult(ref.upload_id, 0, 0, 0, "rejected", rejection.reason)
-    _summarise(ports, ports.new_publisher(), ref, result)
+    result = SplitResult(
+        ref.upload_id, 0, 0, 0, "rejected", rejection.reason, error_code=rejection.error_code
+    )
+    _summarise(ports, ref, result)
+    ports.hooks.finished(ref, result)
     return result
+
+
+def _publish_rows(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
+    """Pass 2: validate each row, record invalid ones, publish valid ones in parallel."""
+    upload_id = ref.upload_id
+    rows = valid = invalid = 0
+    with ports.new_publisher() as publisher, FailureWriter(ports.failures_table) as failures:
+        chunks = iter_object_chunks(ports.s3, ref)
+        try:
+            for record in iter_records(chunks, ports.max_upload_bytes):
+                rows += 1
+                error = validate_row(record.fields)
+                if error is None:
+                    valid += 1
+                    publisher.add(
+                        ROW_DETAIL_TYPE,
+                        prospect_detail(upload_id, record.row_number, record.fields),
+                        row_deduplication_id(upload_id, record.row_number),
+                    )
+                else:
+                    invalid += 1
+                    failures.row_failure(
+                        upload_id, record.row_number, error, raw_row_text(record.fields)
+                    )
+        finally:
+            chunks.close()
+        publisher.flush()
+        deduplicated = publisher.deduplicated
+    return SplitResult(upload_id, rows, valid, invalid, "completed", deduplicated=deduplicated)
 
 
 def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
@@ -92,7 +172,6 @@ def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
     Returns normally for rejected uploads (status "rejected"). Raises EventPublishError
     or ObjectChangedDuringProcessing when the upload must be retried as a whole.
     """
-    upload_id = ref.upload_id
     try:
         size = object_size(ports.s3, ref)
         if size > ports.max_upload_bytes:
@@ -103,34 +182,19 @@ def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
     except UploadRejected as rejection:
         return _reject(ports, ref, rejection)
 
-    publisher = ports.new_publisher()
-    rows = valid = invalid = 0
+    ports.hooks.started(ref)
     try:
-        with FailureWriter(ports.failures_table) as failures:
-            chunks = iter_object_chunks(ports.s3, ref)
-            for record in iter_records(chunks, ports.max_upload_bytes):
-                rows += 1
-                error = validate_row(record.fields)
-                if error is None:
-                    valid += 1
-                    publisher.add(
-                        ROW_DETAIL_TYPE,
-                        prospect_detail(upload_id, record.row_number, record.fields),
-                    )
-                else:
-                    invalid += 1
-                    failures.row_failure(
-                        upload_id, record.row_number, error, raw_row_text(record.fields)
-                    )
-            publisher.flush()
+        result = _publish_rows(ports, ref)
     except UploadRejected as exc:
         # Pass 1 accepted these bytes, so they changed underneath us: start over.
         raise ObjectChangedDuringProcessing(str(exc)) from exc
-    if rows != expected_rows:
-        raise ObjectChangedDuringProcessing(f"pass 1 saw {expected_rows} rows, pass 2 {rows}")
-    result = SplitResult(upload_id, rows, valid, invalid, "completed")
-    _summarise(ports, publisher, ref, result)
+    if result.rows != expected_rows:
+        raise ObjectChangedDuringProcessing(
+            f"pass 1 saw {expected_rows} rows, pass 2 {result.rows}"
+        )
+    _summarise(ports, ref, result)
     logger.info("upload split", extra=result.as_dict())
+    ports.hooks.finished(ref, result)
     return result
 
 
@@ -143,9 +207,13 @@ def record_malformed_event(ports: SplitterPorts, event: object, problem: str) ->
     logger.error("malformed S3 event", extra={"upload_id": upload_id, "problem": problem})
     reason = f"malformed S3 event: {problem}"
     put_upload_failure(ports.failures_table, upload_id, "MalformedEvent", reason, event)
-    result = SplitResult(upload_id, 0, 0, 0, "rejected", reason)
+    result = SplitResult(upload_id, 0, 0, 0, "rejected", reason, error_code="MalformedEvent")
     put_summary(ports.failures_table, None, result.as_dict())
-    publisher = ports.new_publisher()
-    publisher.add(SUMMARY_DETAIL_TYPE, {**result.as_dict(), "bucket": "", "key": ""})
-    publisher.flush()
+    with ports.new_publisher() as publisher:
+        publisher.add(
+            SUMMARY_DETAIL_TYPE,
+            {**result.as_dict(), "bucket": "", "key": ""},
+            summary_deduplication_id(upload_id),
+        )
+        publisher.flush()
     return result

@@ -21,6 +21,13 @@ from .fault_injection import FlakyPutEvents
 VALID = "ada@example.com,Ada,Lovelace,Analytical Engines,CTO,GB,note"
 
 
+@pytest.fixture(autouse=True)
+def _splitter_env_unset(monkeypatch):
+    """Settings the conftest fixture does not reset; each test sets what it needs."""
+    for name in ("MAX_ROWS", "PUBLISH_CONCURRENCY", "EVENT_BUS_KIND", "EVENT_BUS_ARN"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _rows(published: list[dict]) -> list[dict]:
     return [e["detail"] for e in published if e["detail-type"] == "Prospect Row Validated"]
 
@@ -87,6 +94,7 @@ def test_each_invalid_row_kind_is_recorded(aws, lambda_context):
         "rows": 7,
         "valid": 1,
         "invalid": 6,
+        "deduplicated": 0,
         "status": "completed",
     }
     items = aws.failures(result["upload_id"])
@@ -120,6 +128,7 @@ def test_each_invalid_row_kind_is_recorded(aws, lambda_context):
             "rows": 7,
             "valid": 1,
             "invalid": 6,
+            "deduplicated": 0,
             "status": "completed",
             "bucket": BUCKET,
             "key": "kinds.csv",
@@ -216,7 +225,12 @@ def test_redelivered_event_publishes_nothing_new(aws, lambda_context):
     assert aws.drain_published() == []
 
 
-def test_partial_put_events_failure_is_retried_without_loss_or_duplicates(aws, lambda_context):
+def test_partial_put_events_failure_is_retried_without_loss_or_duplicates(
+    aws, lambda_context, monkeypatch
+):
+    # FlakyPutEvents pairs its before/after hooks through instance state, so it needs one
+    # call at a time; test_splitter_throughput.py covers the same faults in parallel.
+    monkeypatch.setenv("PUBLISH_CONCURRENCY", "1")
     # Every call fails entries 1 and 4 the first two times a batch is seen.
     flaky = FlakyPutEvents(lambda call, entries: {1, 4} if call % 3 != 0 else set())
     flaky.install(aws.session)
@@ -301,11 +315,13 @@ def test_published_plus_invalid_equals_data_rows(aws, lambda_context):
     events.remove_targets(Rule="capture-all", EventBusName=BUS, Ids=["capture"])
     accepted: list[dict] = []
 
-    def record_accepted(params, **_):
-        record_accepted.pending = params["Entries"]
+    # PutEvents calls run in parallel: botocore's per-request ``context`` pairs each
+    # request with its response.
+    def record_accepted(params, context, **_):
+        context["test.entries"] = params["Entries"]
 
-    def after(parsed, **_):
-        for entry, result in zip(record_accepted.pending, parsed["Entries"], strict=True):
+    def after(parsed, context, **_):
+        for entry, result in zip(context["test.entries"], parsed["Entries"], strict=True):
             if "EventId" in result and entry["DetailType"] == "Prospect Row Validated":
                 accepted.append(json.loads(entry["Detail"]))
 
