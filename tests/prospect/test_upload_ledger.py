@@ -295,3 +295,27 @@ def test_settings_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("UPLOAD_RETENTION_DAYS", "-1")
     with pytest.raises(Exception, match="UPLOAD_RETENTION_DAYS must be positive"):
         LedgerSettings.from_env()
+
+
+def test_the_classifier_hook_accounts_through_the_environment(aws, monkeypatch):
+    # GIVEN the classify function's environment as the stack sets it
+    from prospect_classifier import accounting
+
+    create_upload_tables(aws.session)
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
+    monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
+    monkeypatch.setattr(accounting, "_ledger", None)
+    UploadLedger.from_environment().begin("u-1", bucket="b", key="k.csv")
+    # WHEN the hook sees a completed delivery
+    accounting.record_outcome(row_event(), billed())
+    # THEN the row is counted
+    assert upload_item(aws.session, "u-1")["classified"] == {"hot": 1}
+
+
+def test_the_classifier_hook_is_off_without_an_uploads_table(aws, monkeypatch):
+    from prospect_classifier import accounting
+
+    monkeypatch.delenv("UPLOADS_TABLE_NAME", raising=False)
+    monkeypatch.setattr(accounting, "_ledger", None)
+    accounting.record_outcome(row_event(), billed())
+    assert accounting._ledger is None
