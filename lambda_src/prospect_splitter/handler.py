@@ -21,6 +21,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
+from upload_accounting import LedgerSettings, UploadLedger
 
 from .config import Settings
 from .publisher import EventPublisher
@@ -73,6 +74,13 @@ def build_splitter(
         new_publisher=lambda: EventPublisher(
             events, settings.event_bus_name, settings.event_source, sleep=sleep
         ),
+        ledger=UploadLedger(
+            LedgerSettings.from_env(),
+            dynamodb=session.client("dynamodb", config=_BOTO_CONFIG),
+            events=events,
+        )
+        if LedgerSettings.configured()
+        else None,
     )
     config = IdempotencyConfig(
         # The key is the object identity only: bucket, key and version-id-or-etag.

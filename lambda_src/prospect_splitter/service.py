@@ -54,6 +54,7 @@ class SplitterPorts:
     failures_table: Any
     max_upload_bytes: int
     new_publisher: Callable[[], EventPublisher]  # a fresh buffer per upload
+    ledger: Any = None  # upload_accounting.UploadLedger, when the stack has one
 
 
 def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
@@ -83,6 +84,9 @@ def _reject(ports: SplitterPorts, ref: UploadRef, rejection: UploadRejected) -> 
     put_upload_failure(ports.failures_table, ref.upload_id, rejection.error_code, rejection.reason)
     result = SplitResult(ref.upload_id, 0, 0, 0, "rejected", rejection.reason)
     _summarise(ports, ports.new_publisher(), ref, result)
+    if ports.ledger is not None:
+        ports.ledger.split_finished(ref.upload_id, rows=0, valid=0, invalid=0,
+                                    rejected_reason=rejection.reason)  # fmt: skip
     return result
 
 
@@ -93,6 +97,8 @@ def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
     or ObjectChangedDuringProcessing when the upload must be retried as a whole.
     """
     upload_id = ref.upload_id
+    if ports.ledger is not None:
+        ports.ledger.begin(upload_id, bucket=ref.bucket, key=ref.key)
     try:
         size = object_size(ports.s3, ref)
         if size > ports.max_upload_bytes:
@@ -130,6 +136,8 @@ def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
         raise ObjectChangedDuringProcessing(f"pass 1 saw {expected_rows} rows, pass 2 {rows}")
     result = SplitResult(upload_id, rows, valid, invalid, "completed")
     _summarise(ports, publisher, ref, result)
+    if ports.ledger is not None:
+        ports.ledger.split_finished(upload_id, rows=rows, valid=valid, invalid=invalid)
     logger.info("upload split", extra=result.as_dict())
     return result
 
@@ -148,4 +156,6 @@ def record_malformed_event(ports: SplitterPorts, event: object, problem: str) ->
     publisher = ports.new_publisher()
     publisher.add(SUMMARY_DETAIL_TYPE, {**result.as_dict(), "bucket": "", "key": ""})
     publisher.flush()
+    if ports.ledger is not None:
+        ports.ledger.split_finished(upload_id, rows=0, valid=0, invalid=0, rejected_reason=reason)
     return result
