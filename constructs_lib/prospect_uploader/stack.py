@@ -509,8 +509,11 @@ class ProspectUploaderStack(Stack):
                             *VIEWER_UPDATABLE_ATTRIBUTES,
                         ]
                     },
-                    # UPDATED_NEW/ALL_NEW/ALL_OLD would hand back attributes not listed.
-                    "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD"]},
+                    # ALL_OLD/ALL_NEW would hand back attributes not listed; UPDATED_* return
+                    # only the listed ones it changed.
+                    "StringEqualsIfExists": {
+                        "dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]
+                    },
                 },
             )
         )

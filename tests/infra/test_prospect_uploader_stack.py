@@ -439,7 +439,7 @@ def test_viewer_updates_only_its_own_attributes(raw):
             "upload_id", "failure_id", "retried_at", "retry_count", "replay_generation",
             "retry_status",
         ]},
-        "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD"]},
+        "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]},
     }  # fmt: skip
 
 
