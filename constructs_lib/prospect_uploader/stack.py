@@ -11,7 +11,7 @@ counted once in ``UploadsTable`` (the ``upload_accounting`` ledger, bundled into
 splitter, the classifier, the recorder and ``UploadSweeper``); when the last valid row
 is accounted for, one "Prospect Upload Completed" event is published, and
 ``UploadCompletedAlertRule`` mails it when anything was invalid, failed or missing.
-``UploadRejectedAlertRule`` mails rejected uploads. ``Viewer`` shows uploads and
+``UploadAlertRule`` mails rejected uploads. ``Viewer`` shows uploads and
 failures behind an IAM-authenticated Function URL.
 """
 
@@ -588,10 +588,11 @@ class ProspectUploaderStack(Stack):
             )
         )
         # Kept on the splitter's own summary: it is alerted even when the upload
-        # could not be attributed to an object (a malformed S3 event).
+        # could not be attributed to an object (a malformed S3 event). The id is the
+        # old summary rule's, so deployed stacks update the rule in place.
         self.alert_rule = events.Rule(
             self,
-            "UploadRejectedAlertRule",
+            "UploadAlertRule",
             event_bus=self.bus,
             description="Mails every rejected upload with its reason",
             event_pattern=events.EventPattern(

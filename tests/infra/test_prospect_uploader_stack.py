@@ -245,7 +245,7 @@ def test_one_summary_mail_per_upload_with_invalid_failed_or_missing_rows(raw):
 
 
 def test_rejected_uploads_are_still_mailed(raw):
-    rule = props(raw, "UploadRejectedAlertRule/Resource")
+    rule = props(raw, "UploadAlertRule/Resource")
     assert rule["EventPattern"] == {
         "source": ["prospect-uploader"],
         "detail-type": ["Prospect Upload Summarized"],
@@ -255,7 +255,7 @@ def test_rejected_uploads_are_still_mailed(raw):
     assert transformer["InputPathsMap"]["detail-reason"] == "$.detail.reason"
 
 
-@pytest.mark.parametrize("rule", ["UploadCompletedAlertRule", "UploadRejectedAlertRule"])
+@pytest.mark.parametrize("rule", ["UploadCompletedAlertRule", "UploadAlertRule"])
 def test_the_s3_key_enters_alerts_only_as_an_escaped_json_value(raw, rule):
     # GIVEN the input template, and a key built to break out of a string
     transformer = props(raw, f"{rule}/Resource")["Targets"][0]["InputTransformer"]
@@ -455,7 +455,7 @@ def test_only_this_stacks_rules_and_alarms_may_publish_alerts(raw):
     policy = props(raw, "AlertTopic/Policy/Resource")["PolicyDocument"]["Statement"]
     allows = [s for s in policy if s["Effect"] == "Allow"]
     rules = {by_path(raw, f"{name}/Resource")[0]
-             for name in ("UploadCompletedAlertRule", "UploadRejectedAlertRule")}  # fmt: skip
+             for name in ("UploadCompletedAlertRule", "UploadAlertRule")}  # fmt: skip
     from_events = [s for s in allows if s["Principal"] == {"Service": "events.amazonaws.com"}]
     assert {s["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0]
             for s in from_events} == rules  # fmt: skip
