@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from botocore.exceptions import ClientError
@@ -319,3 +320,26 @@ def test_the_classifier_hook_is_off_without_an_uploads_table(aws, monkeypatch):
     monkeypatch.setattr(accounting, "_ledger", None)
     accounting.record_outcome(row_event(), billed())
     assert accounting._ledger is None
+
+
+def test_the_sweeper_handler_sweeps_with_the_environment(aws, monkeypatch):
+    from upload_accounting import sweeper
+
+    create_upload_tables(aws.session)
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
+    monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
+    monkeypatch.setenv("UPLOAD_DEADLINE_SECONDS", "1")
+    monkeypatch.setenv("UPLOAD_SPLIT_DEADLINE_SECONDS", "1")
+    sweeper._ledger.cache_clear()
+    ledger = UploadLedger.from_environment()
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    # WHEN the scheduled rule invokes the sweeper after the deadline
+    time.sleep(2)
+    try:
+        result = sweeper.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)
+    finally:
+        sweeper._ledger.cache_clear()
+    # THEN the upload is closed as incomplete, one row missing
+    assert result == {"swept": {"u-1": "incomplete"}}
+    assert upload_item(aws.session, "u-1")["missing"] == 1
