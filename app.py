@@ -2,7 +2,10 @@
 """The CDK app: the Prospect Uploader reference pipeline, checked by cdk-nag.
 
 Context: ``-c alert_email=ops@example.com`` subscribes an address to alerts;
-``-c anthropic_api_key_secret_arn=arn:...`` uses an existing API key secret.
+``-c anthropic_api_key_secret_arn=arn:...`` uses an existing API key secret; ``max_rows``,
+``failure_retention_days``, ``noncurrent_version_retention_days``,
+``access_log_retention_days`` and ``viewer_principals`` are described on
+``ProspectUploaderStack`` and in the README ("The Prospect Uploader", "Context").
 """
 
 from __future__ import annotations

@@ -5,17 +5,31 @@ One upload, by resource:
 S3 ``UploadBucket`` --Object Created *.csv--> default bus ``SplitterRule`` -->
 ``Splitter`` (validates every row) --"Prospect Row Validated"--> ``ProspectBus`` -->
 ``Classify`` (IdempotentModelStep, hot/warm/cold) --> ``ProspectsTable``.
-Invalid rows and the upload summary go to ``FailuresTable``; model failures land
-on ``FailureQueue`` and ``FailureRecorder`` normalises them into ``FailuresTable``;
-``UploadAlertRule`` mails one summary per upload with failures; ``Viewer`` shows
-the failures behind an IAM-authenticated Function URL.
+Invalid rows go to ``FailuresTable``; model failures land on ``FailureQueue`` and
+``FailureRecorder`` normalises them into ``FailuresTable``. Every row's outcome is
+counted once in ``UploadsTable`` (the ``upload_accounting`` ledger, bundled into the
+splitter, the classifier, the recorder and ``UploadSweeper``); when the last valid row
+is accounted for, one "Prospect Upload Completed" event is published, and
+``UploadCompletedAlertRule`` mails it when anything was invalid, failed or missing.
+``UploadAlertRule`` mails rejected uploads. ``Viewer`` shows uploads and
+failures behind an IAM-authenticated Function URL.
 """
 
 from __future__ import annotations
 
+import re
 from typing import cast
 
-from aws_cdk import Acknowledgment, Annotations, CfnOutput, Duration, Stack, Validations
+import jsii
+from aws_cdk import (
+    Acknowledgment,
+    Annotations,
+    ArnFormat,
+    CfnOutput,
+    Duration,
+    Stack,
+    Validations,
+)
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -44,6 +58,7 @@ from ..python_function import python_function
 EVENT_SOURCE = "prospect-uploader"
 ROW_VALIDATED = "Prospect Row Validated"
 UPLOAD_SUMMARIZED = "Prospect Upload Summarized"
+UPLOAD_COMPLETED = "Prospect Upload Completed"
 LABELS = ["hot", "warm", "cold"]
 PROMPT_VERSION = "prospect-classifier-2026-11-01"
 SYSTEM_PROMPT = (
@@ -54,9 +69,78 @@ SYSTEM_PROMPT = (
 )
 DEFAULT_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 
+#: Context keys the stack reads, with (default, lowest, highest) for the integer ones.
+CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
+    "max_rows": (100_000, 1, 10_000_000),
+    "failure_retention_days": (90, 1, 3650),
+    "noncurrent_version_retention_days": (30, 1, 3650),
+    "access_log_retention_days": (90, 1, 3650),
+}
+#: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
+#: its retry stamp and count, the replay generation it publishes under, and the
+#: outcome of a retry. The item's key attributes are named in the request too.
+VIEWER_UPDATABLE_ATTRIBUTES = ("retried_at", "retry_count", "replay_generation", "retry_status")
+#: Rows wait for the classify step up to its max event age (the construct's default,
+#: 24 h); an hour more covers the DLQ hand-off and the failure recorder.
+UPLOAD_DEADLINE = defaults.DEFAULT_MAX_EVENT_AGE.plus(Duration.hours(1))
+#: The splitter's async max event age (6 h) plus its 15-minute timeout, rounded up.
+UPLOAD_SPLIT_DEADLINE = Duration.hours(7)
+SWEEP_INTERVAL = Duration.minutes(15)
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+
+
+@jsii.implements(events.IRuleTarget)
+class AlertTopicTarget:
+    """An SNS rule target whose publish grant names the rule.
+
+    ``targets.SnsTopic`` lets ``events.amazonaws.com`` publish with no condition, so any
+    rule in any account that learns the topic ARN could mail the operators. This target
+    allows only the rule it is bound to (``aws:SourceArn``), and dead-letters to ``queue``
+    under the same condition.
+    """
+
+    def __init__(
+        self, topic: sns.ITopic, message: events.RuleTargetInput, dead_letter_queue: sqs.IQueue
+    ) -> None:
+        self.topic = topic
+        self.message = message
+        self.dead_letter_queue = dead_letter_queue
+
+    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:
+        source = {"ArnEquals": {"aws:SourceArn": rule.rule_arn}}
+        events_principal = iam.ServicePrincipal("events.amazonaws.com")
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish"],
+                principals=[events_principal],
+                resources=[self.topic.topic_arn],
+                conditions=source,
+            )
+        )
+        self.dead_letter_queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"AllowEventRule{cast(Construct, rule).node.addr}",
+                actions=["sqs:SendMessage"],
+                principals=[events_principal],
+                resources=[self.dead_letter_queue.queue_arn],
+                conditions=source,
+            )
+        )
+        return events.RuleTargetConfig(
+            arn=self.topic.topic_arn,
+            input=self.message,
+            dead_letter_config=events.CfnRule.DeadLetterConfigProperty(
+                arn=self.dead_letter_queue.queue_arn
+            ),
+            retry_policy=events.CfnRule.RetryPolicyProperty(
+                maximum_retry_attempts=defaults.DEFAULT_EVENT_RETRY_ATTEMPTS,
+                maximum_event_age_in_seconds=int(defaults.DEFAULT_MAX_EVENT_AGE.to_seconds()),
+            ),
+        )
+
 
 class ProspectUploaderStack(Stack):
-    """CSV prospects in, validated rows, hot/warm/cold labels, email alerts, a failure viewer.
+    """CSV prospects in, validated rows, hot/warm/cold labels, email alerts, a viewer.
 
     Context read (``cdk synth -c key=value``):
 
@@ -64,6 +148,17 @@ class ProspectUploaderStack(Stack):
       subscription (the stack says so in a warning and an output).
     - ``anthropic_api_key_secret_arn``: an existing secret holding the API key.
       Default: the stack creates ``AnthropicApiKey``; put the key in it after deploy.
+    - ``max_rows``: uploads with more data rows are rejected before any row is
+      published, 1 to 10,000,000, default 100,000.
+    - ``failure_retention_days``: TTL of FailuresTable items, UploadsTable items and
+      row markers, 1 to 3650, default 90.
+    - ``noncurrent_version_retention_days``: UploadBucket deletes overwritten or
+      deleted versions after this many days, 1 to 3650, default 30.
+    - ``access_log_retention_days``: AccessLogsBucket deletes logs after this many
+      days, 1 to 3650, default 90.
+    - ``viewer_principals``: comma-separated IAM role ARNs granted
+      ``lambda:InvokeFunctionUrl`` on the viewer. Default: none (only identities whose
+      own IAM policy allows it).
 
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
@@ -84,10 +179,24 @@ class ProspectUploaderStack(Stack):
         # BUCKET_OWNER_ENFORCED disables). Set before any bucket is created.
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         check_int_range("ProspectUploaderStack", "max_upload_bytes", max_upload_bytes, 1, 2**30)
+        self.max_rows = self._context_int("max_rows")
+        self.failure_retention_days = self._context_int("failure_retention_days")
+        self.viewer_principals = self._context_role_arns("viewer_principals")
         src = lambda_src_root()
 
         # ------------------------------------------------------------ storage
-        access_logs = s3.Bucket(self, "AccessLogsBucket", **defaults.private_bucket_props())
+        access_logs = s3.Bucket(
+            self,
+            "AccessLogsBucket",
+            **defaults.private_bucket_props(),
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireOldLogs",
+                    expiration=Duration.days(self._context_int("access_log_retention_days")),
+                    noncurrent_version_expiration=Duration.days(1),
+                )
+            ],
+        )
         Validations.of(access_logs).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-S1",
@@ -101,6 +210,15 @@ class ProspectUploaderStack(Stack):
             **defaults.private_bucket_props(),
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="upload-bucket/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="ExpireReplacedUploads",
+                    noncurrent_version_expiration=Duration.days(
+                        self._context_int("noncurrent_version_retention_days")
+                    ),
+                    abort_incomplete_multipart_upload_after=Duration.days(7),
+                )
+            ],
         )
         # The native property, not `event_bridge_enabled=True`: that adds CDK's
         # notifications custom resource (a Lambda with a managed-policy role) to
@@ -113,10 +231,36 @@ class ProspectUploaderStack(Stack):
             self, "IdempotencyTable", **defaults.idempotency_table_props()
         )
         self.failures_table = dynamodb.Table(
-            self, "FailuresTable", **defaults.data_table_props("upload_id", "failure_id")
+            self,
+            "FailuresTable",
+            **defaults.data_table_props("upload_id", "failure_id"),
+            time_to_live_attribute="expires_at",
         )
         self.prospects_table = dynamodb.Table(
             self, "ProspectsTable", **defaults.data_table_props("upload_id", "row_number", "N")
+        )
+        # One item per upload, keyed by upload_id alone (contract §5).
+        upload_props = defaults.data_table_props("upload_id", "unused")
+        del upload_props["sort_key"]
+        self.uploads_table = dynamodb.Table(
+            self, "UploadsTable", **upload_props, time_to_live_attribute="expires_at"
+        )
+        # Sparse: only uploads whose completion event is not yet published carry
+        # sweep_shard, so the sweeper queries open uploads, never the whole table.
+        self.uploads_table.add_global_secondary_index(
+            index_name="OpenUploads",
+            partition_key=dynamodb.Attribute(
+                name="sweep_shard", type=dynamodb.AttributeType.STRING
+            ),
+            sort_key=dynamodb.Attribute(name="sweep_after", type=dynamodb.AttributeType.NUMBER),
+            projection_type=dynamodb.ProjectionType.KEYS_ONLY,
+        )
+        # One marker per accounted row: the conditional Put that makes a row count once.
+        self.upload_rows_table = dynamodb.Table(
+            self,
+            "UploadRowsTable",
+            **defaults.data_table_props("upload_id", "row_number", "N"),
+            time_to_live_attribute="expires_at",
         )
         self.failure_queue = sqs.Queue(self, "FailureQueue", **defaults.dead_letter_queue_props())
         Validations.of(self.failure_queue).acknowledge(
@@ -130,62 +274,25 @@ class ProspectUploaderStack(Stack):
         self.bus = events.EventBus(self, "ProspectBus")
 
         # ------------------------------------------------------------- alerts
-        self.alert_key = kms.Key(
-            self,
-            "AlertKey",
-            enable_key_rotation=True,
-            description="Encrypts the prospect uploader's alert topic",
-        )
-        for service in ("cloudwatch.amazonaws.com", "events.amazonaws.com"):
-            # Alarms and rules publish to the encrypted topic as these services.
-            self.alert_key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                    principals=[iam.ServicePrincipal(service)],
-                    resources=["*"],
-                    conditions={"StringEquals": {"aws:SourceAccount": self.account}},
-                )
-            )
-        self.alert_topic = sns.Topic(
-            self, "AlertTopic", master_key=self.alert_key, enforce_ssl=True
-        )
-        alert_email = self.node.try_get_context("alert_email")
-        if alert_email:
-            if "@" not in str(alert_email):
-                raise PropValidationError(
-                    f"ProspectUploaderStack: context alert_email must be an email address, "
-                    f"got {alert_email!r}"
-                )
-            self.alert_topic.add_subscription(subscriptions.EmailSubscription(str(alert_email)))
-        else:
-            Annotations.of(self).add_warning_v2(
-                "prospect-uploader:no-alert-email",
-                "No alert_email context: the alert topic has no subscription. Synthesize "
-                "with `-c alert_email=ops@example.com` to receive alerts by email.",
-            )
-        CfnOutput(
-            self,
-            "AlertSubscription",
-            value=str(alert_email) if alert_email else "none (set -c alert_email=...)",
-            description="Where alerts are mailed",
-        )
+        self._build_alert_topic()
 
         # ----------------------------------------------------------- splitter
         self.splitter = python_function(
             self,
             "Splitter",
-            packages=[src / "prospect_splitter"],
+            packages=[src / "prospect_splitter", src / "upload_accounting"],
             handler="prospect_splitter.handler.handler",
             requirements=[src / "prospect_splitter" / "requirements.txt"],
             description="Streams an uploaded CSV, validates each row, publishes valid rows",
             timeout=Duration.minutes(15),
             memory_size=512,
             environment={
-                "EVENT_BUS_NAME": self.bus.event_bus_name,
-                "EVENT_SOURCE": EVENT_SOURCE,
+                **self._ledger_environment(),
                 "FAILURES_TABLE_NAME": self.failures_table.table_name,
+                "FAILURE_RETENTION_DAYS": str(self.failure_retention_days),
                 "IDEMPOTENCY_TABLE_NAME": self.idempotency_table.table_name,
                 "MAX_UPLOAD_BYTES": str(max_upload_bytes),
+                "MAX_ROWS": str(self.max_rows),
                 "POWERTOOLS_SERVICE_NAME": "prospect-splitter",
             },
         )
@@ -213,6 +320,8 @@ class ProspectUploaderStack(Stack):
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
         )
+        # The splitter may publish anything on the bus already; no second PutEvents grant.
+        self._grant_ledger(self.splitter, publish=False)
         self.splitter.configure_async_invoke(
             retry_attempts=2,
             max_event_age=Duration.hours(6),
@@ -267,6 +376,15 @@ class ProspectUploaderStack(Stack):
                     "function; operators rotate it in the Anthropic console and store it here.",
                 )
             )
+        classifier = ModelStepHandler.from_package(
+            src / "prospect_classifier", handler="prospect_classifier.handler.handler"
+        )
+        # The ledger package rides beside the classifier (its on_outcome hook accounts rows).
+        classifier = ModelStepHandler(
+            [classifier.packages[0], src / "upload_accounting", *classifier.packages[1:]],
+            classifier.handler,
+            classifier.requirements,
+        )
         self.classify = IdempotentModelStep(
             self,
             "Classify",
@@ -282,31 +400,76 @@ class ProspectUploaderStack(Stack):
             dead_letter_queue=self.failure_queue,
             alarm_topic=self.alert_topic,
             lambda_retry_attempts=lambda_retry_attempts,
-            handler=ModelStepHandler.from_package(
-                src / "prospect_classifier", handler="prospect_classifier.handler.handler"
-            ),
-            environment={"PROSPECTS_TABLE_NAME": self.prospects_table.table_name},
+            handler=classifier,
+            environment={
+                **self._ledger_environment(),
+                "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
+            },
         )
         # The classifier upserts one item per row; nothing else on the table.
         self.prospects_table.grant(self.classify.function, "dynamodb:UpdateItem")
+        self._grant_ledger(self.classify.function)
 
         # ------------------------------------------------------------- recorder
         self.recorder = python_function(
             self,
             "FailureRecorder",
-            packages=[src / "failure_recorder"],
+            packages=[src / "failure_recorder", src / "upload_accounting"],
             handler="failure_recorder.handler.handler",
             description="Records every dead-lettered pipeline event in FailuresTable",
             timeout=Duration.seconds(30),
             memory_size=256,
-            environment={"FAILURES_TABLE_NAME": self.failures_table.table_name},
+            environment={
+                **self._ledger_environment(),
+                "FAILURES_TABLE_NAME": self.failures_table.table_name,
+                "FAILURE_RETENTION_DAYS": str(self.failure_retention_days),
+            },
         )
         self.failures_table.grant(self.recorder, "dynamodb:UpdateItem")
+        self._grant_ledger(self.recorder)
         self.recorder.add_event_source(
             event_sources.SqsEventSource(
                 self.failure_queue, batch_size=10, report_batch_item_failures=True
             )
         )
+
+        # -------------------------------------------------------------- sweeper
+        self.sweeper = python_function(
+            self,
+            "UploadSweeper",
+            packages=[src / "upload_accounting"],
+            handler="upload_accounting.sweeper.handler",
+            description="Closes uploads whose rows were not all accounted for in time",
+            timeout=Duration.minutes(5),
+            memory_size=256,
+            environment=self._ledger_environment(),
+        )
+        self._grant_ledger(self.sweeper)
+        self.sweeper.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Query"],
+                resources=[f"{self.uploads_table.table_arn}/index/OpenUploads"],
+            )
+        )
+        # A fixed-rate rule, not one EventBridge Scheduler schedule per upload: the
+        # deadline is a day long, so 15 minutes late is close enough, and there are no
+        # per-upload schedules to create, delete, pay for or leak.
+        self.sweep_rule = events.Rule(
+            self,
+            "UploadSweepRule",
+            description="Runs UploadSweeper every 15 minutes",
+            schedule=events.Schedule.rate(SWEEP_INTERVAL),
+        )
+        self.sweep_rule.add_target(
+            targets.LambdaFunction(
+                self.sweeper,
+                dead_letter_queue=self.failure_queue,
+                # A missed sweep is replaced by the next one.
+                retry_attempts=2,
+                max_event_age=SWEEP_INTERVAL,
+            )
+        )
+        self.sweeper.configure_async_invoke(retry_attempts=0, max_event_age=SWEEP_INTERVAL)
 
         # -------------------------------------------------------------- viewer
         self.viewer = python_function(
@@ -314,28 +477,66 @@ class ProspectUploaderStack(Stack):
             "Viewer",
             packages=[src / "prospect_viewer"],
             handler="prospect_viewer.handler.handler",
-            description="Prospect Viewer: lists, exports and retries recorded failures",
+            description="Prospect Viewer: lists uploads, exports and retries recorded failures",
             timeout=Duration.seconds(30),
             memory_size=256,
             environment={
                 "FAILURES_TABLE_NAME": self.failures_table.table_name,
+                "UPLOADS_TABLE_NAME": self.uploads_table.table_name,
                 "EVENT_BUS_NAME": self.bus.event_bus_name,
                 "EVENT_SOURCE": EVENT_SOURCE,
             },
         )
         self.failures_table.grant(
-            self.viewer,
-            "dynamodb:Query",
-            "dynamodb:Scan",
-            "dynamodb:GetItem",
-            "dynamodb:UpdateItem",
+            self.viewer, "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem"
         )
-        self.bus.grant_put_events_to(self.viewer)
+        # The table, not its index: table.grant would add index/* as well.
+        self.viewer.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:Query"],
+                resources=[self.uploads_table.table_arn],
+            )
+        )
+        self.viewer.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:UpdateItem"],
+                resources=[self.failures_table.table_arn],
+                conditions={
+                    "ForAllValues:StringEquals": {
+                        "dynamodb:Attributes": [
+                            "upload_id",
+                            "failure_id",
+                            *VIEWER_UPDATABLE_ATTRIBUTES,
+                        ]
+                    },
+                    # ALL_OLD/ALL_NEW would hand back attributes not listed; UPDATED_* return
+                    # only the listed ones it changed.
+                    "StringEqualsIfExists": {
+                        "dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]
+                    },
+                },
+            )
+        )
+        # Retry re-publishes one kind of event only: a validated row, as the splitter sent it.
+        self.viewer.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["events:PutEvents"],
+                resources=[self.bus.event_bus_arn],
+                conditions={
+                    "StringEquals": {
+                        "events:source": EVENT_SOURCE,
+                        "events:detail-type": ROW_VALIDATED,
+                    }
+                },
+            )
+        )
         # AWS_IAM: only principals with lambda:InvokeFunctionUrl on this function
         # can load the page; nothing is public unless a policy says so.
         self.viewer_url = self.viewer.add_function_url(
             auth_type=lambda_.FunctionUrlAuthType.AWS_IAM
         )
+        for role_arn in self.viewer_principals:
+            self.viewer.grant_invoke_url(iam.ArnPrincipal(role_arn))
         CfnOutput(
             self,
             "ViewerUrl",
@@ -343,38 +544,76 @@ class ProspectUploaderStack(Stack):
             description="Prospect Viewer (IAM-authenticated; sign requests with SigV4)",
         )
 
-        # -------------------------------------------------- upload summary alerts
-        self.alert_rule = events.Rule(
+        # ------------------------------------------------------- upload alerts
+        # Values enter the mail as JSON string values: EventBridge escapes them there,
+        # so a key with quotes or newlines cannot break or forge the message.
+        self.completed_alert_rule = events.Rule(
             self,
-            "UploadAlertRule",
+            "UploadCompletedAlertRule",
             event_bus=self.bus,
-            description="Mails one summary per upload that had failures",
+            description="Mails one summary per upload with invalid, failed or missing rows",
             event_pattern=events.EventPattern(
                 source=[EVENT_SOURCE],
-                detail_type=[UPLOAD_SUMMARIZED],
+                detail_type=[UPLOAD_COMPLETED],
                 detail={
                     "$or": [
-                        {"invalid": [{"numeric": [">", 0]}]},
-                        {"status": ["rejected"]},
+                        {"status": ["incomplete"]},
+                        {"status": ["completed"], "invalid": [{"numeric": [">", 0]}]},
+                        {"status": ["completed"], "failed_total": [{"numeric": [">", 0]}]},
                     ]
                 },
             ),
         )
-        self.alert_rule.add_target(
-            targets.SnsTopic(
+        field = events.EventField.from_path
+        self.completed_alert_rule.add_target(
+            AlertTopicTarget(
                 self.alert_topic,
-                message=events.RuleTargetInput.from_text(
-                    f"Prospect upload {events.EventField.from_path('$.detail.upload_id')} "
-                    f"(s3://{events.EventField.from_path('$.detail.bucket')}/"
-                    f"{events.EventField.from_path('$.detail.key')}) finished with status "
-                    f"{events.EventField.from_path('$.detail.status')}: "
-                    f"{events.EventField.from_path('$.detail.invalid')} invalid of "
-                    f"{events.EventField.from_path('$.detail.rows')} rows. "
-                    "Open the Prospect Viewer for the reasons."
+                events.RuleTargetInput.from_object(
+                    {
+                        "message": "A prospect upload finished with rows that were not "
+                        "classified. Open the Prospect Viewer for the reasons.",
+                        "upload_id": field("$.detail.upload_id"),
+                        "bucket": field("$.detail.bucket"),
+                        "key": field("$.detail.key"),
+                        "status": field("$.detail.status"),
+                        "rows": field("$.detail.rows"),
+                        "invalid": field("$.detail.invalid"),
+                        "failed": field("$.detail.failed_total"),
+                        "failed_by_error_code": field("$.detail.failed"),
+                        "classified": field("$.detail.classified_total"),
+                        "missing": field("$.detail.missing"),
+                    }
                 ),
-                dead_letter_queue=self.failure_queue,
-                retry_attempts=185,
-                max_event_age=Duration.hours(24),
+                self.failure_queue,
+            )
+        )
+        # Kept on the splitter's own summary: it is alerted even when the upload
+        # could not be attributed to an object (a malformed S3 event). The id is the
+        # old summary rule's, so deployed stacks update the rule in place.
+        self.alert_rule = events.Rule(
+            self,
+            "UploadAlertRule",
+            event_bus=self.bus,
+            description="Mails every rejected upload with its reason",
+            event_pattern=events.EventPattern(
+                source=[EVENT_SOURCE],
+                detail_type=[UPLOAD_SUMMARIZED],
+                detail={"status": ["rejected"]},
+            ),
+        )
+        self.alert_rule.add_target(
+            AlertTopicTarget(
+                self.alert_topic,
+                events.RuleTargetInput.from_object(
+                    {
+                        "message": "A prospect upload was rejected; no row was classified.",
+                        "upload_id": field("$.detail.upload_id"),
+                        "bucket": field("$.detail.bucket"),
+                        "key": field("$.detail.key"),
+                        "reason": field("$.detail.reason"),
+                    }
+                ),
+                self.failure_queue,
             )
         )
 
@@ -382,6 +621,157 @@ class ProspectUploaderStack(Stack):
         self.alarms: list[cloudwatch.Alarm] = [*self.classify.alarms, *self._pipeline_alarms()]
         for alarm in self.alarms[len(self.classify.alarms) :]:
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.alert_topic))
+
+    # ----------------------------------------------------------------- helpers
+    def _context_int(self, key: str) -> int:
+        """An integer context value in its range (CONTEXT_INTS); strings from ``-c`` too."""
+        default, low, high = CONTEXT_INTS[key]
+        raw = self.node.try_get_context(key)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return default
+        try:
+            if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+                raise ValueError
+            value = int(raw.strip()) if isinstance(raw, str) else raw
+        except ValueError:
+            raise PropValidationError(
+                f"ProspectUploaderStack: context {key} must be an integer between {low} and "
+                f"{high}, got {raw!r}"
+            ) from None
+        if not low <= value <= high:
+            raise PropValidationError(
+                f"ProspectUploaderStack: context {key} must be between {low} and {high}, "
+                f"got {value}"
+            )
+        return value
+
+    def _context_role_arns(self, key: str) -> list[str]:
+        raw = self.node.try_get_context(key)
+        if raw is None:
+            return []
+        values = raw if isinstance(raw, list) else str(raw).split(",")
+        arns = [str(value).strip() for value in values if str(value).strip()]
+        for arn in arns:
+            if not _ROLE_ARN.match(arn):
+                raise PropValidationError(
+                    f"ProspectUploaderStack: context {key} must be comma-separated IAM role "
+                    f"ARNs (arn:aws:iam::123456789012:role/name), got {arn!r}"
+                )
+        return arns
+
+    def _ledger_environment(self) -> dict[str, str]:
+        """What ``upload_accounting.LedgerSettings`` reads, for every function using it."""
+        return {
+            "UPLOADS_TABLE_NAME": self.uploads_table.table_name,
+            "UPLOAD_ROWS_TABLE_NAME": self.upload_rows_table.table_name,
+            "EVENT_BUS_NAME": self.bus.event_bus_name,
+            "EVENT_SOURCE": EVENT_SOURCE,
+            "UPLOAD_DEADLINE_SECONDS": str(int(UPLOAD_DEADLINE.to_seconds())),
+            "UPLOAD_SPLIT_DEADLINE_SECONDS": str(int(UPLOAD_SPLIT_DEADLINE.to_seconds())),
+            "UPLOAD_RETENTION_DAYS": str(self.failure_retention_days),
+        }
+
+    def _grant_ledger(self, function: lambda_.IFunction, *, publish: bool = True) -> None:
+        """The ledger's writes: its two tables, and publishing the completion event."""
+        # Table ARNs only: table.grant would add the sweeper's index (index/*) too.
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+                resources=[self.uploads_table.table_arn, self.upload_rows_table.table_arn],
+            )
+        )
+        if publish:
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["events:PutEvents"],
+                    resources=[self.bus.event_bus_arn],
+                    conditions={
+                        "StringEquals": {
+                            "events:source": EVENT_SOURCE,
+                            "events:detail-type": UPLOAD_COMPLETED,
+                        }
+                    },
+                )
+            )
+
+    def _build_alert_topic(self) -> None:
+        """The encrypted alert topic; only this stack's rules and alarms may use it.
+
+        CloudWatch sends ``aws:SourceArn`` (the alarm) and ``aws:SourceAccount``.
+        EventBridge-to-encrypted-topic KMS requests carry neither (the SNS guide says
+        these keys are not supported there), so that key statement is bound to this
+        stack's topics through SNS's encryption context instead; the topic policy
+        statement of each rule names the rule (AlertTopicTarget). Names are matched as
+        ``<stack name>-*``, CloudFormation's prefix for generated alarm and topic names:
+        exact ARNs would make the key depend on the topic that depends on the key.
+        """
+        self.alert_key = kms.Key(
+            self,
+            "AlertKey",
+            enable_key_rotation=True,
+            description="Encrypts the prospect uploader's alert topic",
+        )
+        stack_topics = self.format_arn(service="sns", resource=f"{self.stack_name}-*")
+        stack_alarms = self.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"{self.stack_name}-*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        topic_context = {"kms:EncryptionContext:aws:sns:topicArn": stack_topics}
+        self.alert_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": self.account},
+                    "ArnLike": {"aws:SourceArn": stack_alarms, **topic_context},
+                },
+            )
+        )
+        self.alert_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                resources=["*"],
+                conditions={"ArnLike": topic_context},
+            )
+        )
+        self.alert_topic = sns.Topic(
+            self, "AlertTopic", master_key=self.alert_key, enforce_ssl=True
+        )
+        self.alert_topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=[self.alert_topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": self.account},
+                    "ArnLike": {"aws:SourceArn": stack_alarms},
+                },
+            )
+        )
+        alert_email = self.node.try_get_context("alert_email")
+        if alert_email:
+            if "@" not in str(alert_email):
+                raise PropValidationError(
+                    f"ProspectUploaderStack: context alert_email must be an email address, "
+                    f"got {alert_email!r}"
+                )
+            self.alert_topic.add_subscription(subscriptions.EmailSubscription(str(alert_email)))
+        else:
+            Annotations.of(self).add_warning_v2(
+                "prospect-uploader:no-alert-email",
+                "No alert_email context: the alert topic has no subscription. Synthesize "
+                "with `-c alert_email=ops@example.com` to receive alerts by email.",
+            )
+        CfnOutput(
+            self,
+            "AlertSubscription",
+            value=str(alert_email) if alert_email else "none (set -c alert_email=...)",
+            description="Where alerts are mailed",
+        )
 
     def _pipeline_alarms(self) -> list[cloudwatch.Alarm]:
         """Alarms on the parts outside the classify step; missing data is healthy."""
@@ -413,9 +803,19 @@ class ProspectUploaderStack(Stack):
                 "FailureRecorder raised; failures stay on FailureQueue until it recovers.",
             ),
             (
-                "AlertDeliveryFailedAlarm",
+                "RejectedAlertDeliveryFailedAlarm",
                 events_rule_metric(self.alert_rule, "FailedInvocations", self.bus),
+                "A rejected upload's alert could not be published to the alert topic.",
+            ),
+            (
+                "CompletedAlertDeliveryFailedAlarm",
+                events_rule_metric(self.completed_alert_rule, "FailedInvocations", self.bus),
                 "An upload summary could not be published to the alert topic.",
+            ),
+            (
+                "SweeperErrorsAlarm",
+                self.sweeper.metric_errors(period=Duration.minutes(15)),
+                "UploadSweeper raised; overdue uploads stay open until a sweep succeeds.",
             ),
         ]
         return [

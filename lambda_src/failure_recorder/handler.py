@@ -1,7 +1,10 @@
 """Lambda entry point: ``failure_recorder.handler.handler``.
 
-SQS event source mapping on the model step's dead-letter queue, with
-``ReportBatchItemFailures`` enabled. Environment: FAILURES_TABLE_NAME (required).
+SQS event source mapping on the pipeline's dead-letter queue, with
+``ReportBatchItemFailures`` enabled. Environment: FAILURES_TABLE_NAME (required),
+FAILURE_RETENTION_DAYS [90] (TTL ``expires_at`` of each item), and the upload ledger's
+settings (``upload_accounting.LedgerSettings``; without UPLOADS_TABLE_NAME no upload is
+accounted).
 """
 
 from __future__ import annotations
@@ -9,28 +12,46 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from typing import Any
 
 import boto3
+from upload_accounting import LedgerSettings, UploadLedger
 
-from .shapes import normalise
+from .shapes import normalise, row_attribution
 from .store import upsert_failure
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
 
+DEFAULT_RETENTION_DAYS = 90
 
-def record_batch(records: list[dict[str, Any]], table: Any) -> dict[str, list[dict[str, str]]]:
-    """Store every record; return the SQS partial-batch response.
+
+def record_batch(
+    records: list[dict[str, Any]],
+    table: Any,
+    *,
+    ledger: UploadLedger | None = None,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+    clock: Any = time.time,
+) -> dict[str, list[dict[str, str]]]:
+    """Store every record, count each row failure on its upload; return the SQS
+    partial-batch response.
 
     Only records whose write failed are listed, so SQS redelivers exactly those and a
-    record is never acknowledged before it is stored.
+    record is never acknowledged before it is stored and counted. Both writes converge
+    on a redelivery: the item is upserted, and the ledger counts a row once.
     """
     failures: list[dict[str, str]] = []
     for record in records:
         message_id = str(record.get("messageId", ""))
         try:
-            upsert_failure(table, normalise(record))
+            item = normalise(record)
+            item["expires_at"] = int(clock() + retention_days * 86400)
+            upsert_failure(table, item)
+            row = row_attribution(item)
+            if ledger is not None and row is not None:
+                ledger.row_failed(row[0], row[1], str(item["error_code"]))
         except Exception:  # Any failure, of any type, must leave this message on the queue.
             logger.exception("could not store dead letter %s", message_id)
             failures.append({"itemIdentifier": message_id})
@@ -43,6 +64,26 @@ def _table(table_name: str) -> Any:
     return boto3.resource("dynamodb").Table(table_name)
 
 
+@functools.lru_cache(maxsize=1)
+def _ledger() -> UploadLedger | None:
+    return UploadLedger.from_environment() if LedgerSettings.configured() else None
+
+
+def _retention_days() -> int:
+    raw = os.environ.get("FAILURE_RETENTION_DAYS", "").strip()
+    if not raw:
+        return DEFAULT_RETENTION_DAYS
+    value = int(raw)
+    if value <= 0:
+        raise ValueError(f"FAILURE_RETENTION_DAYS must be positive, got {value}")
+    return value
+
+
 def handler(event: dict[str, Any], context: object) -> dict[str, list[dict[str, str]]]:
     """Record each dead-lettered message; report the ones that could not be stored."""
-    return record_batch(event.get("Records", []), _table(os.environ["FAILURES_TABLE_NAME"]))
+    return record_batch(
+        event.get("Records", []),
+        _table(os.environ["FAILURES_TABLE_NAME"]),
+        ledger=_ledger(),
+        retention_days=_retention_days(),
+    )

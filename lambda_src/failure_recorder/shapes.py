@@ -1,4 +1,8 @@
-"""Normalises the three dead-letter message shapes into one failures-table item.
+"""Normalises the dead-letter message shapes into one failures-table item.
+
+A message is filed by its shape (which service dead-lettered it) and by what the event
+is: only a "Prospect Row Validated" row from the uploader is kind ``model`` (retryable
+through the viewer); upload-level events are kind ``upload``; anything else ``other``.
 
 Pure functions over the SQS record dict; no AWS calls.
 """
@@ -9,7 +13,7 @@ import csv
 import io
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 RAW_ROW_MAX_CHARS = 2000
 # The item limit is 400 KB; an SQS body is at most 256 KiB, so characters beyond this
@@ -22,7 +26,40 @@ SHAPE_EVENTBRIDGE_DLQ = "eventbridge-dlq"
 SHAPE_LAMBDA_ON_FAILURE = "lambda-on-failure"
 SHAPE_MODEL_STEP = "model-step"
 SHAPE_LAMBDA_DLQ = "lambda-dlq"
+#: The classify step's buffer queue redrove it (maxReceiveCount): SQS adds no error
+#: attributes, the body is the EventBridge event, and the function crashed or timed out.
+SHAPE_BUFFER_REDRIVE = "buffer-redrive"
 SHAPE_UNRECOGNISED = "unrecognised"
+BUFFER_REDRIVE_ERROR = "MaxReceiveCountExceeded"
+
+EVENT_SOURCE = "prospect-uploader"
+ROW_VALIDATED = "Prospect Row Validated"
+#: Upload-level events of our own source: summaries, completions. Never re-published as rows.
+UPLOAD_DETAIL_TYPES = frozenset({"Prospect Upload Summarized", "Prospect Upload Completed"})
+KIND_MODEL = "model"
+KIND_UPLOAD = "upload"
+KIND_OTHER = "other"
+KIND_DUPLICATE = "duplicate"
+
+#: Error codes of a row that ran out of time or attempts on a passing condition (rate
+#: limits, provider errors, timeouts, crashes), not of a row the model refused. A retry
+#: of such a row is likely to succeed; the viewer may offer "Retry all retryable" on them.
+TRANSIENT_ERROR_CODES = frozenset(
+    {
+        "RateLimitExhausted",
+        "RateLimitError",
+        "OverloadedError",
+        "InternalServerError",
+        "APITimeoutError",
+        "APIConnectionError",
+        "ModelTimeoutError",
+        "EventAgeExceeded",
+        "RetriesExhausted",
+        "SDK_CLIENT_ERROR",
+        "Sandbox.Timedout",
+        BUFFER_REDRIVE_ERROR,
+    }
+)
 
 #: The model step raises this for a concurrent duplicate so Lambda retries it. If
 #: that copy's retries run out while another delivery still holds the record, the
@@ -67,7 +104,32 @@ def _raw_row(detail: dict[str, Any]) -> str | None:
     return buffer.getvalue()[:RAW_ROW_MAX_CHARS]
 
 
-def _classify(body: dict[str, Any], attrs: dict[str, str]) -> tuple[str, object, str, str]:
+def _is_eventbridge_event(body: object) -> bool:
+    return (
+        isinstance(body, dict)
+        and isinstance(body.get("source"), str)
+        and isinstance(body.get("detail-type"), str)
+        and isinstance(body.get("detail"), dict)
+    )
+
+
+def event_kind(event: object) -> str:
+    """``model`` for a validated row of ours, ``upload`` for upload-level events, else
+    ``other``: the viewer retries only ``model`` items, so nothing else is ever
+    re-published onto the row bus."""
+    if not _is_eventbridge_event(event):
+        return KIND_OTHER
+    source, detail_type = cast(dict[str, Any], event)["source"], cast(dict, event)["detail-type"]
+    if source == EVENT_SOURCE and detail_type == ROW_VALIDATED:
+        return KIND_MODEL
+    if (source == EVENT_SOURCE and detail_type in UPLOAD_DETAIL_TYPES) or source == "aws.s3":
+        return KIND_UPLOAD
+    return KIND_OTHER
+
+
+def _classify(
+    body: dict[str, Any], attrs: dict[str, str], receive_count: str | None = None
+) -> tuple[str, object, str, str]:
     """Return (source_shape, original_event, error_code, reason)."""
     if isinstance(body.get("requestContext"), dict) and "requestPayload" in body:
         context = body["requestContext"]
@@ -91,26 +153,36 @@ def _classify(body: dict[str, Any], attrs: dict[str, str]) -> tuple[str, object,
         # A Lambda function DLQ (not an on-failure destination) uses these names.
         code = attrs.get("ErrorCode", "Unknown")
         return SHAPE_LAMBDA_DLQ, body, code, attrs.get("ErrorMessage", code)
+    if _is_eventbridge_event(body):
+        receives = receive_count if receive_count is not None else "?"
+        reason = (
+            f"the buffer queue gave up after {receives} receive(s): the function crashed or "
+            "timed out on every one"
+        )
+        return SHAPE_BUFFER_REDRIVE, body, BUFFER_REDRIVE_ERROR, reason
     return SHAPE_UNRECOGNISED, body, "UnrecognisedDeadLetter", "dead letter of an unknown shape"
 
 
 def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
-    """Turn one SQS record into a failures-table item (kind "model").
+    """Turn one SQS record into a failures-table item.
 
-    Key: ``upload_id`` and ``model#%08d`` from ``detail.upload_id``/``detail.row_number``
-    when present; otherwise ``message#<messageId>`` (and upload ``unattributed``).
-    A concurrent duplicate that gave up on an in-progress record is kind
-    ``duplicate`` under ``duplicate#%08d``, so it never overwrites the row's real failure.
-    Never raises on bad input: a body that is not a JSON object is stored raw with
-    error_code ``UnparseableDeadLetter``.
+    Kind: see ``event_kind``. Key: ``upload_id`` and ``model#%08d`` for a row
+    (``detail.upload_id``/``detail.row_number``); ``event#<detail-type>`` for an
+    attributed upload-level event; otherwise ``message#<messageId>`` (and upload
+    ``unattributed``). A concurrent duplicate that gave up on an in-progress record is
+    kind ``duplicate`` under ``duplicate#%08d``, so it never overwrites the row's real
+    failure. ``retryable`` is True for a row whose error is transient
+    (TRANSIENT_ERROR_CODES). Never raises on bad input: a body that is not a JSON object
+    is stored raw with error_code ``UnparseableDeadLetter``.
     """
     message_id = str(record.get("messageId", ""))
     body_text = record.get("body") or ""
     attrs = _attributes(record)
     item: dict[str, Any] = {
-        "kind": "model",
+        "kind": KIND_OTHER,
         "message_id": message_id,
         "recorded_at": recorded_at or utc_now(),
+        "retryable": False,
     }
     if attrs.get("REQUEST_ID"):
         item["request_id"] = attrs["REQUEST_ID"]
@@ -129,31 +201,48 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
             raw_row=str(body_text)[:RAW_ROW_MAX_CHARS],
         )
         return item
-    shape, original_event, error_code, reason = _classify(body, attrs)
+    receive_count = (record.get("attributes") or {}).get("ApproximateReceiveCount")
+    shape, original_event, error_code, reason = _classify(body, attrs, receive_count)
     upload_id, row_number, detail = _attribution(original_event)
-    prefix = "model"
-    if error_code == IN_PROGRESS_ERROR:
-        prefix = item["kind"] = "duplicate"
+    kind = event_kind(original_event)
+    if kind == KIND_MODEL and error_code == IN_PROGRESS_ERROR:
+        kind = KIND_DUPLICATE
         reason = f"{reason} (a concurrent duplicate; the delivery that held the record owns "
         reason += "the row's outcome)"
+    if kind in (KIND_MODEL, KIND_DUPLICATE) and upload_id and row_number is not None:
+        failure_id = f"{kind}#{row_number:08d}"
+    elif kind == KIND_UPLOAD and upload_id and isinstance(original_event, dict):
+        slug = "-".join(str(original_event["detail-type"]).lower().split())
+        failure_id = f"event#{slug}"
+    else:
+        failure_id = f"message#{message_id}"
     item.update(
+        kind=kind,
+        retryable=kind == KIND_MODEL and error_code in TRANSIENT_ERROR_CODES,
         upload_id=upload_id or UNATTRIBUTED_UPLOAD_ID,
-        failure_id=(
-            f"{prefix}#{row_number:08d}"
-            if upload_id and row_number is not None
-            else f"message#{message_id}"
-        ),
+        failure_id=failure_id,
         error_code=error_code,
         reason=reason,
         source_shape=shape,
         original_event=json.dumps(original_event, ensure_ascii=False)[:RAW_BODY_MAX_CHARS],
     )
-    if row_number is not None:
+    if row_number is not None and kind in (KIND_MODEL, KIND_DUPLICATE):
         item["row_number"] = row_number
-    raw_row = _raw_row(detail)
+    raw_row = _raw_row(detail) if kind in (KIND_MODEL, KIND_DUPLICATE) else None
     if raw_row is not None:
         item["raw_row"] = raw_row
     for name in ("RULE_ARN", "TARGET_ARN"):
         if name in attrs:
             item[name.lower()] = attrs[name]
     return item
+
+
+def row_attribution(item: dict[str, Any]) -> tuple[str, int] | None:
+    """(upload_id, row_number) when ``item`` is a row's own failure, the one kind the
+    upload ledger counts; None for duplicates, upload-level and unattributed items."""
+    if item.get("kind") != KIND_MODEL or item.get("upload_id") == UNATTRIBUTED_UPLOAD_ID:
+        return None
+    row_number = item.get("row_number")
+    if not isinstance(row_number, int):
+        return None
+    return str(item["upload_id"]), row_number

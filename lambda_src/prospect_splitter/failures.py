@@ -6,6 +6,8 @@ Every item key is deterministic, so a retried upload overwrites rather than dupl
 from __future__ import annotations
 
 import json
+import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +21,11 @@ ORIGINAL_EVENT_MAX_CHARS = 100_000
 def utc_now() -> str:
     """ISO-8601 UTC timestamp with a ``Z`` suffix."""
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def expires_at() -> int:
+    """TTL of a failures-table item: now + FAILURE_RETENTION_DAYS (default 90) days."""
+    return int(time.time() + int(os.environ.get("FAILURE_RETENTION_DAYS") or 90) * 86400)
 
 
 def row_failure_id(row_number: int) -> str:
@@ -55,6 +62,7 @@ class FailureWriter:
                 "row_number": row_number,
                 "raw_row": raw_row[:RAW_ROW_MAX_CHARS],
                 "recorded_at": utc_now(),
+                "expires_at": expires_at(),
             }
         )
 
@@ -74,6 +82,7 @@ def put_upload_failure(
         "error_code": error_code,
         "reason": reason,
         "recorded_at": utc_now(),
+        "expires_at": expires_at(),
     }
     if original_event is not None:
         item["original_event"] = json.dumps(original_event, default=str, ensure_ascii=False)[
@@ -92,6 +101,7 @@ def put_summary(table: Any, ref: UploadRef | None, summary: dict[str, Any]) -> N
         "key": ref.key if ref else "",
         "created_at": now,
         "recorded_at": now,
+        "expires_at": expires_at(),
         **{name: value for name, value in summary.items() if value is not None},
     }
     table.put_item(Item=item)

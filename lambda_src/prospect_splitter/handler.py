@@ -21,11 +21,18 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
+from upload_accounting import LedgerSettings, UploadLedger
 
 from .config import Settings
 from .publisher import Bus, ClassicBus, EventPublisher, V2Bus
 from .s3_event import MalformedS3Event, UploadRef, parse_s3_event
-from .service import SplitHooks, SplitterPorts, record_malformed_event, split_upload
+from .service import (
+    SplitHooks,
+    SplitResult,
+    SplitterPorts,
+    record_malformed_event,
+    split_upload,
+)
 
 logger = Logger(service="prospect-splitter")
 
@@ -48,6 +55,34 @@ def _event_bus(settings: Settings, session: boto3.session.Session) -> Bus:
     return ClassicBus(
         session.client("events", config=config), settings.event_bus_name, settings.event_source
     )
+
+
+def _ledger_hooks(session: boto3.session.Session) -> SplitHooks:
+    """Open and close each upload on the upload ledger, when the stack has one."""
+    if not LedgerSettings.configured():
+        return SplitHooks()
+    ledger = UploadLedger(
+        LedgerSettings.from_env(),
+        dynamodb=session.client("dynamodb", config=_BOTO_CONFIG),
+        events=session.client("events", config=_BOTO_CONFIG),
+    )
+
+    def started(ref: UploadRef) -> None:
+        ledger.begin(ref.upload_id, bucket=ref.bucket, key=ref.key)
+
+    def finished(ref: UploadRef, result: SplitResult) -> None:
+        ledger.split_finished(
+            ref.upload_id,
+            rows=result.rows,
+            valid=result.valid,
+            invalid=result.invalid,
+            deduplicated=result.deduplicated,
+            rejected_reason=result.reason if result.status == "rejected" else None,
+            bucket=ref.bucket,
+            key=ref.key,
+        )
+
+    return SplitHooks(started=started, finished=finished)
 
 
 @dataclass(frozen=True)
@@ -91,7 +126,7 @@ def build_splitter(
         ),
         max_upload_bytes=settings.max_upload_bytes,
         max_rows=settings.max_rows,
-        hooks=hooks or SplitHooks(),
+        hooks=hooks or _ledger_hooks(session),
         new_publisher=lambda: EventPublisher(
             bus, concurrency=settings.publish_concurrency, sleep=sleep
         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import aws_cdk as cdk
 import pytest
@@ -188,11 +189,16 @@ def test_recorder_consumes_the_failure_queue_with_partial_batch_responses(raw):
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
-def test_recorder_writes_only_to_the_failures_table(raw):
-    table_id = by_path(raw, "FailuresTable/Resource")[0]
+def test_recorder_writes_only_to_the_failures_table_and_the_ledger(raw):
+    failures = by_path(raw, "FailuresTable/Resource")[0]
+    ledger = {by_path(raw, f"{name}/Resource")[0] for name in ("UploadsTable", "UploadRowsTable")}
     dynamo = [s for s in statements_of(raw, "FailureRecorder") if "dynamodb" in json.dumps(s)]
-    assert [s["Action"] for s in dynamo] == ["dynamodb:UpdateItem"]
-    assert table_id in json.dumps(dynamo[0]["Resource"])
+    assert [s["Action"] for s in dynamo] == [
+        "dynamodb:UpdateItem",
+        ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+    ]
+    assert failures in json.dumps(dynamo[0]["Resource"])
+    assert {r["Fn::GetAtt"][0] for r in dynamo[1]["Resource"]} == ledger
 
 
 def test_failures_table_holds_personal_data_safely(raw):
@@ -215,21 +221,58 @@ def test_every_alarm_notifies_the_alert_topic(raw):
     alarms = [
         v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"
     ]
-    assert len(alarms) == 10  # the Classify step's buffer-age alarm is the tenth
+    assert len(alarms) == 12  # 9 + the Classify buffer-age alarm + completion alert + sweeper
     assert all(a["AlarmActions"] == [ref(raw, "AlertTopic/Resource")] for a in alarms)
     assert {a["TreatMissingData"] for a in alarms} == {"notBreaching"}
 
 
-def test_one_summary_mail_per_upload_with_failures(raw):
+def test_one_summary_mail_per_upload_with_invalid_failed_or_missing_rows(raw):
+    rule = props(raw, "UploadCompletedAlertRule/Resource")
+    assert rule["EventPattern"] == {
+        "source": ["prospect-uploader"],
+        "detail-type": ["Prospect Upload Completed"],
+        "detail": {
+            "$or": [
+                {"status": ["incomplete"]},
+                {"status": ["completed"], "invalid": [{"numeric": [">", 0]}]},
+                {"status": ["completed"], "failed_total": [{"numeric": [">", 0]}]},
+            ]
+        },
+    }
+    target = rule["Targets"][0]
+    assert target["Arn"] == ref(raw, "AlertTopic/Resource")
+    assert target["DeadLetterConfig"]["Arn"] == {
+        "Fn::GetAtt": [by_path(raw, "FailureQueue/Resource")[0], "Arn"]
+    }
+
+
+def test_rejected_uploads_are_still_mailed(raw):
     rule = props(raw, "UploadAlertRule/Resource")
     assert rule["EventPattern"] == {
         "source": ["prospect-uploader"],
         "detail-type": ["Prospect Upload Summarized"],
-        "detail": {"$or": [{"invalid": [{"numeric": [">", 0]}]}, {"status": ["rejected"]}]},
+        "detail": {"status": ["rejected"]},
     }
-    target = rule["Targets"][0]
-    assert target["Arn"] == ref(raw, "AlertTopic/Resource")
-    assert "upload_id" in json.dumps(target["InputTransformer"])
+    transformer = rule["Targets"][0]["InputTransformer"]
+    assert transformer["InputPathsMap"]["detail-reason"] == "$.detail.reason"
+
+
+@pytest.mark.parametrize("rule", ["UploadCompletedAlertRule", "UploadAlertRule"])
+def test_the_s3_key_enters_alerts_only_as_an_escaped_json_value(raw, rule):
+    # GIVEN the input template, and a key built to break out of a string
+    transformer = props(raw, f"{rule}/Resource")["Targets"][0]["InputTransformer"]
+    paths = transformer["InputPathsMap"]
+    [key_var] = [name for name, path in paths.items() if path == "$.detail.key"]
+    template = transformer["InputTemplate"]
+    hostile = 'in/"}, "forged": "yes\n.csv'
+    # THEN <key> stands alone as a JSON value, never inside a quoted text: EventBridge
+    # fills such a placeholder with the JSON encoding of the value, quotes escaped
+    assert f'"key":<{key_var}>' in template.replace(" ", "")
+    filled = template
+    for name in paths:
+        filled = filled.replace(f"<{name}>", json.dumps(hostile if name == key_var else "x"))
+    message = json.loads(filled)
+    assert message["key"] == hostile and "forged" not in message
 
 
 def test_without_alert_email_there_is_no_subscription_and_a_warning(raw):
@@ -296,7 +339,7 @@ def test_no_wildcard_actions_anywhere(raw):
 
 def test_no_managed_policies(raw):
     roles = [v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::IAM::Role"]
-    assert len(roles) == 4 and not [r for r in roles if "ManagedPolicyArns" in r]
+    assert len(roles) == 5 and not [r for r in roles if "ManagedPolicyArns" in r]
 
 
 def test_no_physical_names(raw):
@@ -316,3 +359,204 @@ def test_cdk_nag_is_clean_and_every_acknowledgment_is_reasoned(prospect: Synthes
     assert [v for r in report["pluginReports"] for v in r.get("violations", [])] == []
     acks = acknowledgments(prospect.outdir)
     assert len(acks) >= 5 and all(len(reason) > 60 for reason in acks.values())
+
+
+# ------------------------------------------------------------- 8. per-upload completion
+LEDGER_ENV = {
+    "UPLOADS_TABLE_NAME", "UPLOAD_ROWS_TABLE_NAME", "EVENT_BUS_NAME", "EVENT_SOURCE",
+    "UPLOAD_DEADLINE_SECONDS", "UPLOAD_SPLIT_DEADLINE_SECONDS", "UPLOAD_RETENTION_DAYS",
+}  # fmt: skip
+LEDGER_FUNCTIONS = ["/Splitter/Resource", "Classify/Function/Resource",
+                    "/FailureRecorder/Resource", "/UploadSweeper/Resource"]  # fmt: skip
+
+
+def test_uploads_table_is_keyed_by_upload_alone_with_a_ttl(raw):
+    resource = by_path(raw, "UploadsTable/Resource")[1]
+    table = resource["Properties"]
+    assert table["KeySchema"] == [{"AttributeName": "upload_id", "KeyType": "HASH"}]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert table["SSESpecification"] == {"SSEEnabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert resource["DeletionPolicy"] == "Retain"
+
+
+def test_uploads_table_has_a_sparse_keys_only_index_of_open_uploads(raw):
+    [index] = props(raw, "UploadsTable/Resource")["GlobalSecondaryIndexes"]
+    assert index == {
+        "IndexName": "OpenUploads",
+        "KeySchema": [
+            {"AttributeName": "sweep_shard", "KeyType": "HASH"},
+            {"AttributeName": "sweep_after", "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "KEYS_ONLY"},
+    }
+
+
+def test_row_markers_are_keyed_by_upload_and_row_with_a_ttl(raw):
+    table = props(raw, "UploadRowsTable/Resource")
+    assert table["KeySchema"] == [
+        {"AttributeName": "upload_id", "KeyType": "HASH"},
+        {"AttributeName": "row_number", "KeyType": "RANGE"},
+    ]
+    assert table["TimeToLiveSpecification"]["AttributeName"] == "expires_at"
+
+
+@pytest.mark.parametrize("function", LEDGER_FUNCTIONS)
+def test_every_ledger_function_gets_the_ledger_settings(raw, function):
+    env = props(raw, function)["Environment"]["Variables"]
+    assert LEDGER_ENV <= set(env)
+    assert env["UPLOADS_TABLE_NAME"] == ref(raw, "UploadsTable/Resource")
+    assert env["UPLOAD_ROWS_TABLE_NAME"] == ref(raw, "UploadRowsTable/Resource")
+    assert env["UPLOAD_DEADLINE_SECONDS"] == str(25 * 3600)  # classify max age 24 h + 1 h
+    assert env["UPLOAD_RETENTION_DAYS"] == "90"
+
+
+@pytest.mark.parametrize("role", ["Classify/Function", "FailureRecorder", "UploadSweeper"])
+def test_ledger_functions_may_publish_only_the_completion_event(raw, role):
+    puts = [s for s in statements_of(raw, role) if s["Action"] == "events:PutEvents"]
+    assert [s["Condition"] for s in puts] == [
+        {"StringEquals": {"events:source": "prospect-uploader",
+                          "events:detail-type": "Prospect Upload Completed"}}
+    ]  # fmt: skip
+
+
+def test_sweeper_runs_every_15_minutes_and_reads_only_the_open_index(raw):
+    rule = props(raw, "UploadSweepRule/Resource")
+    assert rule["ScheduleExpression"] == "rate(15 minutes)"
+    assert rule["Targets"][0]["Arn"] == {
+        "Fn::GetAtt": [by_path(raw, "/UploadSweeper/Resource")[0], "Arn"]
+    }
+    [query] = [s for s in statements_of(raw, "UploadSweeper") if s["Action"] == "dynamodb:Query"]
+    assert query["Resource"]["Fn::Join"][1][-1] == "/index/OpenUploads"
+
+
+# ------------------------------------------------------------- 9. IAM conditions
+def test_viewer_updates_only_its_own_attributes(raw):
+    [update] = [
+        s for s in statements_of(raw, "Viewer") if s["Action"] == "dynamodb:UpdateItem"
+    ]  # fmt: skip
+    assert update["Resource"] == {"Fn::GetAtt": [by_path(raw, "FailuresTable/Resource")[0], "Arn"]}
+    assert update["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:Attributes": [
+            "upload_id", "failure_id", "retried_at", "retry_count", "replay_generation",
+            "retry_status",
+        ]},
+        "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]},
+    }  # fmt: skip
+
+
+def test_viewer_republishes_only_validated_rows(raw):
+    [put] = [s for s in statements_of(raw, "Viewer") if s["Action"] == "events:PutEvents"]
+    assert put["Condition"] == {
+        "StringEquals": {"events:source": "prospect-uploader",
+                         "events:detail-type": "Prospect Row Validated"}
+    }  # fmt: skip
+
+
+def test_only_this_stacks_rules_and_alarms_may_publish_alerts(raw):
+    policy = props(raw, "AlertTopic/Policy/Resource")["PolicyDocument"]["Statement"]
+    allows = [s for s in policy if s["Effect"] == "Allow"]
+    rules = {by_path(raw, f"{name}/Resource")[0]
+             for name in ("UploadCompletedAlertRule", "UploadAlertRule")}  # fmt: skip
+    from_events = [s for s in allows if s["Principal"] == {"Service": "events.amazonaws.com"}]
+    assert {s["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0]
+            for s in from_events} == rules  # fmt: skip
+    [from_alarms] = [s for s in allows if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}]
+    assert from_alarms["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": {"Ref": "AWS::AccountId"}
+    }
+    assert "alarm:ProspectUploader-*" in json.dumps(from_alarms["Condition"]["ArnLike"])
+    assert len(allows) == len(from_events) + 1
+
+
+def test_alert_key_serves_only_this_stacks_topics(raw):
+    statements = props(raw, "AlertKey/Resource")["KeyPolicy"]["Statement"]
+    services = [s for s in statements if "Service" in s["Principal"]]
+    assert {s["Principal"]["Service"] for s in services} == {
+        "cloudwatch.amazonaws.com", "events.amazonaws.com",
+    }  # fmt: skip
+    for statement in services:
+        context = statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:sns:topicArn"]
+        assert ":ProspectUploader-*" in json.dumps(context)
+    # EventBridge's KMS requests carry no aws:SourceArn/aws:SourceAccount (SNS guide).
+    [from_events] = [s for s in services if s["Principal"]["Service"] == "events.amazonaws.com"]
+    assert "aws:SourceAccount" not in json.dumps(from_events)
+
+
+# ------------------------------------------------------------- 10. retention and limits
+def test_failures_table_items_expire(raw):
+    table = props(raw, "FailuresTable/Resource")
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    for function in ("/FailureRecorder/Resource", "/Splitter/Resource"):
+        assert props(raw, function)["Environment"]["Variables"]["FAILURE_RETENTION_DAYS"] == "90"
+
+
+def test_buckets_expire_old_versions_and_logs_by_default(raw):
+    [uploads] = props(raw, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
+    assert uploads["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+    [logs] = props(raw, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
+    assert logs["ExpirationInDays"] == 90
+
+
+def test_splitter_gets_max_rows(raw):
+    assert props(raw, "/Splitter/Resource")["Environment"]["Variables"]["MAX_ROWS"] == "100000"
+
+
+CONFIGURED = {
+    "max_rows": "500",
+    "failure_retention_days": "30",
+    "noncurrent_version_retention_days": 7,
+    "access_log_retention_days": "14",
+    "viewer_principals": "arn:aws:iam::123456789012:role/Ops, arn:aws:iam::123456789012:role/x/Y",
+}
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory) -> dict:
+    app = new_app(tmp_path_factory, "configured")
+    for key, value in CONFIGURED.items():
+        app.node.set_context(key, value)
+    ProspectUploaderStack(app, "Configured")
+    return synth(app).templates["Configured"]
+
+
+def test_context_sets_limits_and_retention(configured):
+    env = props(configured, "/Splitter/Resource")["Environment"]["Variables"]
+    assert (env["MAX_ROWS"], env["FAILURE_RETENTION_DAYS"]) == ("500", "30")
+    assert env["UPLOAD_RETENTION_DAYS"] == "30"
+    [uploads] = props(configured, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
+    assert uploads["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    [logs] = props(configured, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
+    assert logs["ExpirationInDays"] == 14
+
+
+def test_viewer_principals_may_invoke_the_url(configured):
+    permissions = [
+        v["Properties"] for v in configured["Resources"].values()
+        if v["Type"] == "AWS::Lambda::Permission"
+        and v["Properties"]["Action"] == "lambda:InvokeFunctionUrl"
+    ]  # fmt: skip
+    assert sorted(p["Principal"] for p in permissions) == [
+        "arn:aws:iam::123456789012:role/Ops", "arn:aws:iam::123456789012:role/x/Y",
+    ]  # fmt: skip
+    assert {p["FunctionUrlAuthType"] for p in permissions} == {"AWS_IAM"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("max_rows", "0", "context max_rows must be between 1 and 10000000, got 0"),
+        ("max_rows", "lots", "context max_rows must be an integer between 1 and 10000000, "
+                             "got 'lots'"),
+        ("failure_retention_days", "3651", "context failure_retention_days must be between 1 "
+                                           "and 3650, got 3651"),
+        ("access_log_retention_days", "1.5", "context access_log_retention_days must be an "
+                                             "integer"),
+        ("viewer_principals", "arn:aws:iam::123456789012:user/bob",
+         "context viewer_principals must be comma-separated IAM role ARNs"),
+    ],
+)  # fmt: skip
+def test_bad_context_fails_synth_naming_key_value_and_range(key, value, message):
+    app = cdk.App(context={**NO_BUNDLING, key: value})
+    with pytest.raises(PropValidationError, match=re.escape(message)):
+        ProspectUploaderStack(app, "Bad")

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from botocore.exceptions import ClientError
+from failure_recorder import handler as handler_module
 from failure_recorder.handler import handler, record_batch
+from upload_accounting import LedgerSettings, UploadLedger
+
+from .conftest import BUS
+from .upload_tables import (
+    UPLOAD_ROWS_TABLE,
+    UPLOADS_TABLE,
+    completed_events,
+    create_upload_tables,
+    upload_item,
+)
 
 ARN = "arn:aws:events:us-east-1:123456789012"
 
@@ -174,7 +186,7 @@ def test_unparseable_body_is_stored_raw(aws):
 
     assert response == {"batchItemFailures": []}
     item = aws.failures("unattributed")["message#m-raw"]
-    assert (item["kind"], item["error_code"]) == ("model", "UnparseableDeadLetter")
+    assert (item["kind"], item["error_code"]) == ("other", "UnparseableDeadLetter")
     assert item["raw_body"] == "not json {"
 
 
@@ -222,3 +234,134 @@ def test_partial_batch_failure_reports_only_the_failed_write(aws):
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-poison"}]}
     assert set(aws.failures("u-123")) == {"model#00000007", "model#00000003"}
     assert aws.failures("poison") == {}
+
+
+# ------------------------------------------------------------- filing by shape and type
+def _summary_event(detail_type="Prospect Upload Completed", source="prospect-uploader"):
+    return {
+        **_row_event(),
+        "source": source,
+        "detail-type": detail_type,
+        "detail": {"upload_id": "u-123", "bucket": "b", "key": "k.csv", "status": "completed"},
+    }
+
+
+@pytest.mark.parametrize("detail_type", ["Prospect Upload Completed", "Prospect Upload Summarized"])
+def test_an_upload_summary_dead_letter_is_kind_upload_never_model(aws, detail_type):
+    # GIVEN the alert rule could not deliver an upload's summary to the topic
+    record = _record(
+        "m-summary", _summary_event(detail_type),
+        RULE_ARN=f"{ARN}:rule/prospect-bus/alerts", ERROR_CODE="SNS_ERROR",
+        ERROR_MESSAGE="KMS access denied",
+    )  # fmt: skip
+    handler({"Records": [record]}, None)
+    slug = detail_type.lower().replace(" ", "-")
+    item = aws.failures("u-123")[f"event#{slug}"]
+    assert (item["kind"], item["retryable"]) == ("upload", False)
+    assert "row_number" not in item and "raw_row" not in item
+
+
+def test_a_row_shaped_event_from_another_source_is_not_kind_model(aws):
+    record = _record("m-foreign", {**_row_event(), "source": "someone.else"}, ERROR_CODE="X")
+    handler({"Records": [record]}, None)
+    item = aws.failures("u-123")["message#m-foreign"]
+    assert item["kind"] == "other"
+
+
+def test_an_s3_upload_event_dead_letter_is_kind_upload(aws):
+    s3_event = {**_row_event(), "source": "aws.s3", "detail-type": "Object Created",
+                "detail": {"bucket": {"name": "b"}, "object": {"key": "k.csv"}}}  # fmt: skip
+    handler({"Records": [_record("m-s3", s3_event, RULE_ARN="r", ERROR_CODE="X")]}, None)
+    assert aws.failures("unattributed")["message#m-s3"]["kind"] == "upload"
+
+
+def test_buffer_queue_redrive_shape_is_recognised(aws):
+    # GIVEN SQS redrove a row from the classify buffer queue: the body is the event,
+    # there is no error attribute, only the runtime's own attempts counter
+    record = _record("m-redrive", _row_event(row_number=9), attempts="1")
+    record["attributes"]["ApproximateReceiveCount"] = "4"
+    handler({"Records": [record]}, None)
+    item = aws.failures("u-123")["model#00000009"]
+    assert (item["source_shape"], item["error_code"]) == (
+        "buffer-redrive",
+        "MaxReceiveCountExceeded",
+    )
+    assert "after 4 receive(s)" in item["reason"]
+    assert (item["kind"], item["retryable"]) == ("model", True)
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [("RateLimitExhausted", True), ("InternalServerError", True), ("APITimeoutError", True),
+     ("ModelRejectedInput", False), ("InvalidLabel", False)],
+)  # fmt: skip
+def test_runtime_error_codes_say_whether_a_retry_may_help(aws, code, retryable):
+    handler({"Records": [_record("m-code", _row_event(), ERROR_CODE=code)]}, None)
+    item = aws.failures("u-123")["model#00000007"]
+    assert (item["error_code"], item["retryable"]) == (code, retryable)
+
+
+def test_items_expire_after_the_retention(aws, monkeypatch):
+    monkeypatch.setenv("FAILURE_RETENTION_DAYS", "30")
+    before = time.time()
+    handler({"Records": [_model_step()]}, None)
+    expires_at = int(aws.failures("u-123")["model#00000003"]["expires_at"])
+    assert before + 30 * 86400 - 1 <= expires_at <= time.time() + 30 * 86400
+
+
+# ------------------------------------------------------------- upload accounting
+@pytest.fixture
+def ledger(aws):
+    create_upload_tables(aws.session)
+    settings = LedgerSettings(
+        uploads_table_name=UPLOADS_TABLE, upload_rows_table_name=UPLOAD_ROWS_TABLE,
+        event_bus_name=BUS,
+    )  # fmt: skip
+    ledger = UploadLedger(
+        settings, dynamodb=aws.session.client("dynamodb"), events=aws.session.client("events")
+    )
+    ledger.begin("u-123", bucket="b", key="k.csv")
+    ledger.split_finished("u-123", rows=2, valid=2, invalid=0)
+    return ledger
+
+
+def test_row_failures_are_counted_once_on_their_upload(aws, ledger):
+    # WHEN the same row's failure is delivered twice, beside a duplicate and a summary
+    duplicate = _on_failure("m-dup")
+    body = json.loads(duplicate["body"])
+    body["responsePayload"]["errorType"] = "IdempotencyAlreadyInProgressError"
+    duplicate["body"] = json.dumps(body)
+    summary = _record("m-sum", _summary_event(), RULE_ARN="r", ERROR_CODE="X")
+    records = [_model_step("a"), _model_step("b"), duplicate, summary]
+    assert record_batch(records, aws.failures_table, ledger=ledger) == {"batchItemFailures": []}
+    # THEN only the row's own failure counts, once
+    item = upload_item(aws.session, "u-123")
+    assert item["failed"] == {"ModelRejectedInput": 1} and item["failed_total"] == 1
+    assert completed_events(aws.drain_published()) == []
+
+
+def test_the_last_failed_row_completes_the_upload(aws, ledger):
+    ledger.row_classified("u-123", 7, "hot")
+    record_batch([_model_step()], aws.failures_table, ledger=ledger)
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["failed"] == {"ModelRejectedInput": 1}
+
+
+def test_a_ledger_failure_leaves_the_message_on_the_queue(aws, ledger):
+    def refuse(**_):
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "x"}}, "Tx")
+
+    ledger._dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", refuse)
+    response = record_batch([_model_step("m-1")], aws.failures_table, ledger=ledger)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
+
+
+def test_the_handler_accounts_through_the_environment(aws, ledger, monkeypatch):
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
+    monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
+    handler_module._ledger.cache_clear()
+    try:
+        handler({"Records": [_model_step()]}, None)
+    finally:
+        handler_module._ledger.cache_clear()
+    assert upload_item(aws.session, "u-123")["failed_total"] == 1

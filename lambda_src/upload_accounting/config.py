@@ -1,0 +1,81 @@
+"""Ledger settings read from the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import LedgerConfigurationError
+
+DEFAULT_EVENT_SOURCE = "prospect-uploader"
+#: The classify step's default max event age (24 h) plus an hour for the DLQ and the
+#: failure recorder: a row not accounted for by then will not be.
+DEFAULT_DEADLINE_SECONDS = 25 * 60 * 60
+#: The splitter's async max event age (6 h) plus its 15-minute timeout, rounded up.
+DEFAULT_SPLIT_DEADLINE_SECONDS = 7 * 60 * 60
+DEFAULT_RETENTION_DAYS = 90
+
+
+def _positive_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise LedgerConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+    if value <= 0:
+        raise LedgerConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """Where the ledger writes and how long it waits.
+
+    Environment variables (defaults in brackets):
+    - UPLOADS_TABLE_NAME (required): one item per upload (pk ``upload_id``).
+    - UPLOAD_ROWS_TABLE_NAME (required): one marker per accounted row (pk ``upload_id``,
+      sk ``row_number`` N), so a row counts once whatever its deliveries.
+    - EVENT_BUS_NAME (required): where "Prospect Upload Completed" is published.
+    - EVENT_SOURCE ["prospect-uploader"]
+    - UPLOAD_DEADLINE_SECONDS [90000]: after the split finished, how long rows may still
+      arrive before the sweeper closes the upload as incomplete.
+    - UPLOAD_SPLIT_DEADLINE_SECONDS [25200]: how long a split may take before the sweeper
+      starts the clock above without it.
+    - UPLOAD_RETENTION_DAYS [90]: TTL (``expires_at``) of upload items and row markers.
+    """
+
+    uploads_table_name: str
+    upload_rows_table_name: str
+    event_bus_name: str
+    event_source: str = DEFAULT_EVENT_SOURCE
+    deadline_seconds: int = DEFAULT_DEADLINE_SECONDS
+    split_deadline_seconds: int = DEFAULT_SPLIT_DEADLINE_SECONDS
+    retention_days: int = DEFAULT_RETENTION_DAYS
+
+    @staticmethod
+    def configured() -> bool:
+        """True when the environment names an uploads table (accounting is on)."""
+        return bool(os.environ.get("UPLOADS_TABLE_NAME", "").strip())
+
+    @classmethod
+    def from_env(cls) -> LedgerSettings:
+        """Read the settings; raises LedgerConfigurationError when incomplete."""
+        required = {}
+        for name in ("UPLOADS_TABLE_NAME", "UPLOAD_ROWS_TABLE_NAME", "EVENT_BUS_NAME"):
+            value = os.environ.get(name, "").strip()
+            if not value:
+                raise LedgerConfigurationError(f"environment variable {name} is required")
+            required[name] = value
+        return cls(
+            uploads_table_name=required["UPLOADS_TABLE_NAME"],
+            upload_rows_table_name=required["UPLOAD_ROWS_TABLE_NAME"],
+            event_bus_name=required["EVENT_BUS_NAME"],
+            event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
+            deadline_seconds=_positive_int("UPLOAD_DEADLINE_SECONDS", DEFAULT_DEADLINE_SECONDS),
+            split_deadline_seconds=_positive_int(
+                "UPLOAD_SPLIT_DEADLINE_SECONDS", DEFAULT_SPLIT_DEADLINE_SECONDS
+            ),
+            retention_days=_positive_int("UPLOAD_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+        )

@@ -1,0 +1,638 @@
+"""The upload ledger: counts each row once and closes each upload exactly once.
+
+Two tables:
+
+- uploads (pk ``upload_id``): the item the viewer shows and the completion event is built
+  from. GSI ``OpenUploads`` (pk ``sweep_shard``, sk ``sweep_after`` N) is sparse: only
+  uploads whose completion event is not yet published are in it, so the sweeper reads
+  open uploads, never the whole table.
+- upload rows (pk ``upload_id``, sk ``row_number`` N): one marker per accounted row.
+  The marker's conditional Put and the counter update are one transaction, so a row is
+  counted once whatever its deliveries, and never lost between the two writes.
+
+Closing is a conditional status change (``classifying`` -> ``completed`` / ``incomplete``,
+``splitting`` -> ``rejected``): only one writer wins it. The event is then published under
+a short lease and marked sent; a publisher that dies in between leaves the upload in the
+index, and the caller's retry or the sweeper publishes it once the lease lapses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from .config import LedgerSettings
+from .errors import SummaryPublishError
+from .summary import COMPLETED_DETAIL_TYPE, COUNTERS, summary_detail
+
+logger = logging.getLogger(__name__)
+
+SPLITTING = "splitting"
+CLASSIFYING = "classifying"
+COMPLETED = "completed"
+INCOMPLETE = "incomplete"
+REJECTED = "rejected"
+CLOSED = (COMPLETED, INCOMPLETE, REJECTED)
+
+OPEN_INDEX = "OpenUploads"
+OPEN_SHARD = "open"
+#: How long one publisher holds the right to publish the completion event.
+PUBLISH_LEASE_SECONDS = 120
+ERROR_CODE_MAX_CHARS = 100
+_TRANSACTION_ATTEMPTS = 5
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+class RowAccounted(Enum):
+    """What ``row_classified``/``row_failed`` did."""
+
+    COUNTED = "counted"  # first outcome of this row
+    DUPLICATE = "duplicate"  # the row was already accounted for; counters only
+    RECLASSIFIED = "reclassified"  # an operator retry turned a failed row into a label
+    UNKNOWN_UPLOAD = "unknown_upload"  # no upload item (e.g. uploaded before the ledger)
+
+
+def utc_now_iso(now: float) -> str:
+    return (
+        datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def delivery_increments(outcome: Mapping[str, Any] | None) -> dict[str, int]:
+    """Per-delivery counters from a model-step outcome (contract §3), zeros dropped."""
+    if not outcome:
+        return {}
+    usage = outcome.get("usage") or {}
+    increments = {
+        "model_requests": int(outcome.get("model_requests") or 0),
+        "rate_limited": int(outcome.get("rate_limited") or 0),
+        "input_tokens": int(usage.get("input_tokens") or 0),
+        "output_tokens": int(usage.get("output_tokens") or 0),
+        "requests_saved": 1 if outcome.get("replayed") else 0,
+    }
+    return {name: value for name, value in increments.items() if value}
+
+
+def _av(value: Any) -> dict[str, Any]:
+    return _serializer.serialize(value)
+
+
+def _plain_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _deserializer.deserialize(value) for name, value in item.items()}
+
+
+class _Update:
+    """Builds one UpdateExpression with generated placeholder names."""
+
+    def __init__(self) -> None:
+        self.sets: list[str] = []
+        self.adds: list[str] = []
+        self.removes: list[str] = []
+        self.names: dict[str, str] = {}
+        self.values: dict[str, dict[str, Any]] = {}
+
+    def name(self, attribute: str) -> str:
+        placeholder = f"#n{len(self.names)}"
+        self.names[placeholder] = attribute
+        return placeholder
+
+    def value(self, value: Any) -> str:
+        placeholder = f":v{len(self.values)}"
+        self.values[placeholder] = _av(value)
+        return placeholder
+
+    def set(self, attribute: str, value: Any) -> _Update:
+        self.sets.append(f"{self.name(attribute)} = {self.value(value)}")
+        return self
+
+    def add(self, attribute: str, amount: int) -> _Update:
+        self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
+        return self
+
+    def increment_in_map(self, map_attribute: str, key: str) -> _Update:
+        path = f"{self.name(map_attribute)}.{self.name(key)}"
+        self.sets.append(f"{path} = if_not_exists({path}, {self.value(0)}) + {self.value(1)}")
+        return self
+
+    def remove(self, attribute: str) -> _Update:
+        self.removes.append(self.name(attribute))
+        return self
+
+    def expression(self) -> str:
+        parts = []
+        if self.sets:
+            parts.append("SET " + ", ".join(self.sets))
+        if self.adds:
+            parts.append("ADD " + ", ".join(self.adds))
+        if self.removes:
+            parts.append("REMOVE " + ", ".join(self.removes))
+        return " ".join(parts)
+
+    def request(self, condition: str | None = None) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "UpdateExpression": self.expression(),
+            "ExpressionAttributeNames": self.names,
+        }
+        if self.values:
+            request["ExpressionAttributeValues"] = self.values
+        if condition:
+            request["ConditionExpression"] = condition
+        return request
+
+
+class UploadLedger:
+    """Per-upload accounting over the uploads and upload-rows tables.
+
+    Every method is safe to call again with the same arguments (a retried Lambda does):
+    ``begin`` and ``split_finished`` are conditional, rows are counted once, and the
+    completion event is published once.
+    """
+
+    def __init__(
+        self,
+        settings: LedgerSettings,
+        *,
+        dynamodb: Any,
+        events: Any,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._dynamodb = dynamodb
+        self._events = events
+        self._clock = clock
+
+    @classmethod
+    def from_environment(cls, session: boto3.session.Session | None = None) -> UploadLedger:
+        """A ledger with clients from ``session`` (default: a new one) and env settings."""
+        session = session or boto3.session.Session()
+        return cls(
+            LedgerSettings.from_env(),
+            dynamodb=session.client("dynamodb"),
+            events=session.client("events"),
+        )
+
+    # ------------------------------------------------------------------ splitter
+    def begin(self, upload_id: str, *, bucket: str, key: str) -> bool:
+        """Open the upload (status ``splitting``). False when it was already open (a
+        re-run of the splitter keeps the counts it already has)."""
+        now = self._clock()
+        item = {
+            "upload_id": upload_id,
+            "status": SPLITTING,
+            "bucket": bucket,
+            "key": key,
+            "created_at": utc_now_iso(now),
+            "classified": {},
+            "failed": {},
+            **dict.fromkeys(COUNTERS, 0),
+            "sweep_shard": OPEN_SHARD,
+            "sweep_after": int(
+                now + self.settings.split_deadline_seconds + self.settings.deadline_seconds
+            ),
+            "expires_at": self._expires_at(now),
+        }
+        try:
+            self._dynamodb.put_item(
+                TableName=self.settings.uploads_table_name,
+                Item={name: _av(value) for name, value in item.items()},
+                ConditionExpression="attribute_not_exists(upload_id)",
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def split_finished(
+        self,
+        upload_id: str,
+        *,
+        rows: int,
+        valid: int,
+        invalid: int,
+        deduplicated: int = 0,
+        rejected_reason: str | None = None,
+        bucket: str = "",
+        key: str = "",
+    ) -> None:
+        """Record the split's counts. A rejected upload (``rejected_reason``) closes at
+        once with status ``rejected``; otherwise the upload moves to ``classifying`` and
+        completes as soon as every valid row is accounted for (maybe right here)."""
+        now = self._clock()
+        update = _Update()
+        for name, value in (("rows", rows), ("valid", valid), ("invalid", invalid)):
+            update.set(name, int(value))
+        update.set("deduplicated", int(deduplicated))
+        update.set("split_finished_at", utc_now_iso(now))
+        status = update.name("status")
+        splitting = update.value(SPLITTING)
+        if rejected_reason is None:
+            update.set("status", CLASSIFYING)
+            update.set("sweep_after", int(now + self.settings.deadline_seconds))
+            condition = f"{status} = {splitting}"
+        else:
+            # A rejection may come without begin() (e.g. an event naming no object).
+            update.set("status", REJECTED).set("reason", rejected_reason[:1000])
+            update.set("completed_at", utc_now_iso(now)).set("sweep_after", int(now))
+            update.set("sweep_shard", OPEN_SHARD).set("expires_at", self._expires_at(now))
+            for name, default in (("bucket", bucket), ("key", key), ("created_at", None)):
+                placeholder = update.name(name)
+                fallback = update.value(default if default is not None else utc_now_iso(now))
+                update.sets.append(f"{placeholder} = if_not_exists({placeholder}, {fallback})")
+            for name in ("classified", "failed"):
+                placeholder = update.name(name)
+                update.sets.append(
+                    f"{placeholder} = if_not_exists({placeholder}, {update.value({})})"
+                )
+            for name in COUNTERS:
+                if name != "deduplicated":
+                    update.add(name, 0)
+            condition = f"attribute_not_exists(upload_id) OR {status} = {splitting}"
+        try:
+            self._dynamodb.update_item(
+                TableName=self.settings.uploads_table_name,
+                Key={"upload_id": _av(upload_id)},
+                **update.request(condition),
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            # Already past splitting: a retried splitter. Fall through, idempotently.
+        if rejected_reason is None:
+            self._complete_if_accounted(upload_id)
+        else:
+            self._publish_if_due(upload_id)
+
+    # ------------------------------------------------------------------ rows
+    def row_classified(
+        self,
+        upload_id: str,
+        row_number: int,
+        label: str,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> RowAccounted:
+        """Count one classified row (once) plus this delivery's counters."""
+        return self._account_row(upload_id, row_number, "classified", label, outcome)
+
+    def row_failed(
+        self,
+        upload_id: str,
+        row_number: int,
+        error_code: str,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> RowAccounted:
+        """Count one failed row (once) under ``error_code`` plus this delivery's counters.
+
+        The failure recorder calls it without ``outcome`` (a dead letter is no delivery).
+        """
+        code = (error_code or "Unknown")[:ERROR_CODE_MAX_CHARS]
+        return self._account_row(upload_id, row_number, "failed", code, outcome)
+
+    def record_delivery(self, upload_id: str, outcome: Mapping[str, Any]) -> None:
+        """Counters of a delivery that settled no row (rate limited, retry later)."""
+        self._add_counters(upload_id, delivery_increments(outcome))
+
+    def record_outcome(self, event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
+        """The classify step's ``on_outcome`` hook (contract §3), for row events."""
+        detail = event.get("detail")
+        if not isinstance(detail, Mapping):
+            return
+        upload_id, row_number = detail.get("upload_id"), detail.get("row_number")
+        if not isinstance(upload_id, str) or not upload_id or not _is_row_number(row_number):
+            logger.warning("outcome without upload_id/row_number; not accounted")
+            return
+        result = outcome.get("result") or {}
+        status = outcome.get("status")
+        if status == "completed" and result.get("label"):
+            self.row_classified(upload_id, int(row_number), str(result["label"]), outcome)
+        elif status == "dead_lettered":
+            code = outcome.get("error_code") or result.get("error_code") or "Unknown"
+            self.row_failed(upload_id, int(row_number), str(code), outcome)
+        else:
+            self.record_delivery(upload_id, outcome)
+
+    # ------------------------------------------------------------------ sweeper
+    def sweep(self) -> dict[str, str]:
+        """Close uploads past their deadline and publish any unpublished completion."""
+        now = self._clock()
+        swept: dict[str, str] = {}
+        for upload_id in self._due_uploads(now):
+            item = self._get_upload(upload_id)
+            if item is None:
+                continue
+            status = item.get("status")
+            if status in CLOSED:
+                swept[upload_id] = "published" if self._publish_if_due(upload_id) else "leased"
+            elif self._complete_if_accounted(upload_id, item):
+                swept[upload_id] = COMPLETED
+            elif self._close_incomplete(item, now):
+                swept[upload_id] = INCOMPLETE
+        return swept
+
+    # ------------------------------------------------------------------ internals
+    def _expires_at(self, now: float) -> int:
+        return int(now + self.settings.retention_days * 86400)
+
+    def _account_row(
+        self,
+        upload_id: str,
+        row_number: int,
+        kind: str,
+        name: str,
+        outcome: Mapping[str, Any] | None,
+    ) -> RowAccounted:
+        now = self._clock()
+        increments = delivery_increments(outcome)
+        marker = {
+            "upload_id": upload_id,
+            "row_number": int(row_number),
+            "outcome": kind,
+            ("label" if kind == "classified" else "error_code"): name,
+            "via": "delivery" if outcome is not None else "dead-letter",
+            "recorded_at": utc_now_iso(now),
+            "expires_at": self._expires_at(now),
+        }
+        update = _Update().increment_in_map(kind, name).add(f"{kind}_total", 1)
+        for counter, amount in increments.items():
+            update.add(counter, amount)
+        reasons = self._transact(
+            [
+                {
+                    "Put": {
+                        "TableName": self.settings.upload_rows_table_name,
+                        "Item": {k: _av(v) for k, v in marker.items()},
+                        "ConditionExpression": "attribute_not_exists(row_number)",
+                    }
+                },
+                self._upload_update(upload_id, update),
+            ]
+        )
+        if reasons is None:
+            self._complete_if_accounted(upload_id)
+            return RowAccounted.COUNTED
+        if reasons[1] == "ConditionalCheckFailed":
+            logger.warning("no upload item for %s; row %s not accounted", upload_id, row_number)
+            return RowAccounted.UNKNOWN_UPLOAD
+        return self._account_known_row(upload_id, int(row_number), kind, name, outcome, now)
+
+    def _account_known_row(
+        self,
+        upload_id: str,
+        row_number: int,
+        kind: str,
+        name: str,
+        outcome: Mapping[str, Any] | None,
+        now: float,
+    ) -> RowAccounted:
+        existing = self._get_marker(upload_id, row_number)
+        increments = delivery_increments(outcome)
+        if existing and kind == "classified" and existing.get("outcome") == "failed":
+            # An operator retry succeeded: move the row from failed[code] to classified.
+            old_code = str(existing.get("error_code") or "Unknown")
+            marker_update = _Update().set("outcome", "classified").set("label", name)
+            marker_update.set("reclassified_at", utc_now_iso(now)).remove("error_code")
+            marker_request = marker_update.request(
+                f"{marker_update.name('outcome')} = {marker_update.value('failed')}"
+            )
+            update = _Update().increment_in_map("classified", name).add("classified_total", 1)
+            failed_path = f"{update.name('failed')}.{update.name(old_code)}"
+            update.sets.append(f"{failed_path} = {failed_path} - {update.value(1)}")
+            update.add("failed_total", -1)
+            for counter, amount in increments.items():
+                update.add(counter, amount)
+            reasons = self._transact(
+                [
+                    {
+                        "Update": {
+                            "TableName": self.settings.upload_rows_table_name,
+                            "Key": {"upload_id": _av(upload_id), "row_number": _av(row_number)},
+                            **marker_request,
+                        }
+                    },
+                    self._upload_update(upload_id, update),
+                ]
+            )
+            if reasons is None:
+                return RowAccounted.RECLASSIFIED
+        first_report = (
+            existing is not None
+            and outcome is not None
+            and existing.get("via") == "dead-letter"
+            and kind == existing.get("outcome")
+        )
+        if outcome is not None and not first_report:
+            increments["duplicates_suppressed"] = 1
+        self._add_counters(upload_id, increments)
+        return RowAccounted.DUPLICATE
+
+    def _upload_update(self, upload_id: str, update: _Update) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.settings.uploads_table_name,
+                "Key": {"upload_id": _av(upload_id)},
+                **update.request("attribute_exists(upload_id)"),
+            }
+        }
+
+    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+        """Run a transaction; None on success, else the cancellation reason codes.
+
+        Concurrent deliveries of one upload touch the same upload item, so a
+        TransactionConflict is expected under load: retried with jitter.
+        """
+        for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
+            try:
+                self._dynamodb.transact_write_items(TransactItems=items)
+                return None
+            except ClientError as exc:
+                if _code(exc) != "TransactionCanceledException":
+                    raise
+                reasons = [
+                    str(reason.get("Code") or "None")
+                    for reason in exc.response.get("CancellationReasons", [])
+                ]
+                if "ConditionalCheckFailed" in reasons:
+                    return reasons + ["None"] * (len(items) - len(reasons))
+                if attempt == _TRANSACTION_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0, 0.05 * 2**attempt))  # spreads conflicting writers
+        raise AssertionError("unreachable")
+
+    def _add_counters(self, upload_id: str, increments: Mapping[str, int]) -> None:
+        if not increments:
+            return
+        update = _Update()
+        for counter, amount in increments.items():
+            update.add(counter, amount)
+        try:
+            self._dynamodb.update_item(
+                TableName=self.settings.uploads_table_name,
+                Key={"upload_id": _av(upload_id)},
+                **update.request("attribute_exists(upload_id)"),
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            logger.warning("no upload item for %s; delivery counters dropped", upload_id)
+
+    def _get_upload(self, upload_id: str) -> dict[str, Any] | None:
+        response = self._dynamodb.get_item(
+            TableName=self.settings.uploads_table_name,
+            Key={"upload_id": _av(upload_id)},
+            ConsistentRead=True,
+        )
+        return _plain_item(response["Item"]) if "Item" in response else None
+
+    def _get_marker(self, upload_id: str, row_number: int) -> dict[str, Any] | None:
+        response = self._dynamodb.get_item(
+            TableName=self.settings.upload_rows_table_name,
+            Key={"upload_id": _av(upload_id), "row_number": _av(row_number)},
+            ConsistentRead=True,
+        )
+        return _plain_item(response["Item"]) if "Item" in response else None
+
+    def _complete_if_accounted(self, upload_id: str, item: dict[str, Any] | None = None) -> bool:
+        item = item if item is not None else self._get_upload(upload_id)
+        if item is None or item.get("status") != CLASSIFYING or item.get("valid") is None:
+            return False
+        accounted = int(item.get("classified_total") or 0) + int(item.get("failed_total") or 0)
+        if accounted < int(item["valid"]):
+            return False
+        now = self._clock()
+        update = _Update().set("status", COMPLETED).set("completed_at", utc_now_iso(now))
+        update.set("missing", 0).set("sweep_after", int(now + PUBLISH_LEASE_SECONDS))
+        # Counts only grow, so "complete when read" stays true: the status is the race.
+        if self._conditional_status_change(upload_id, update, CLASSIFYING):
+            self._publish_if_due(upload_id)
+            return True
+        return False
+
+    def _close_incomplete(self, item: dict[str, Any], now: float) -> bool:
+        upload_id = str(item["upload_id"])
+        if int(item.get("sweep_after") or 0) > now:
+            return False
+        update = _Update().set("status", INCOMPLETE).set("completed_at", utc_now_iso(now))
+        update.set("sweep_after", int(now + PUBLISH_LEASE_SECONDS))
+        if item.get("valid") is None:
+            update.set("missing", None)
+            update.set("reason", "the split did not finish before the deadline")
+        else:
+            accounted = int(item.get("classified_total") or 0) + int(item.get("failed_total") or 0)
+            update.set("missing", max(int(item["valid"]) - accounted, 0))
+        if self._conditional_status_change(upload_id, update, str(item["status"]), item):
+            self._publish_if_due(upload_id)
+            return True
+        return False
+
+    def _conditional_status_change(
+        self,
+        upload_id: str,
+        update: _Update,
+        expected: str,
+        seen: dict[str, Any] | None = None,
+    ) -> bool:
+        condition = f"{update.name('status')} = {update.value(expected)}"
+        if seen is not None:
+            # missing was computed from these counts: a row that arrived since wins.
+            for name in ("classified_total", "failed_total"):
+                condition += f" AND {update.name(name)} = {update.value(int(seen.get(name) or 0))}"
+        try:
+            self._dynamodb.update_item(
+                TableName=self.settings.uploads_table_name,
+                Key={"upload_id": _av(upload_id)},
+                **update.request(condition),
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _publish_if_due(self, upload_id: str) -> bool:
+        """Publish the completion event under a lease; True when this call published."""
+        now = self._clock()
+        update = _Update().set("publish_lease_until", int(now + PUBLISH_LEASE_SECONDS))
+        status, lease, published = (
+            update.name("status"),
+            update.name("publish_lease_until"),
+            update.name("summary_published_at"),
+        )
+        closed = ", ".join(update.value(value) for value in CLOSED)
+        condition = (
+            f"{status} IN ({closed}) AND attribute_not_exists({published}) AND "
+            f"(attribute_not_exists({lease}) OR {lease} < {update.value(int(now))})"
+        )
+        try:
+            response = self._dynamodb.update_item(
+                TableName=self.settings.uploads_table_name,
+                Key={"upload_id": _av(upload_id)},
+                ReturnValues="ALL_NEW",
+                **update.request(condition),
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        detail = summary_detail(_plain_item(response["Attributes"]))
+        self._put_completed_event(detail)
+        done = _Update().set("summary_published_at", utc_now_iso(self._clock()))
+        done.remove("sweep_shard").remove("publish_lease_until")
+        self._dynamodb.update_item(
+            TableName=self.settings.uploads_table_name,
+            Key={"upload_id": _av(upload_id)},
+            **done.request(),
+        )
+        return True
+
+    def _put_completed_event(self, detail: dict[str, Any]) -> None:
+        response = self._events.put_events(
+            Entries=[
+                {
+                    "EventBusName": self.settings.event_bus_name,
+                    "Source": self.settings.event_source,
+                    "DetailType": COMPLETED_DETAIL_TYPE,
+                    "Detail": json.dumps(detail, ensure_ascii=False),
+                }
+            ]
+        )
+        if response.get("FailedEntryCount"):
+            entry = response["Entries"][0]
+            raise SummaryPublishError(
+                f"{COMPLETED_DETAIL_TYPE} for {detail['upload_id']} not accepted: "
+                f"{entry.get('ErrorCode')}: {entry.get('ErrorMessage', '')}"
+            )
+
+    def _due_uploads(self, now: float) -> list[str]:
+        upload_ids: list[str] = []
+        request: dict[str, Any] = {
+            "TableName": self.settings.uploads_table_name,
+            "IndexName": OPEN_INDEX,
+            "KeyConditionExpression": "sweep_shard = :open AND sweep_after <= :now",
+            "ExpressionAttributeValues": {":open": _av(OPEN_SHARD), ":now": _av(int(now))},
+        }
+        while True:
+            response = self._dynamodb.query(**request)
+            upload_ids += [item["upload_id"]["S"] for item in response.get("Items", [])]
+            if "LastEvaluatedKey" not in response:
+                return upload_ids
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _is_row_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

@@ -1,0 +1,50 @@
+"""The "Prospect Upload Completed" event: what it carries and how it is built."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+COMPLETED_DETAIL_TYPE = "Prospect Upload Completed"
+
+#: Counters every upload item carries from ``begin`` on, so the event always has them.
+COUNTERS = (
+    "classified_total",
+    "failed_total",
+    "model_requests",
+    "rate_limited",
+    "duplicates_suppressed",
+    "input_tokens",
+    "output_tokens",
+    "requests_saved",
+    "deduplicated",
+)
+SPLIT_COUNTS = ("rows", "valid", "invalid")
+TEXT_FIELDS = ("upload_id", "bucket", "key", "status", "created_at", "completed_at", "reason")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, set, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def summary_detail(item: dict[str, Any]) -> dict[str, Any]:
+    """The event detail for one upload item (contract: counts + upload_id, bucket, key,
+    status). ``rows``/``valid``/``invalid``/``missing`` are null when the split never
+    finished; ``classified`` and ``failed`` are maps label -> n and error_code -> n."""
+    detail: dict[str, Any] = {name: _plain(item.get(name)) for name in TEXT_FIELDS}
+    if detail["reason"] is None:
+        del detail["reason"]
+    for name in SPLIT_COUNTS:
+        detail[name] = _plain(item.get(name))
+    detail["classified"] = _plain(item.get("classified") or {})
+    detail["failed"] = _plain(item.get("failed") or {})
+    for name in COUNTERS:
+        detail[name] = _plain(item.get(name) or 0)
+    detail["missing"] = _plain(item.get("missing"))
+    return detail

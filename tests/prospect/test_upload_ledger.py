@@ -1,0 +1,345 @@
+"""Upload ledger: each row counted once, exactly one completion event per upload (moto)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+from upload_accounting import LedgerSettings, RowAccounted, UploadLedger
+from upload_accounting.ledger import PUBLISH_LEASE_SECONDS
+
+from .conftest import BUS
+from .upload_tables import (
+    UPLOAD_ROWS_TABLE,
+    UPLOADS_TABLE,
+    completed_events,
+    create_upload_tables,
+    upload_item,
+)
+
+T0 = 1_800_000_000.0
+DEADLINE = 3600
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ledger(aws, clock):
+    create_upload_tables(aws.session)
+    settings = LedgerSettings(
+        uploads_table_name=UPLOADS_TABLE,
+        upload_rows_table_name=UPLOAD_ROWS_TABLE,
+        event_bus_name=BUS,
+        deadline_seconds=DEADLINE,
+        split_deadline_seconds=600,
+    )
+    return UploadLedger(
+        settings,
+        dynamodb=aws.session.client("dynamodb"),
+        events=aws.session.client("events"),
+        clock=clock,
+    )
+
+
+def billed(input_tokens=100, output_tokens=2, **extra):
+    return {
+        "status": "completed",
+        "replayed": False,
+        "model_requests": 1,
+        "rate_limited": 0,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "result": {"status": "completed", "label": "hot"},
+        "error_code": None,
+        **extra,
+    }
+
+
+REPLAYED = {
+    "status": "completed",
+    "replayed": True,
+    "model_requests": 0,
+    "rate_limited": 0,
+    "usage": {"input_tokens": 0, "output_tokens": 0},
+    "result": {"status": "completed", "label": "hot"},
+    "error_code": None,
+}
+
+
+def row_event(upload_id="u-1", row_number=1):
+    return {"detail-type": "Prospect Row Validated", "detail": {"upload_id": upload_id,
+            "row_number": row_number}}  # fmt: skip
+
+
+def test_begin_opens_the_upload_once(aws, ledger):
+    # WHEN the splitter opens an upload twice (a retried run)
+    first = ledger.begin("u-1", bucket="b", key="in/a.csv")
+    second = ledger.begin("u-1", bucket="b", key="other.csv")
+    # THEN the first call wins and the item starts with zero counts
+    item = upload_item(aws.session, "u-1")
+    assert (first, second) == (True, False)
+    assert (item["status"], item["key"]) == ("splitting", "in/a.csv")
+    assert item["classified"] == {} and item["failed"] == {} and item["model_requests"] == 0
+    assert item["expires_at"] == int(T0) + 90 * 86400
+
+
+def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=4, valid=3, invalid=1, deduplicated=2)
+    ledger.row_classified("u-1", 1, "hot", billed())
+    ledger.row_classified("u-1", 2, "cold", billed(input_tokens=50, output_tokens=1))
+    assert completed_events(aws.drain_published()) == []  # one row still open
+
+    ledger.row_failed("u-1", 3, "ModelRejectedInput")
+
+    [event] = completed_events(aws.drain_published())
+    assert event["source"] == "prospect-uploader"
+    detail = event["detail"]
+    assert detail == {
+        "upload_id": "u-1", "bucket": "b", "key": "in/a.csv", "status": "completed",
+        "created_at": detail["created_at"], "completed_at": detail["completed_at"],
+        "rows": 4, "valid": 3, "invalid": 1,
+        "classified": {"hot": 1, "cold": 1}, "failed": {"ModelRejectedInput": 1},
+        "classified_total": 2, "failed_total": 1, "model_requests": 2, "rate_limited": 0,
+        "duplicates_suppressed": 0, "input_tokens": 150, "output_tokens": 3,
+        "requests_saved": 0, "deduplicated": 2, "missing": 0,
+    }  # fmt: skip
+    item = upload_item(aws.session, "u-1")
+    assert item["status"] == "completed" and "summary_published_at" in item
+    assert "sweep_shard" not in item  # out of the sweeper's index
+
+
+def test_a_row_counts_once_whatever_its_deliveries(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=2, valid=2, invalid=0)
+
+    assert ledger.row_classified("u-1", 1, "hot", billed()) is RowAccounted.COUNTED
+    assert ledger.row_classified("u-1", 1, "hot", REPLAYED) is RowAccounted.DUPLICATE
+    ledger.record_outcome(row_event(row_number=1), REPLAYED)
+
+    item = upload_item(aws.session, "u-1")
+    assert item["classified"] == {"hot": 1} and item["classified_total"] == 1
+    assert (item["duplicates_suppressed"], item["requests_saved"]) == (2, 2)
+    assert item["model_requests"] == 1
+    assert item["status"] == "classifying"
+
+
+def test_the_recorder_and_the_runtime_reporting_one_dead_letter_count_it_once(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    dead = {**billed(), "status": "dead_lettered", "error_code": "RateLimitExhausted",
+            "model_requests": 0, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "result": {"status": "dead_lettered"}}  # fmt: skip
+
+    # GIVEN the recorder got there first, THEN the runtime's own report is no duplicate
+    ledger.row_failed("u-1", 1, "RateLimitExhausted")
+    ledger.record_outcome(row_event(), dead)
+
+    item = upload_item(aws.session, "u-1")
+    assert item["failed"] == {"RateLimitExhausted": 1} and item["failed_total"] == 1
+    assert item["duplicates_suppressed"] == 0
+    assert len(completed_events(aws.drain_published())) == 1
+
+
+def test_rows_accounted_before_the_split_finishes_complete_at_split_end(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.row_classified("u-1", 1, "warm", billed())
+    assert completed_events(aws.drain_published()) == []
+
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)  # a retried splitter
+
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["classified"] == {"warm": 1}
+
+
+def test_an_upload_without_valid_rows_completes_at_split_end(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=2, valid=0, invalid=2)
+    [event] = completed_events(aws.drain_published())
+    assert (event["detail"]["status"], event["detail"]["invalid"]) == ("completed", 2)
+
+
+def test_concurrent_last_rows_emit_exactly_one_event(aws, ledger):
+    rows = 16
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=rows, valid=rows, invalid=0)
+    barrier = threading.Barrier(rows)
+
+    def classify(row_number: int) -> None:
+        barrier.wait()
+        ledger.row_classified("u-1", row_number, "hot", billed())
+
+    threads = [threading.Thread(target=classify, args=(n,)) for n in range(1, rows + 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len(completed_events(aws.drain_published())) == 1
+    assert upload_item(aws.session, "u-1")["classified_total"] == rows
+
+
+def test_a_late_row_after_completion_updates_counts_but_sends_nothing(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    ledger.row_failed("u-1", 1, "InternalServerError")
+    aws.drain_published()
+
+    # WHEN an operator retry classifies the failed row
+    result = ledger.row_classified("u-1", 1, "hot", billed())
+
+    assert result is RowAccounted.RECLASSIFIED
+    item = upload_item(aws.session, "u-1")
+    assert item["classified"] == {"hot": 1} and item["failed"] == {"InternalServerError": 0}
+    assert (item["classified_total"], item["failed_total"]) == (1, 0)
+    assert completed_events(aws.drain_published()) == []
+
+
+def test_rate_limited_and_retry_deliveries_only_add_counters(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    limited = {"status": "rate_limited", "replayed": False, "model_requests": 0,
+               "rate_limited": 1, "usage": {"input_tokens": 0, "output_tokens": 0},
+               "result": None, "error_code": None}  # fmt: skip
+    ledger.record_outcome(row_event(), limited)
+    ledger.record_outcome(row_event(), {**limited, "status": "retry", "rate_limited": 0,
+                                        "model_requests": 1})  # fmt: skip
+
+    item = upload_item(aws.session, "u-1")
+    assert (item["rate_limited"], item["model_requests"], item["classified_total"]) == (1, 1, 0)
+
+
+def test_rows_of_an_unknown_upload_are_not_accounted(aws, ledger):
+    assert ledger.row_classified("ghost", 1, "hot", billed()) is RowAccounted.UNKNOWN_UPLOAD
+    ledger.record_delivery("ghost", billed())
+    assert upload_item(aws.session, "ghost") is None
+
+
+def test_rejection_closes_the_upload_even_without_begin(aws, ledger):
+    ledger.split_finished(
+        "u-bad", rows=0, valid=0, invalid=0, rejected_reason="too many rows",
+        bucket="b", key='we"ird\nname.csv',
+    )  # fmt: skip
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["status"] == "rejected"
+    assert event["detail"]["reason"] == "too many rows"
+    assert event["detail"]["key"] == 'we"ird\nname.csv'
+
+
+def test_sweeper_closes_an_overdue_upload_as_incomplete_once(aws, ledger, clock):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=3, valid=3, invalid=0)
+    ledger.row_classified("u-1", 1, "hot", billed())
+
+    assert ledger.sweep() == {}  # before the deadline: nothing to do
+    clock.now += DEADLINE + 1
+    assert ledger.sweep() == {"u-1": "incomplete"}
+    assert ledger.sweep() == {}
+
+    [event] = completed_events(aws.drain_published())
+    assert (event["detail"]["status"], event["detail"]["missing"]) == ("incomplete", 2)
+    # A straggler is still counted, and no second summary goes out.
+    ledger.row_classified("u-1", 2, "cold", billed())
+    assert upload_item(aws.session, "u-1")["classified_total"] == 2
+    assert completed_events(aws.drain_published()) == []
+
+
+def test_sweeper_closes_an_upload_whose_split_never_finished(aws, ledger, clock):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    clock.now += 600 + DEADLINE + 1
+    assert ledger.sweep() == {"u-1": "incomplete"}
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["missing"] is None and event["detail"]["rows"] is None
+    assert "did not finish" in event["detail"]["reason"]
+
+
+def test_a_failed_publish_is_retried_by_the_sweeper_after_the_lease(aws, ledger, clock):
+    def refuse(**_):
+        raise ClientError({"Error": {"Code": "InternalFailure", "Message": "x"}}, "PutEvents")
+
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    ledger._events.meta.events.register("before-call.events.PutEvents", refuse)
+    # WHEN the publish fails after the status change won
+    with pytest.raises(ClientError):
+        ledger.row_classified("u-1", 1, "hot", billed())
+    ledger._events.meta.events.unregister("before-call.events.PutEvents", refuse)
+    assert upload_item(aws.session, "u-1")["status"] == "completed"
+    # THEN a retry within the lease does not publish, the sweeper after it does, once
+    ledger.row_classified("u-1", 1, "hot", REPLAYED)
+    assert completed_events(aws.drain_published()) == []
+    clock.now += PUBLISH_LEASE_SECONDS + 1
+    assert ledger.sweep() == {"u-1": "published"}
+    assert ledger.sweep() == {}
+    assert len(completed_events(aws.drain_published())) == 1
+
+
+def test_settings_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", "u")
+    monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", "r")
+    monkeypatch.setenv("EVENT_BUS_NAME", "bus")
+    monkeypatch.setenv("UPLOAD_DEADLINE_SECONDS", "7200")
+    settings = LedgerSettings.from_env()
+    assert (settings.deadline_seconds, settings.retention_days) == (7200, 90)
+    monkeypatch.setenv("UPLOAD_RETENTION_DAYS", "-1")
+    with pytest.raises(Exception, match="UPLOAD_RETENTION_DAYS must be positive"):
+        LedgerSettings.from_env()
+
+
+def test_the_classifier_hook_accounts_through_the_environment(aws, monkeypatch):
+    # GIVEN the classify function's environment as the stack sets it
+    from prospect_classifier import accounting
+
+    create_upload_tables(aws.session)
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
+    monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
+    monkeypatch.setattr(accounting, "_ledger", None)
+    UploadLedger.from_environment().begin("u-1", bucket="b", key="k.csv")
+    # WHEN the hook sees a completed delivery
+    accounting.record_outcome(row_event(), billed())
+    # THEN the row is counted
+    assert upload_item(aws.session, "u-1")["classified"] == {"hot": 1}
+
+
+def test_the_classifier_hook_is_off_without_an_uploads_table(aws, monkeypatch):
+    from prospect_classifier import accounting
+
+    monkeypatch.delenv("UPLOADS_TABLE_NAME", raising=False)
+    monkeypatch.setattr(accounting, "_ledger", None)
+    accounting.record_outcome(row_event(), billed())
+    assert accounting._ledger is None
+
+
+def test_the_sweeper_handler_sweeps_with_the_environment(aws, monkeypatch):
+    from upload_accounting import sweeper
+
+    create_upload_tables(aws.session)
+    monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
+    monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
+    monkeypatch.setenv("UPLOAD_DEADLINE_SECONDS", "1")
+    monkeypatch.setenv("UPLOAD_SPLIT_DEADLINE_SECONDS", "1")
+    sweeper._ledger.cache_clear()
+    ledger = UploadLedger.from_environment()
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    # WHEN the scheduled rule invokes the sweeper after the deadline
+    time.sleep(2)
+    try:
+        result = sweeper.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, None)
+    finally:
+        sweeper._ledger.cache_clear()
+    # THEN the upload is closed as incomplete, one row missing
+    assert result == {"swept": {"u-1": "incomplete"}}
+    assert upload_item(aws.session, "u-1")["missing"] == 1
