@@ -64,8 +64,13 @@ class Settings:
     Environment variables (defaults in brackets):
     - EVENT_BUS_KIND ["classic"]: "classic" (boto3 ``events``) or "v2" (``eventbridgev2``,
       each row carries ``SystemMetadata.DeduplicationId = "<upload_id>#<row_number>"``).
-    - EVENT_BUS_NAME (required when classic): bus that receives row and summary events.
+    - EVENT_BUS_NAME (required when classic): bus that receives row events (and summary
+      events unless SUMMARY_EVENT_BUS_NAME names another).
     - EVENT_BUS_ARN (required when v2): ARN of the v2 bus (``...:event-busv2/NAME/ID``).
+    - SUMMARY_EVENT_BUS_NAME [unset]: a classic bus for the "Prospect Upload Summarized"
+      event (boto3 ``events``, no deduplication id). Unset: the summary goes where the
+      rows go. The Prospect stack sets it so rows ride a v2 bus while summaries reach
+      the classic bus that carries the upload-level alert rules.
     - FAILURES_TABLE_NAME (required): table for invalid rows, upload failures and summaries.
     - IDEMPOTENCY_TABLE_NAME (required): Powertools idempotency table (pk ``id``,
       TTL ``expiration``).
@@ -82,6 +87,7 @@ class Settings:
     event_bus_name: str = ""
     event_bus_kind: str = "classic"
     event_bus_arn: str = ""
+    summary_event_bus_name: str = ""
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     max_rows: int = DEFAULT_MAX_ROWS
     publish_concurrency: int = DEFAULT_PUBLISH_CONCURRENCY
@@ -96,6 +102,7 @@ class Settings:
             event_bus_kind=kind,
             event_bus_name=_required("EVENT_BUS_NAME") if kind == "classic" else "",
             event_bus_arn=_required("EVENT_BUS_ARN") if kind == "v2" else "",
+            summary_event_bus_name=os.environ.get("SUMMARY_EVENT_BUS_NAME", "").strip(),
             failures_table_name=_required("FAILURES_TABLE_NAME"),
             idempotency_table_name=_required("IDEMPOTENCY_TABLE_NAME"),
             max_upload_bytes=_positive_int("MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),

@@ -57,6 +57,17 @@ def _event_bus(settings: Settings, session: boto3.session.Session) -> Bus:
     )
 
 
+def _summary_bus(settings: Settings, session: boto3.session.Session, rows: Bus) -> Bus:
+    """Where the upload summary goes: SUMMARY_EVENT_BUS_NAME (classic), else the row bus."""
+    if not settings.summary_event_bus_name:
+        return rows
+    return ClassicBus(
+        session.client("events", config=_BOTO_CONFIG),
+        settings.summary_event_bus_name,
+        settings.event_source,
+    )
+
+
 def _ledger_hooks(session: boto3.session.Session) -> SplitHooks:
     """Open and close each upload on the upload ledger, when the stack has one."""
     if not LedgerSettings.configured():
@@ -119,6 +130,7 @@ def build_splitter(
     """
     session = session or boto3.session.Session()
     bus = _event_bus(settings, session)
+    summary_bus = _summary_bus(settings, session, bus)
     ports = SplitterPorts(
         s3=session.client("s3", config=_BOTO_CONFIG),
         failures_table=session.resource("dynamodb", config=_BOTO_CONFIG).Table(
@@ -130,6 +142,8 @@ def build_splitter(
         new_publisher=lambda: EventPublisher(
             bus, concurrency=settings.publish_concurrency, sleep=sleep
         ),
+        # The summary is one event: sent inline, without a worker pool.
+        new_summary_publisher=lambda: EventPublisher(summary_bus, concurrency=1, sleep=sleep),
     )
     config = IdempotencyConfig(
         # The key is the object identity only: bucket, key and version-id-or-etag.

@@ -80,6 +80,11 @@ class SplitterPorts:
     new_publisher: Callable[[], EventPublisher]  # a fresh buffer (and pool) per upload
     max_rows: int = DEFAULT_MAX_ROWS
     hooks: SplitHooks = field(default_factory=SplitHooks)
+    # Where the "Prospect Upload Summarized" event goes; None: the row publisher's bus.
+    new_summary_publisher: Callable[[], EventPublisher] | None = None
+
+    def summary_publisher(self) -> EventPublisher:
+        return (self.new_summary_publisher or self.new_publisher)()
 
 
 def row_deduplication_id(upload_id: str, row_number: int) -> str:
@@ -119,7 +124,7 @@ def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
 def _summarise(ports: SplitterPorts, ref: UploadRef, result: SplitResult) -> None:
     summary = {**result.as_dict(), "bucket": ref.bucket, "key": ref.key}
     put_summary(ports.failures_table, ref, result.as_dict())
-    with ports.new_publisher() as publisher:
+    with ports.summary_publisher() as publisher:
         publisher.add(SUMMARY_DETAIL_TYPE, summary, summary_deduplication_id(ref.upload_id))
         publisher.flush()
 
@@ -209,7 +214,7 @@ def record_malformed_event(ports: SplitterPorts, event: object, problem: str) ->
     put_upload_failure(ports.failures_table, upload_id, "MalformedEvent", reason, event)
     result = SplitResult(upload_id, 0, 0, 0, "rejected", reason, error_code="MalformedEvent")
     put_summary(ports.failures_table, None, result.as_dict())
-    with ports.new_publisher() as publisher:
+    with ports.summary_publisher() as publisher:
         publisher.add(
             SUMMARY_DETAIL_TYPE,
             {**result.as_dict(), "bucket": "", "key": ""},

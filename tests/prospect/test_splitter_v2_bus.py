@@ -18,7 +18,7 @@ from prospect_splitter.config import ConfigurationError, Settings
 from prospect_splitter.handler import build_splitter
 from prospect_splitter.publisher import EventPublishError
 
-from .conftest import HEADER
+from .conftest import BUS, HEADER
 
 V2_ARN = "arn:aws:events:us-east-1:123456789012:event-busv2/prospect-rows/abcdefghijklmnopqrstuvwxy"
 ROW = "Prospect Row Validated"
@@ -29,7 +29,13 @@ ONE_MB = 1_048_576
 @pytest.fixture(autouse=True)
 def _splitter_env_unset(monkeypatch):
     """Settings the conftest fixture does not reset; each test sets what it needs."""
-    for name in ("MAX_ROWS", "PUBLISH_CONCURRENCY", "EVENT_BUS_KIND", "EVENT_BUS_ARN"):
+    for name in (
+        "MAX_ROWS",
+        "PUBLISH_CONCURRENCY",
+        "EVENT_BUS_KIND",
+        "EVENT_BUS_ARN",
+        "SUMMARY_EVENT_BUS_NAME",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -202,6 +208,36 @@ def test_throttled_entries_are_retried_and_not_counted_as_deduplicated(v2, lambd
 
     assert (result["valid"], result["deduplicated"]) == (120, 0)
     assert len(bus.rows()) == 120 and len(seen) == 12 and sleeps
+
+
+def test_rows_ride_the_v2_bus_and_the_summary_the_classic_summary_bus(
+    v2, lambda_context, monkeypatch
+):
+    # The Prospect stack's default: rows on the v2 RowBus, the summary on ProspectBus,
+    # where the classic alert rules (SNS targets) listen.
+    monkeypatch.setenv("SUMMARY_EVENT_BUS_NAME", BUS)
+    bus = FakeV2Bus().install(v2.session)
+    splitter = _splitter(v2)
+
+    result = splitter.process(v2.put_csv("split.csv", _csv(30, 10)), lambda_context)
+    rejected = splitter.process(v2.put_csv("empty.csv", ""), lambda_context)
+
+    assert (result["valid"], result["invalid"], rejected["status"]) == (27, 3, "rejected")
+    assert len(bus.rows()) == 27 and len(bus.delivered) == 27  # no summary on the v2 bus
+    summaries = v2.drain_published()
+    assert [(e["detail-type"], e["detail"]["upload_id"], e["detail"]["status"])
+            for e in summaries] == [
+        (SUMMARY, result["upload_id"], "completed"),
+        (SUMMARY, rejected["upload_id"], "rejected"),
+    ]  # fmt: skip
+    assert summaries[0]["detail"]["deduplicated"] == 0
+    assert summaries[1]["detail"]["reason"]
+
+
+def test_summary_bus_setting(v2, monkeypatch):
+    assert Settings.from_env().summary_event_bus_name == ""
+    monkeypatch.setenv("SUMMARY_EVENT_BUS_NAME", " prospect-bus ")
+    assert Settings.from_env().summary_event_bus_name == "prospect-bus"
 
 
 @pytest.mark.parametrize(
