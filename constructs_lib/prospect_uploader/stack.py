@@ -3,8 +3,11 @@
 One upload, by resource:
 
 S3 ``UploadBucket`` --Object Created *.csv--> default bus ``SplitterRule`` -->
-``Splitter`` (validates every row) --"Prospect Row Validated"--> ``ProspectBus`` -->
+``Splitter`` (validates every row) --"Prospect Row Validated"--> ``RowBus`` (EventBridge
+v2, publish-side dedup; ``ProspectBus`` with ``-c event_bus=classic``) -->
 ``Classify`` (IdempotentModelStep, hot/warm/cold) --> ``ProspectsTable``.
+Upload-level events ("Prospect Upload Summarized", "Prospect Upload Completed") and
+their alert rules stay on the classic ``ProspectBus``: SNS targets need classic rules.
 Invalid rows go to ``FailuresTable``; model failures land on ``FailureQueue`` and
 ``FailureRecorder`` normalises them into ``FailuresTable``. Every row's outcome is
 counted once in ``UploadsTable`` (the ``upload_accounting`` ledger, bundled into the
@@ -51,6 +54,7 @@ from .. import defaults
 from .._validation import PropValidationError, check_int_range
 from ..alarms import events_rule_metric, occurrence_alarm
 from ..bundling import lambda_src_root
+from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
@@ -76,6 +80,8 @@ CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
     "noncurrent_version_retention_days": (30, 1, 3650),
     "access_log_retention_days": (90, 1, 3650),
 }
+#: Values of the ``event_bus`` context key; the first is the default.
+EVENT_BUS_KINDS = ("v2", "classic")
 #: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
 #: its retry stamp and count, the replay generation it publishes under, and the
 #: outcome of a retry. The item's key attributes are named in the request too.
@@ -159,6 +165,11 @@ class ProspectUploaderStack(Stack):
     - ``viewer_principals``: comma-separated IAM role ARNs granted
       ``lambda:InvokeFunctionUrl`` on the viewer. Default: none (only identities whose
       own IAM policy allows it).
+    - ``event_bus``: ``v2`` (default) or ``classic``. ``v2``: validated rows travel on
+      ``RowBus``, an EventBridge v2 bus, each with a publish-side ``DeduplicationId``,
+      and ``Classify`` subscribes to it; upload summaries and completion events stay on
+      the classic ``ProspectBus`` with their alert rules. ``classic``: everything rides
+      ``ProspectBus`` and ``Classify`` is a classic rule (the template before v2).
 
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
@@ -182,6 +193,7 @@ class ProspectUploaderStack(Stack):
         self.max_rows = self._context_int("max_rows")
         self.failure_retention_days = self._context_int("failure_retention_days")
         self.viewer_principals = self._context_role_arns("viewer_principals")
+        self.event_bus_kind = self._context_choice("event_bus", EVENT_BUS_KINDS)
         src = lambda_src_root()
 
         # ------------------------------------------------------------ storage
@@ -271,7 +283,19 @@ class ProspectUploaderStack(Stack):
                 "leaves unrecorded messages on it for 14 days.",
             )
         )
+        # Upload-level events and their (classic, SNS-targeted) alert rules.
         self.bus = events.EventBus(self, "ProspectBus")
+        #: The bus "Prospect Row Validated" travels on: the v2 ``RowBus`` (publish-side
+        #: dedup) by default, ``ProspectBus`` itself with ``-c event_bus=classic``.
+        self.row_bus: EventBusV2 | events.EventBus = (
+            EventBusV2(
+                self,
+                "RowBus",
+                description="Prospect Row Validated events, deduplicated on publish",
+            )
+            if self.event_bus_kind == "v2"
+            else self.bus
+        )
 
         # ------------------------------------------------------------- alerts
         self._build_alert_topic()
@@ -294,6 +318,7 @@ class ProspectUploaderStack(Stack):
                 "MAX_UPLOAD_BYTES": str(max_upload_bytes),
                 "MAX_ROWS": str(self.max_rows),
                 "POWERTOOLS_SERVICE_NAME": "prospect-splitter",
+                **self._row_bus_environment(summaries=True),
             },
         )
         # python_function always creates the role.
@@ -311,7 +336,26 @@ class ProspectUploaderStack(Stack):
                 actions=["s3:ListBucket"], resources=[self.upload_bucket.bucket_arn]
             )
         )
-        self.bus.grant_put_events_to(self.splitter)
+        if isinstance(self.row_bus, EventBusV2):
+            self.row_bus.grant_put_events_to(
+                self.splitter, sources=[EVENT_SOURCE], detail_types=[ROW_VALIDATED]
+            )
+            # On ProspectBus: its summary, and the completion event its ledger publishes
+            # when the split is the last thing an upload waited for.
+            self.splitter.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["events:PutEvents"],
+                    resources=[self.bus.event_bus_arn],
+                    conditions={
+                        "StringEquals": {
+                            "events:source": EVENT_SOURCE,
+                            "events:detail-type": [UPLOAD_SUMMARIZED, UPLOAD_COMPLETED],
+                        }
+                    },
+                )
+            )
+        else:
+            self.bus.grant_put_events_to(self.splitter)
         self.failures_table.grant(self.splitter, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
         self.idempotency_table.grant(
             self.splitter,
@@ -320,7 +364,7 @@ class ProspectUploaderStack(Stack):
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
         )
-        # The splitter may publish anything on the bus already; no second PutEvents grant.
+        # The splitter may publish the completion event already; no second PutEvents grant.
         self._grant_ledger(self.splitter, publish=False)
         self.splitter.configure_async_invoke(
             retry_attempts=2,
@@ -388,7 +432,7 @@ class ProspectUploaderStack(Stack):
         self.classify = IdempotentModelStep(
             self,
             "Classify",
-            event_bus=self.bus,
+            event_bus=self.row_bus,
             event_pattern=events.EventPattern(source=[EVENT_SOURCE], detail_type=[ROW_VALIDATED]),
             idempotency_key="[upload_id, row_number]",
             prompt_version=PROMPT_VERSION,
@@ -483,8 +527,8 @@ class ProspectUploaderStack(Stack):
             environment={
                 "FAILURES_TABLE_NAME": self.failures_table.table_name,
                 "UPLOADS_TABLE_NAME": self.uploads_table.table_name,
-                "EVENT_BUS_NAME": self.bus.event_bus_name,
                 "EVENT_SOURCE": EVENT_SOURCE,
+                **self._row_bus_environment(),
             },
         )
         self.failures_table.grant(
@@ -518,18 +562,23 @@ class ProspectUploaderStack(Stack):
             )
         )
         # Retry re-publishes one kind of event only: a validated row, as the splitter sent it.
-        self.viewer.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["events:PutEvents"],
-                resources=[self.bus.event_bus_arn],
-                conditions={
-                    "StringEquals": {
-                        "events:source": EVENT_SOURCE,
-                        "events:detail-type": ROW_VALIDATED,
-                    }
-                },
+        if isinstance(self.row_bus, EventBusV2):
+            self.row_bus.grant_put_events_to(
+                self.viewer, sources=[EVENT_SOURCE], detail_types=[ROW_VALIDATED]
             )
-        )
+        else:
+            self.viewer.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["events:PutEvents"],
+                    resources=[self.bus.event_bus_arn],
+                    conditions={
+                        "StringEquals": {
+                            "events:source": EVENT_SOURCE,
+                            "events:detail-type": ROW_VALIDATED,
+                        }
+                    },
+                )
+            )
         # AWS_IAM: only principals with lambda:InvokeFunctionUrl on this function
         # can load the page; nothing is public unless a policy says so.
         self.viewer_url = self.viewer.add_function_url(
@@ -644,6 +693,34 @@ class ProspectUploaderStack(Stack):
                 f"got {value}"
             )
         return value
+
+    def _context_choice(self, key: str, allowed: tuple[str, ...]) -> str:
+        """One of ``allowed`` (the first is the default); strings from ``-c`` too."""
+        raw = self.node.try_get_context(key)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return allowed[0]
+        value = raw.strip() if isinstance(raw, str) else raw
+        if value not in allowed:
+            raise PropValidationError(
+                f"ProspectUploaderStack: context {key} must be one of "
+                f"{', '.join(allowed)}, got {raw!r}"
+            )
+        return cast(str, value)
+
+    def _row_bus_environment(self, *, summaries: bool = False) -> dict[str, str]:
+        """Where a row publisher (splitter, viewer retry) sends "Prospect Row Validated".
+
+        Classic: nothing beyond ``EVENT_BUS_NAME`` (the ledger's, or the viewer's own).
+        v2: ``EVENT_BUS_KIND=v2`` and ``EVENT_BUS_ARN``; with ``summaries`` (the
+        splitter) also ``SUMMARY_EVENT_BUS_NAME``, so its upload summary reaches the
+        classic bus that carries ``UploadAlertRule``.
+        """
+        if not isinstance(self.row_bus, EventBusV2):
+            return {"EVENT_BUS_NAME": self.bus.event_bus_name}
+        env = {"EVENT_BUS_KIND": "v2", "EVENT_BUS_ARN": self.row_bus.event_bus_arn}
+        if summaries:
+            env["SUMMARY_EVENT_BUS_NAME"] = self.bus.event_bus_name
+        return env
 
     def _context_role_arns(self, key: str) -> list[str]:
         raw = self.node.try_get_context(key)

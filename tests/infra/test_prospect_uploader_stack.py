@@ -1,4 +1,8 @@
-"""What the Prospect Uploader stack synthesizes (issue 4, items 1-7)."""
+"""What the Prospect Uploader stack synthesizes (issue 4, items 1-7; issue 12, item 2).
+
+``raw`` is app.py's default (rows on the v2 ``RowBus``); ``classic`` is the same app
+synthesized with ``-c event_bus=classic``. Each is synthesized once, with cdk-nag.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,29 @@ STACK = "ProspectUploader"
 @pytest.fixture(scope="module")
 def raw(prospect: Synthesized) -> dict:
     return prospect.templates[STACK]
+
+
+@pytest.fixture(scope="module")
+def classic_app(tmp_path_factory) -> Synthesized:
+    """app.py (cdk-nag included) with ``-c event_bus=classic``."""
+    import app as app_module
+
+    app = new_app(tmp_path_factory, "prospect-classic")
+    app.node.set_context("event_bus", "classic")
+    return synth(app_module.build_app(app))
+
+
+@pytest.fixture(scope="module")
+def classic(classic_app: Synthesized) -> dict:
+    return classic_app.templates[STACK]
+
+
+def of_type(raw: dict, type_: str) -> list[tuple[str, dict]]:
+    return [(k, v) for k, v in raw["Resources"].items() if v["Type"] == type_]
+
+
+def puts_of(raw: dict, role_suffix: str) -> list[dict]:
+    return [s for s in statements_of(raw, role_suffix) if s["Action"] == "events:PutEvents"]
 
 
 def by_path(raw: dict, suffix: str) -> tuple[str, dict]:
@@ -108,6 +135,11 @@ def test_csv_uploads_start_the_splitter(raw):
 # ------------------------------------------------------------- 2. splitter
 def test_splitter_environment(raw):
     env = props(raw, "/Splitter/Resource")["Environment"]["Variables"]
+    # Rows to the v2 RowBus; its summary, and the ledger's completion event, to ProspectBus.
+    assert env["EVENT_BUS_KIND"] == "v2"
+    assert env["EVENT_BUS_ARN"] == {"Fn::GetAtt": [by_path(raw, "RowBus/Resource")[0],
+                                                   "EventBusArn"]}  # fmt: skip
+    assert env["SUMMARY_EVENT_BUS_NAME"] == ref(raw, "ProspectBus/Resource")
     assert env["EVENT_BUS_NAME"] == ref(raw, "ProspectBus/Resource")
     assert env["FAILURES_TABLE_NAME"] == ref(raw, "FailuresTable/Resource")
     assert env["IDEMPOTENCY_TABLE_NAME"] == ref(raw, "IdempotencyTable/Resource")
@@ -136,13 +168,48 @@ def test_splitter_failures_after_retries_go_to_the_failure_queue(raw):
     }
 
 
-# ------------------------------------------------------------- 3. classify step
-def test_classify_rule_matches_validated_rows_on_the_custom_bus(raw):
-    rule = props(raw, "Classify/Rule/Resource")
-    assert rule["EventBusName"] == ref(raw, "ProspectBus/Resource")
-    assert rule["EventPattern"] == {
+def test_splitter_publishes_rows_to_the_row_bus_and_upload_events_to_prospect_bus(raw):
+    row_bus = {"Fn::GetAtt": [by_path(raw, "RowBus/Resource")[0], "EventBusArn"]}
+    prospect_bus = {"Fn::GetAtt": [by_path(raw, "ProspectBus/Resource")[0], "Arn"]}
+    assert [(s["Resource"], s["Condition"]) for s in puts_of(raw, "Splitter")] == [
+        (row_bus, {"StringEquals": {"events:source": ["prospect-uploader"],
+                                    "events:detail-type": ["Prospect Row Validated"]}}),
+        (prospect_bus, {"StringEquals": {"events:source": "prospect-uploader",
+                                         "events:detail-type": ["Prospect Upload Summarized",
+                                                                "Prospect Upload Completed"]}}),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------- 3. buses and classify
+def test_rows_ride_a_v2_bus_and_upload_events_the_classic_bus_by_default(raw):
+    [(bus_id, _)] = of_type(raw, "AWS::EventsV2::EventBus")
+    assert bus_id == by_path(raw, "ProspectUploader/RowBus/Resource")[0]  # fixed construct id
+    assert [k for k, _ in of_type(raw, "AWS::Events::EventBus")] == [
+        by_path(raw, "ProspectUploader/ProspectBus/Resource")[0]
+    ]
+    # SNS targets need classic rules: both alert rules stay on ProspectBus.
+    for rule in ("UploadCompletedAlertRule", "UploadAlertRule"):
+        assert props(raw, f"{rule}/Resource")["EventBusName"] == ref(raw, "ProspectBus/Resource")
+
+
+def test_classify_subscribes_to_validated_rows_on_the_row_bus(raw):
+    [(_, subscriber)] = of_type(raw, "AWS::EventsV2::Subscriber")
+    assert subscriber["Metadata"]["aws:cdk:path"] == "ProspectUploader/Classify/Subscriber"
+    sub = subscriber["Properties"]
+    assert sub["EventBusArn"] == {"Fn::GetAtt": [by_path(raw, "RowBus/Resource")[0],
+                                                 "EventBusArn"]}  # fmt: skip
+    [flt] = sub["FilterConfiguration"]["Filters"]
+    assert json.loads(flt["Pattern"]) == {
         "source": ["prospect-uploader"], "detail-type": ["Prospect Row Validated"]
     }  # fmt: skip
+    assert sub["InvokeConfiguration"]["TargetArn"] == {
+        "Fn::GetAtt": [by_path(raw, "Classify/BufferQueue/Resource")[0], "Arn"]
+    }
+    assert sub["OnFailureConfiguration"]["Arn"] == {
+        "Fn::GetAtt": [by_path(raw, "FailureQueue/Resource")[0], "Arn"]
+    }
+    assert not [v for _, v in of_type(raw, "AWS::Events::Rule")
+                if "Classify" in v["Metadata"]["aws:cdk:path"]]  # fmt: skip
 
 
 def test_classify_runs_the_custom_classifier_keyed_on_upload_and_row(raw):
@@ -339,7 +406,8 @@ def test_no_wildcard_actions_anywhere(raw):
 
 def test_no_managed_policies(raw):
     roles = [v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::IAM::Role"]
-    assert len(roles) == 5 and not [r for r in roles if "ManagedPolicyArns" in r]
+    # 5 functions and Classify's v2 subscriber role
+    assert len(roles) == 6 and not [r for r in roles if "ManagedPolicyArns" in r]
 
 
 def test_no_physical_names(raw):
@@ -445,12 +513,16 @@ def test_viewer_updates_only_its_own_attributes(raw):
     }  # fmt: skip
 
 
-def test_viewer_republishes_only_validated_rows(raw):
-    [put] = [s for s in statements_of(raw, "Viewer") if s["Action"] == "events:PutEvents"]
+def test_viewer_republishes_only_validated_rows_to_the_row_bus(raw):
+    [put] = puts_of(raw, "Viewer")
+    assert put["Resource"] == {"Fn::GetAtt": [by_path(raw, "RowBus/Resource")[0], "EventBusArn"]}
     assert put["Condition"] == {
-        "StringEquals": {"events:source": "prospect-uploader",
-                         "events:detail-type": "Prospect Row Validated"}
+        "StringEquals": {"events:source": ["prospect-uploader"],
+                         "events:detail-type": ["Prospect Row Validated"]}
     }  # fmt: skip
+    env = props(raw, "Viewer/Resource")["Environment"]["Variables"]
+    assert (env["EVENT_BUS_KIND"], env["EVENT_BUS_ARN"]) == ("v2", put["Resource"])
+    assert "EVENT_BUS_NAME" not in env
 
 
 def test_only_this_stacks_rules_and_alarms_may_publish_alerts(raw):
@@ -554,9 +626,55 @@ def test_viewer_principals_may_invoke_the_url(configured):
                                              "integer"),
         ("viewer_principals", "arn:aws:iam::123456789012:user/bob",
          "context viewer_principals must be comma-separated IAM role ARNs"),
+        ("event_bus", "kinesis", "context event_bus must be one of v2, classic, got 'kinesis'"),
+        ("event_bus", True, "context event_bus must be one of v2, classic, got True"),
     ],
 )  # fmt: skip
 def test_bad_context_fails_synth_naming_key_value_and_range(key, value, message):
     app = cdk.App(context={**NO_BUNDLING, key: value})
     with pytest.raises(PropValidationError, match=re.escape(message)):
         ProspectUploaderStack(app, "Bad")
+
+
+# ------------------------------------------------------------- 11. -c event_bus=classic
+def test_classic_mode_has_no_v2_resources_and_a_classic_classify_rule(classic):
+    assert [t for t in {v["Type"] for v in classic["Resources"].values()} if "EventsV2" in t] == []
+    rule = props(classic, "Classify/Rule/Resource")
+    assert rule["EventBusName"] == ref(classic, "ProspectBus/Resource")
+    assert rule["EventPattern"] == {
+        "source": ["prospect-uploader"], "detail-type": ["Prospect Row Validated"]
+    }  # fmt: skip
+    roles = of_type(classic, "AWS::IAM::Role")
+    assert len(roles) == 5
+
+
+def test_classic_mode_publishes_rows_and_summaries_to_prospect_bus(classic):
+    prospect_bus = ref(classic, "ProspectBus/Resource")
+    bus_arn = {"Fn::GetAtt": [by_path(classic, "ProspectBus/Resource")[0], "Arn"]}
+    splitter = props(classic, "/Splitter/Resource")["Environment"]["Variables"]
+    viewer = props(classic, "Viewer/Resource")["Environment"]["Variables"]
+    for env in (splitter, viewer):
+        assert env["EVENT_BUS_NAME"] == prospect_bus
+        assert not {"EVENT_BUS_KIND", "EVENT_BUS_ARN", "SUMMARY_EVENT_BUS_NAME"} & set(env)
+    assert [s["Resource"] for s in puts_of(classic, "Splitter")] == [bus_arn]
+    [viewer_put] = puts_of(classic, "Viewer")
+    assert viewer_put["Resource"] == bus_arn
+    assert viewer_put["Condition"] == {
+        "StringEquals": {"events:source": "prospect-uploader",
+                         "events:detail-type": "Prospect Row Validated"}
+    }  # fmt: skip
+
+
+def test_classic_stack_matches_snapshot(classic, snapshot):
+    # Recorded from the template as it was before the row bus moved to v2 (identical):
+    # `-c event_bus=classic` deploys over an existing classic stack with no change.
+    assert mask_asset_hashes(classic) == snapshot.use_extension(JSONSnapshotExtension)
+
+
+def test_classic_mode_cfn_lint_is_clean(classic_app: Synthesized):
+    assert lint(classic_app.outdir) == []
+
+
+def test_classic_mode_cdk_nag_is_clean(classic_app: Synthesized):
+    report = json.loads((classic_app.outdir / "validation-report.json").read_text())
+    assert [v for r in report["pluginReports"] for v in r.get("violations", [])] == []
