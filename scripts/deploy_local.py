@@ -75,10 +75,15 @@ def free_port() -> int:
 def moto_server() -> Iterator[int]:
     """moto's server on 127.0.0.1 in this process; yields its port."""
     import logging
+    import warnings
 
     from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    # The report says what moto skipped; its per-resource warnings and the server's
+    # tracebacks (a 500 answered to a probe is reported too) would drown it.
+    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+    logging.getLogger("moto").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -266,12 +271,68 @@ def deploy_local(cdk_out: Path, log: Path | None = None) -> dict[str, Any]:
             ),  # fmt: skip
         }
         checked = deployed_checks.check_assembly(assembly, shims, env, KNOWN_PROPERTY_GAPS)
+        if not checked["failures"]:
+            checked["self_test"] = self_test(assembly, shims, env)
+            checked["failures"] += checked["self_test"]["missed"]
     return {
         "wall_seconds": time.perf_counter() - started,
         **timings,
         "shim": {name: vars(report) for name, report in shims.items()},
         **checked,
     }
+
+
+def self_test(assembly: Path, shims: dict[str, ShimReport], env: dict[str, str]) -> dict:
+    """Break two deployed things the checks must catch, and check again.
+
+    One function's environment variable is changed and one rule loses a target, through
+    the AWS APIs; a check that then still passes proves nothing, so each miss is a failure.
+    """
+    import boto3
+
+    from scripts import deployed_checks
+
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+    )
+    endpoint = env["AWS_ENDPOINT_URL"]
+    cfn = session.client("cloudformation", endpoint_url=endpoint)
+    lambda_ = session.client("lambda", endpoint_url=endpoint)
+    events = session.client("events", endpoint_url=endpoint)
+    expected: list[str] = []
+    for name in shims:
+        rows = cfn.describe_stack_resources(StackName=name)["StackResources"]
+        by_type: dict[str, list[dict]] = {}
+        for row in rows:
+            by_type.setdefault(row.get("ResourceType", ""), []).append(row)
+        for row in by_type.get("AWS::Lambda::Function", []):
+            config = lambda_.get_function_configuration(FunctionName=row["PhysicalResourceId"])
+            variables = config.get("Environment", {}).get("Variables", {})
+            if variables:
+                var = sorted(variables)[0]
+                lambda_.update_function_configuration(
+                    FunctionName=row["PhysicalResourceId"],
+                    Environment={"Variables": {**variables, var: "tampered"}},
+                )
+                expected.append(f"{row['LogicalResourceId']}.Environment.{var}")
+                break
+        for row in by_type.get("AWS::Events::Rule", []):
+            bus, _, rule = row["PhysicalResourceId"].rpartition("|")
+            template = json.loads((assembly / f"{name}.template.json").read_text())
+            props = template["Resources"][row["LogicalResourceId"]]["Properties"]
+            if not props.get("Targets"):
+                continue
+            kwargs = {"EventBusName": bus} if bus else {}
+            if "EventBusName" in props:
+                stack = deployed_checks.DeployedStack(session, endpoint, name, template)
+                kwargs = {"EventBusName": stack.resolve(props["EventBusName"])}
+            events.remove_targets(Rule=rule, Ids=[props["Targets"][0]["Id"]], **kwargs)
+            expected.append(f"Rule {row['LogicalResourceId']}: targets")
+            break
+    again = deployed_checks.check_assembly(assembly, shims, env, KNOWN_PROPERTY_GAPS)
+    caught = [e for e in expected if any(e in failure for failure in again["failures"])]
+    missed = [f"self-test: breaking {e} went unnoticed" for e in expected if e not in caught]
+    return {"broken": expected, "caught": caught, "missed": missed}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 PLACEHOLDER = "deploy-local-removed"
@@ -90,7 +91,11 @@ class DeployedStack:
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            self._clients[service] = self.session.client(service, endpoint_url=self.endpoint)
+            # One attempt: an emulator's 500 is reported as such, not retried with backoff.
+            config = Config(retries={"max_attempts": 1, "mode": "standard"})
+            self._clients[service] = self.session.client(
+                service, endpoint_url=self.endpoint, config=config
+            )
         return self._clients[service]
 
     # ------------------------------------------------------------------ intrinsics
@@ -666,6 +671,12 @@ def print_report(report: Mapping[str, Any]) -> None:
                 f"{'same files as' if not code.get('files_differing') else 'DIFFERS from'} "
                 f"{code.get('asset', '-')}"
             )
+    self_test = report.get("self_test")
+    if self_test:
+        print(
+            f"\nself-test: broke {len(self_test['broken'])} deployed things through the APIs "
+            f"({', '.join(self_test['broken'])}); the checks caught {len(self_test['caught'])}"
+        )
     shim = report.get("shim", {})
     for name, changes in shim.items():
         for line in changes["rewritten_refs"]:
