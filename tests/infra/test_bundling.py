@@ -216,3 +216,15 @@ def test_no_interpreter_warns_and_bundles_without_bytecode(tmp_path, runtime_cop
     asset = tmp_path / "cdk.out" / function["Metadata"]["aws:asset:path"]
     assert (asset / "model_step" / "handler.py").is_file()
     assert not list(asset.rglob("*.pyc"))
+
+
+def test_finder_reads_uv_managed_pythons(tmp_path, python313):
+    # GIVEN only a uv-managed 3.13 (uv's layout: cpython-<version>-<platform>/bin/python3.13)
+    uv = tmp_path / "uv-python"
+    bin_dir = uv / f"cpython-{python313.version}-linux-x86_64-gnu" / "bin"
+    bin_dir.mkdir(parents=True)
+    os.symlink(python313.executable, bin_dir / "python3.13")
+    environ = {**no_python_313_environ(tmp_path), "UV_PYTHON_INSTALL_DIR": str(uv)}
+    # WHEN searched THEN it is found there
+    found = find_bytecode_python("3.13", environ)
+    assert found is not None and found.executable == str(bin_dir / "python3.13")
