@@ -70,7 +70,7 @@ from bench.harness import (
 
 CHILD = r"""
 import json, sys, time
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
 sys.path[:0] = json.loads(sys.argv[3])
 kind = sys.argv[1]
 status = None
@@ -91,6 +91,7 @@ else:
 done = time.perf_counter()
 print("RESULT " + json.dumps({
     "seconds": done - start,
+    "cpu_seconds": time.process_time() - cpu_start,
     "import_seconds": imported - start,
     "status": status,
     "anthropic_imported": "anthropic" in sys.modules,
@@ -241,24 +242,31 @@ def measure_cold_starts(
             step.handle(duplicate, FakeLambdaContext())  # the record the children replay
             env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
             row_numbers = iter(range(1, 10_000))
-            for variant in variants:
-                if not quick:
+            if not quick:
+                for variant in variants:
                     # Warms the file cache (nothing is written: -B / an empty prefix).
                     run_child(variant, "new event", make_event("upload-warmup", 0), env)
-                for kind in KINDS:
-                    if quick and variant.name == NAIVE and kind != KINDS[0]:
-                        continue  # a smoke run needs the baseline only from the naive bundle
-                    samples = []
-                    for _ in range(repeats):
-                        event = (
-                            duplicate
-                            if kind == "duplicate event"
-                            else make_event("upload-cold", next(row_numbers))
-                        )
-                        samples.append(
-                            run_child(variant, kind, event if kind != KINDS[0] else None, env)
-                        )
-                    rows.append(summarise(variant.name, kind, samples))
+            cells = [
+                (variant, kind)
+                for variant in variants
+                for kind in KINDS
+                # a smoke run needs only the baseline from the naive bundle
+                if not (quick and variant.name == NAIVE and kind != KINDS[0])
+            ]
+            samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            # Round-robin, not one cell after another: load from other processes on a
+            # shared machine then lands on every cell alike.
+            for _ in range(repeats):
+                for variant, kind in cells:
+                    event = (
+                        duplicate
+                        if kind == "duplicate event"
+                        else make_event("upload-cold", next(row_numbers))
+                    )
+                    samples.setdefault((variant.name, kind), []).append(
+                        run_child(variant, kind, event if kind != KINDS[0] else None, env)
+                    )
+            rows = [summarise(name, kind, found) for (name, kind), found in samples.items()]
     return rows, why_not
 
 
@@ -269,6 +277,7 @@ def summarise(variant: str, kind: str, samples: list[dict[str, Any]]) -> dict[st
         "repeats": len(samples),
         "median_seconds": median([s["seconds"] for s in samples]),
         "median_import_seconds": median([s["import_seconds"] for s in samples]),
+        "median_cpu_seconds": median([s["cpu_seconds"] for s in samples]),
         "samples_seconds": [s["seconds"] for s in samples],
         "status": samples[0]["status"],
         "anthropic_imported": samples[0]["anthropic_imported"],
@@ -334,24 +343,35 @@ def run(*, quick: bool = False, out_dir: Path | None = None, cdk_out: Path | Non
     cdk_out = cdk_out or REPO / "cdk.out"
     rows, why_not = measure_cold_starts(1 if quick else 5, cdk_out, quick)
     baseline_variant = rows[0]["bytecode"]
-    baseline = next(r["median_seconds"] for r in rows if r["kind"] == KINDS[0])
+    baseline = next(r for r in rows if r["kind"] == KINDS[0])
     for row in rows:
-        row["ratio_vs_import_anthropic"] = ratio(row["median_seconds"], baseline)
+        row["ratio_vs_import_anthropic"] = ratio(row["median_seconds"], baseline["median_seconds"])
+        row["cpu_ratio_vs_import_anthropic"] = ratio(
+            row["median_cpu_seconds"], baseline["median_cpu_seconds"]
+        )
         target = TARGETS.get(row["kind"]) if row["bytecode"] == SHIPPED else None
         row["target"] = target
-        row["meets_target"] = None if target is None else row["ratio_vs_import_anthropic"] <= target
+        row["meets_target"] = (
+            None
+            if target is None
+            else max(row["ratio_vs_import_anthropic"], row["cpu_ratio_vs_import_anthropic"])
+            <= target
+        )
     if why_not:
         print(f"\ndeployed case skipped: {why_not}; measuring the source tree instead")
     print_table(
-        f"Cold start in a fresh process (median of {rows[0]['repeats']}; interpreter start-up "
-        f"excluded; read-only code, no bytecode written)",
+        f"Cold start in a fresh process (median of {rows[0]['repeats']}, round-robin; interpreter "
+        f"start-up excluded; read-only code, no bytecode written). Ratios: vs "
+        f"{baseline_variant}'s bare import anthropic",
         [
             "code",
             "measured",
-            "median s",
-            "of which import s",
-            "anthropic imported",
-            f"vs {baseline_variant}: import anthropic",
+            "wall s",
+            "CPU s",
+            "import s",
+            "anthropic",
+            "wall x",
+            "CPU x",
             "target",
         ],
         [
@@ -359,9 +379,11 @@ def run(*, quick: bool = False, out_dir: Path | None = None, cdk_out: Path | Non
                 r["bytecode"],
                 r["kind"],
                 r["median_seconds"],
+                r["median_cpu_seconds"],
                 r["median_import_seconds"],
-                "yes" if r["anthropic_imported"] else "no",
+                "imported" if r["anthropic_imported"] else "no",
                 r["ratio_vs_import_anthropic"],
+                r["cpu_ratio_vs_import_anthropic"],
                 "-"
                 if r["target"] is None
                 else f"<= {r['target']}x " + ("met" if r["meets_target"] else "MISSED"),
