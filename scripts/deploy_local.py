@@ -251,7 +251,7 @@ def deploy_local(cdk_out: Path, log: Path | None = None) -> dict[str, Any]:
         env = aws_env(port)
         timings: dict[str, Any] = {
             "bootstrap_seconds": run_cli(
-                ["bootstrap", f"aws://{ACCOUNT}/{REGION}"], env, work, log
+                ["bootstrap", f"aws://{ACCOUNT}/{REGION}", "--no-notices"], env, work, log
             ),
             "deploy_seconds": run_cli(
                 [
@@ -264,6 +264,7 @@ def deploy_local(cdk_out: Path, log: Path | None = None) -> dict[str, Any]:
                     "never",
                     "--progress",
                     "events",
+                    "--no-notices",
                 ],
                 env,
                 work,
