@@ -22,7 +22,9 @@ copy of the venv's boto3/botocore, compiled once for 3.13 (cached under ``.bench
 managed runtime ships them compiled. Ratios are against the naive bundle's bare
 ``import anthropic``; the targets are <= 0.7x for a new event and <= 0.15x for a duplicate.
 
-Without a 3.13 or a staged asset, the source tree is measured instead (the venv's Python,
+``--quick`` (a smoke run) skips the copies: the staged asset is run in place with ``-B``, and
+the naive bundle's bare import runs with ``-X pycache_prefix=<empty dir>``, so it finds no
+``.pyc`` either. Without a 3.13 or a staged asset, the source tree is measured instead (the venv's Python,
 ``lambda_src`` with no ``.pyc``) and the output says so.
 
 Asset size: the model step functions' assets (resource Metadata ``aws:asset:path``) are
@@ -163,7 +165,9 @@ def read_only_copy(asset: Path, parent: Path, name: str, keep_pyc: bool) -> Iter
             path.chmod(path.stat().st_mode | 0o200)
 
 
-def deployed_variants(stack: ExitStack, cdk_out: Path) -> tuple[list[Variant], str | None]:
+def deployed_variants(
+    stack: ExitStack, cdk_out: Path, quick: bool = False
+) -> tuple[list[Variant], str | None]:
     """The naive and the shipped bundle, or ([], why not)."""
     from constructs_lib.bytecode import find_bytecode_python
 
@@ -176,10 +180,19 @@ def deployed_variants(stack: ExitStack, cdk_out: Path) -> tuple[list[Variant], s
     if not list((asset / "model_step").glob("__pycache__/*.cpython-313.pyc")):
         return [], f"{asset.name} ships no .pyc (bundled without a 3.13)"
     runtime = str(lambda_runtime(compiler))
+    flags = ("-I", "-B")  # no PYTHON* variables, no user site, never write bytecode
+    if quick:
+        # A smoke run skips the two copies: the staged asset itself, never written to (-B);
+        # the naive bundle (only its bare import is run) finds no .pyc under an empty prefix.
+        empty = stack.enter_context(tempfile.TemporaryDirectory(prefix="no-pyc-"))
+        naive_flags = (*flags, "-X", f"pycache_prefix={empty}")
+        return [
+            Variant(NAIVE, compiler.executable, naive_flags, (str(asset), runtime), {}),
+            Variant(SHIPPED, compiler.executable, flags, (str(asset), runtime), {}),
+        ], None
     work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cold-start-")))
     naive = stack.enter_context(read_only_copy(asset, work, "naive", keep_pyc=False))
     shipped = stack.enter_context(read_only_copy(asset, work, "shipped", keep_pyc=True))
-    flags = ("-I", "-B")  # no PYTHON* variables, no user site, never write bytecode
     return [
         Variant(NAIVE, compiler.executable, flags, (str(naive), runtime), {}),
         Variant(SHIPPED, compiler.executable, flags, (str(shipped), runtime), {}),
@@ -226,7 +239,7 @@ def measure_cold_starts(
         fake_api() as api,
         tempfile.TemporaryDirectory() as empty,
     ):
-        variants, why_not = deployed_variants(stack, cdk_out)
+        variants, why_not = deployed_variants(stack, cdk_out, quick)
         if not variants:
             variants = [source_tree_variant(empty)]
         session = boto3.session.Session(region_name=REGION)
