@@ -16,7 +16,7 @@ UV_VERSION := 0.13.9
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test lint demo demo-faults bench lock clean
+.PHONY: setup synth test lint demo demo-faults bench deploy-local lock clean
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -64,6 +64,12 @@ demo-faults: synth
 
 bench: synth
 	$(BIN)/python -m bench
+
+# A real `cdk bootstrap` and `cdk deploy --method=direct` (pinned CLI) into moto on
+# 127.0.0.1, then every deployed resource checked against cdk.out through the AWS APIs.
+# Over a minute on 2 busy cores, so CI runs it beside `make test`, not inside it.
+deploy-local: setup cdk.out/manifest.json
+	$(BIN)/python -m scripts.deploy_local
 
 lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock

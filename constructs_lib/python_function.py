@@ -61,7 +61,7 @@ def python_function(
         runtime=defaults.LAMBDA_RUNTIME,
         architecture=architecture,
         handler=handler,
-        code=python_lambda_code(packages, architecture, requirements),
+        code=python_lambda_code(scope, packages, architecture, requirements),
         timeout=timeout,
         memory_size=memory_size,
         role=role,

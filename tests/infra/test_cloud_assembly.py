@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
+import shutil
+import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from constructs_lib.bundling import RUNTIME_PROVIDED
+from constructs_lib.bundling import RUNTIME_PROVIDED, find_bytecode_python
 
-from .conftest import REPO
+from .conftest import REPO, cdk_cli, cli_env
 from .test_snapshot_and_compliance import lint
 
 CDK_OUT = REPO / "cdk.out"
@@ -25,23 +27,20 @@ pytestmark = pytest.mark.skipif(
 
 
 def find_python(version: str) -> str | None:
-    """An interpreter of exactly ``version`` (PATH, then pyenv), or None."""
-    home = Path.home()
-    candidates = [
-        f"python{version}",
-        *glob.glob(str(home / f".pyenv/versions/{version}*/bin/python{version}")),
-    ]
-    for candidate in candidates:
-        try:
-            out = subprocess.run(
-                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True, text=True, timeout=20,
-            )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip() == version:
-            return candidate
-    return None
+    """An interpreter of exactly ``version`` (PATH, pyenv, uv-managed), or None."""
+    compiler = find_bytecode_python(version)
+    return compiler.executable if compiler else None
+
+
+def lambda_runtime_dir(tmp_path: Path) -> Path:
+    """What the Lambda runtime adds to the path (boto3, botocore: pure Python); mimicked."""
+    runtime = tmp_path / "lambda-runtime"
+    runtime.mkdir()
+    site = Path(__import__("boto3").__file__).parent.parent
+    for name in ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six.py"):
+        if (site / name).exists():
+            os.symlink(site / name, runtime / name)
+    return runtime
 
 
 def functions() -> dict[str, tuple[Path, str]]:
@@ -86,12 +85,57 @@ def test_every_function_has_a_staged_asset():
     assert function_assets() and all(p.is_dir() for p in function_assets().values())
 
 
-def test_model_step_asset_has_no_caches_tests_or_runtime_provided_packages():
+def test_model_step_asset_has_no_tests_or_runtime_provided_packages():
     for asset in model_step_assets():
-        assert not list(asset.rglob("__pycache__")), asset
-        assert not list(asset.rglob("*.pyc")), asset
         assert not (asset / "tests").exists() and not (asset / "model_step" / "tests").exists()
         assert not [n for n in RUNTIME_PROVIDED if (asset / n).exists()], asset
+
+
+def test_every_asset_ships_unchecked_hash_based_cpython_313_bytecode():
+    if find_python(LAMBDA_PYTHON) is None:
+        pytest.skip(f"no Python {LAMBDA_PYTHON} on this machine: assets ship no bytecode")
+    assets = set(function_assets().values())
+    assert assets
+    for asset in assets:
+        sources = list(asset.rglob("*.py"))
+        assert sources, asset
+        for source in sources:
+            pyc = source.parent / "__pycache__" / f"{source.stem}.cpython-313.pyc"
+            assert pyc.is_file(), pyc
+            # PEP 552 flags: 0b01 = hash-based, never checked against the source.
+            assert struct.unpack("<I", pyc.read_bytes()[4:8])[0] == 0b01, pyc
+        # Only the Lambda's bytecode: no stray caches of the build machine's Python.
+        assert {p.name.split(".")[-2] for p in asset.rglob("*.pyc")} == {"cpython-313"}, asset
+
+
+def test_a_read_only_copy_imports_from_the_shipped_bytecode(tmp_path):
+    # GIVEN the model step asset copied read-only, as Lambda mounts /var/task
+    python = find_python(LAMBDA_PYTHON)
+    if python is None:
+        pytest.skip(f"no Python {LAMBDA_PYTHON} on this machine")
+    task = tmp_path / "task"
+    shutil.copytree(model_step_assets()[0], task)
+    for path in [task, *task.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    # WHEN the handler and the SDK are imported, no bytecode writing allowed (-B)
+    script = (
+        "import sys; sys.path[:0] = sys.argv[1:3];"
+        "import model_step.handler, anthropic, aws_lambda_powertools.utilities.idempotency"
+    )
+    out = subprocess.run(
+        [python, "-I", "-B", "-v", "-c", script, str(task), str(lambda_runtime_dir(tmp_path))],
+        capture_output=True, text=True, timeout=120,
+        env={"PATH": os.environ["PATH"], "AWS_DEFAULT_REGION": "us-east-1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    # THEN every module from the asset came from its .pyc ("X.pyc matches X.py"), and
+    # none was compiled from source ("code object from X.py", unquoted; a .pyc is quoted).
+    lines = out.stderr.splitlines()
+    from_pyc = [x for x in lines if x.startswith(f"# {task}/") and " matches " in x]
+    from_source = [x for x in lines if x.startswith(f"# code object from {task}/")]
+    assert from_source == []
+    assert len(from_pyc) > 300  # model_step, powertools, anthropic, pydantic, httpx2, ...
+    assert not [p for p in task.rglob("*.pyc") if "cpython-313" not in p.name]
 
 
 def test_model_step_asset_pins_the_sdk_and_powertools():
@@ -106,13 +150,7 @@ def test_every_bundled_handler_imports_under_the_lambda_python(tmp_path):
     python = find_python(LAMBDA_PYTHON)
     if python is None:
         pytest.skip(f"no Python {LAMBDA_PYTHON} interpreter on this machine")
-    # The Lambda runtime provides boto3 and botocore (pure Python); mimic it.
-    runtime = tmp_path / "lambda-runtime"
-    runtime.mkdir()
-    site = Path(__import__("boto3").__file__).parent.parent
-    for name in ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six.py"):
-        if (site / name).exists():
-            os.symlink(site / name, runtime / name)
+    runtime = lambda_runtime_dir(tmp_path)
     found = functions()
     assert found
     script = (
@@ -130,3 +168,36 @@ def test_every_bundled_handler_imports_under_the_lambda_python(tmp_path):
         assert out.returncode == 0, (path, out.stderr)
         # Importing a handler must not pay for `import anthropic` (lazy import).
         assert out.stdout.split() == ["True", "False"], path
+
+
+def test_a_synth_that_skips_bundling_stages_nothing_under_a_bundled_hash(tmp_path):
+    # GIVEN the bundled assembly (`make synth`) and the same app listed by the real CLI,
+    # which skips bundling (`cdk ls`, like `cdk bootstrap`, sets aws:cdk:bundling-stacks=[])
+    bundled = file_assets(CDK_OUT)
+    out = tmp_path / "ls.out"
+    listed = subprocess.run(
+        [cdk_cli(), "ls", "--app", f"{sys.executable} app.py", "--output", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=REPO, env=cli_env(),
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    skipped = file_assets(out)
+    # THEN each function's asset there is the raw source, under a hash of its own
+    bundled_hashes = {p.name.removeprefix("asset.") for p in function_assets().values()}
+    assert bundled_hashes and bundled_hashes <= set(bundled)
+    raw = {h for h, (src, _) in skipped.items() if Path(src).name == "lambda_src"}
+    assert raw, skipped
+    assert raw.isdisjoint(bundled_hashes), raw & bundled_hashes
+    # AND nothing was staged or published under a bundled function asset's hash or key
+    assert not [p for p in out.iterdir() if p.name.removeprefix("asset.") in bundled_hashes]
+    bundled_keys = {bundled[h][1] for h in bundled_hashes}
+    assert {key for _, key in skipped.values()}.isdisjoint(bundled_keys)
+
+
+def file_assets(cdk_out: Path) -> dict[str, tuple[str, str]]:
+    """Each file asset in an assembly: hash -> (source path, destination object key)."""
+    found = {}
+    for manifest in cdk_out.glob("*.assets.json"):
+        for asset_hash, asset in json.loads(manifest.read_text())["files"].items():
+            keys = {d["objectKey"] for d in asset["destinations"].values()}
+            found[asset_hash] = (asset["source"]["path"], ",".join(sorted(keys)))
+    return found

@@ -1,0 +1,162 @@
+"""Find a CPython of the Lambda's version and compile an asset's bytecode with it.
+
+Stdlib only, so benchmarks and tools can find the interpreter without starting jsii.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where Lambda unpacks the asset; compiled code objects name their files under it, so
+#: the .pyc bytes do not depend on the build directory.
+LAMBDA_TASK_ROOT = "/var/task"
+
+_PROBE = (
+    "import importlib.util, json, sys, sysconfig; print(json.dumps({"
+    "'implementation': sys.implementation.name, 'version': '%d.%d.%d' % sys.version_info[:3],"
+    "'releaselevel': sys.version_info.releaselevel,"
+    "'free_threaded': bool(sysconfig.get_config_var('Py_GIL_DISABLED')),"
+    "'cache_tag': sys.implementation.cache_tag,"
+    "'magic': importlib.util.MAGIC_NUMBER.hex()}))"
+)
+
+__all__ = ["LAMBDA_TASK_ROOT", "BytecodeCompiler", "find_bytecode_python"]
+
+
+@dataclass(frozen=True)
+class BytecodeCompiler:
+    """A CPython interpreter that writes the Lambda runtime's bytecode.
+
+    :param executable: path of the interpreter.
+    :param version: its full version, e.g. ``"3.13.0"``.
+    :param cache_tag: e.g. ``"cpython-313"``; names the ``.pyc`` files.
+    :param magic: the bytecode magic number, hex.
+    """
+
+    executable: str
+    version: str
+    cache_tag: str
+    magic: str
+
+    @property
+    def mode(self) -> str:
+        """What goes into the asset hash: bytecode flavour and the compiler that wrote it."""
+        return f"pyc-unchecked-hash:CPython-{self.version}:magic-{self.magic}"
+
+    def compile(self, root: Path) -> None:
+        """Write unchecked hash-based ``.pyc`` for every ``.py`` under ``root``.
+
+        ``-I`` ignores ``PYTHONPYCACHEPREFIX`` and friends, which would send the
+        ``.pyc`` elsewhere. A file that does not compile under this Python could not
+        be imported on Lambda either; it is left without bytecode and named on stderr.
+        """
+        command = [
+            self.executable, "-I", "-m", "compileall", "-q", "-j", "0",
+            "--invalidation-mode", "unchecked-hash",
+            "-s", str(root), "-p", LAMBDA_TASK_ROOT,
+            str(root),
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+            print(
+                f"local bundling: CPython {self.version} could not compile some files "
+                f"(left without .pyc; Lambda could not import them either):\n{tail}",
+                file=sys.stderr,
+            )
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    """Sort key for ``.../3.13.2/bin/python3.13``-like paths: newest patch first."""
+    for part in reversed(path.parts):
+        head = part.split("-")[1] if part.startswith("cpython-") else part
+        numbers = head.split(".")
+        if len(numbers) >= 3 and all(n.isdigit() for n in numbers[:3]):
+            return tuple(int(n) for n in numbers[:3])
+    return (0,)
+
+
+def _candidates(version: str, environ: Mapping[str, str]) -> list[str]:
+    """Interpreters that may be CPython ``version``: PATH, then pyenv, then uv-managed."""
+    name = f"python{version}"
+    found: list[str] = []
+    on_path = shutil.which(name, path=environ.get("PATH", ""))
+    if on_path:
+        found.append(on_path)
+    home = Path(environ.get("HOME") or Path.home())
+    pyenv_roots = [environ.get("PYENV_ROOT") or str(home / ".pyenv")]
+    pyenv = shutil.which("pyenv", path=environ.get("PATH", ""))
+    if pyenv:
+        try:
+            root = subprocess.run(
+                [pyenv, "root"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            root = ""
+        if root:
+            pyenv_roots.insert(0, root)
+    uv_dirs = [
+        environ.get("UV_PYTHON_INSTALL_DIR", ""),
+        str(Path(environ.get("XDG_DATA_HOME") or home / ".local/share") / "uv" / "python"),
+    ]
+    patterns = [(Path(r) / "versions", f"{version}.*/bin/{name}") for r in pyenv_roots]
+    patterns += [(Path(d), f"cpython-{version}.*/bin/{name}") for d in uv_dirs if d]
+    for base, pattern in patterns:
+        if base.is_dir():
+            found += [str(p) for p in sorted(base.glob(pattern), key=_version_key, reverse=True)]
+    return list(dict.fromkeys(found))
+
+
+def _probe(executable: str, version: str) -> BytecodeCompiler | None:
+    try:
+        result = subprocess.run(
+            [executable, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=30
+        )
+        info = json.loads(result.stdout) if result.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    if (
+        not info
+        or info["implementation"] != "cpython"
+        or info["releaselevel"] != "final"
+        or info["free_threaded"]
+        or not info["version"].startswith(f"{version}.")
+    ):
+        return None
+    return BytecodeCompiler(executable, info["version"], info["cache_tag"], info["magic"])
+
+
+@functools.lru_cache(maxsize=8)
+def _find_cached(
+    version: str, environ_items: tuple[tuple[str, str], ...]
+) -> BytecodeCompiler | None:
+    for candidate in _candidates(version, dict(environ_items)):
+        compiler = _probe(candidate, version)
+        if compiler is not None:
+            return compiler
+    return None
+
+
+def find_bytecode_python(
+    version: str, environ: Mapping[str, str] | None = None
+) -> BytecodeCompiler | None:
+    """The first final, GIL-enabled CPython ``version`` on this machine, or None.
+
+    Looks for ``python3.13`` on ``PATH`` (a pyenv shim for a version that is not
+    selected fails the probe and is skipped), then ``$(pyenv root)/versions/3.13.*``,
+    then uv-managed Pythons (``$UV_PYTHON_INSTALL_DIR`` or ``~/.local/share/uv/python``),
+    newest patch release first. Each candidate is run once to confirm what it is.
+
+    :param environ: the environment to search (default ``os.environ``).
+    """
+    env = os.environ if environ is None else environ
+    keys = ("PATH", "HOME", "PYENV_ROOT", "UV_PYTHON_INSTALL_DIR", "XDG_DATA_HOME")
+    return _find_cached(version, tuple((k, env[k]) for k in keys if k in env))

@@ -1,0 +1,97 @@
+"""`make deploy-local` deploys cdk.out into moto; these check its parts that need no deploy.
+
+The deploy itself runs in CI beside `make test` (over a minute: `.ci/run`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from scripts.deploy_local import MOTO_VERSION, moto_cloudformation_types, shim_template
+from scripts.deployed_checks import zip_matches_directory
+
+REPO = Path(__file__).resolve().parents[2]
+CDK_OUT = REPO / "cdk.out"
+
+
+def templates() -> list[dict]:
+    found = [json.loads(p.read_text()) for p in sorted(CDK_OUT.glob("*.template.json"))]
+    if not found:
+        pytest.skip("cdk.out/ is missing: `make test` builds it with `make synth` first")
+    return found
+
+
+def references(node: object) -> set[str]:
+    """Every logical id a Ref, GetAtt, Sub or DependsOn in ``node`` names."""
+    text = json.dumps(node)
+    found = set(re.findall(r'"Ref": "([^"]+)"', text))
+    found |= set(re.findall(r'"Fn::GetAtt": \["([^"]+)"', text))
+    found |= {m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", text)}
+    return found
+
+
+def test_the_shim_is_pinned_to_the_locked_moto():
+    lock = (REPO / "requirements-dev.lock").read_text()
+    assert re.search(rf"^moto(\[[^\]]*\])?=={re.escape(MOTO_VERSION)}$", lock, re.M)
+
+
+def test_shim_removes_only_what_moto_cannot_create_and_leaves_no_dangling_reference():
+    supported = moto_cloudformation_types()
+    for template in templates():
+        shimmed, report = shim_template(template, supported)
+        resources = shimmed["Resources"]
+        # GIVEN/WHEN shimmed THEN exactly the unsupported resources are gone ...
+        assert set(report.removed) == {
+            k for k, r in template["Resources"].items() if r["Type"] not in supported
+        }
+        assert set(resources) == set(template["Resources"]) - set(report.removed)
+        # ... and nothing in what is deployed still points at one of them
+        assert not references(resources) & set(report.removed)
+        for resource in resources.values():
+            depends = resource.get("DependsOn", [])
+            assert not set([depends] if isinstance(depends, str) else depends) - set(resources)
+        assert not references(shimmed.get("Outputs", {})) & set(report.removed)
+
+
+def test_shim_turns_ref_on_an_event_bus_into_its_name():
+    template = {
+        "Resources": {
+            "Bus": {"Type": "AWS::Events::EventBus", "Properties": {"Name": "b"}},
+            "Rule": {"Type": "AWS::Events::Rule", "Properties": {"EventBusName": {"Ref": "Bus"}}},
+            "Secret": {"Type": "AWS::SecretsManager::Secret", "Properties": {}},
+        }
+    }
+    shimmed, report = shim_template(template, moto_cloudformation_types())
+    assert shimmed["Resources"]["Rule"]["Properties"]["EventBusName"] == {
+        "Fn::GetAtt": ["Bus", "Name"]
+    }
+    assert report.removed == {"Secret": "AWS::SecretsManager::Secret"}
+    assert template["Resources"]["Rule"]["Properties"]["EventBusName"] == {"Ref": "Bus"}
+
+
+def zipped(directory: Path) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(directory).as_posix())
+    return buffer.getvalue()
+
+
+def test_code_check_tells_a_bundle_from_raw_source_published_under_its_key():
+    # The failure of issue 11.5: raw lambda_src published where the bundle belongs.
+    templates()
+    assets = sorted(CDK_OUT.glob("asset.*"), key=lambda p: sum(1 for _ in p.rglob("*")))
+    bundles = [p for p in assets if (p / "model_step").is_dir()]
+    if not bundles:
+        pytest.skip("no staged model step asset in cdk.out")
+    smallest = assets[0]
+    assert zip_matches_directory(zipped(smallest), smallest) == []
+    raw = zip_matches_directory(zipped(REPO / "lambda_src"), bundles[0])
+    assert any(name.startswith("anthropic/") for name in raw)
