@@ -14,12 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from constructs_lib.local_engine.lambda_async import (
+    DEFAULT_SECONDS_PER_MINUTE,
+    DEFAULT_TIMEOUT_CAP_SECONDS,
+)
+from constructs_lib.local_engine.progress import Progress
+
 from .local_run.errors import LocalRunError
 from .local_run.invariants import check_invariants
-from .local_run.lambda_async import DEFAULT_SECONDS_PER_MINUTE, DEFAULT_TIMEOUT_CAP_SECONDS
 from .local_run.options import RunOptions
 from .local_run.pipeline import LocalPipeline
-from .local_run.progress import Progress
 from .local_run.report import json_line, render_table
 
 PROG = "prospect-uploader"

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from constructs_lib.prospect_uploader.local_run.loopback import LoopbackServer
+from constructs_lib.local_engine.loopback import LoopbackServer
 
 ScriptEntry = Any  # int | str | Reply
 Script = Sequence[ScriptEntry] | Callable[[int, dict], ScriptEntry]

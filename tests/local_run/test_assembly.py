@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.assembly import CloudAssembly, load_assembly
-from constructs_lib.prospect_uploader.local_run.environment import environment_union
-from constructs_lib.prospect_uploader.local_run.errors import (
+from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly
+from constructs_lib.local_engine.environment import environment_union
+from constructs_lib.local_engine.errors import (
     AssemblyNotFoundError,
     EnvironmentConflictError,
 )
-from constructs_lib.prospect_uploader.local_run.intrinsics import PhysicalResource, Resolver
+from constructs_lib.local_engine.intrinsics import PhysicalResource, Resolver
 
 
 def test_lambda_retry_attempts_come_from_the_template(assembly):
@@ -52,9 +52,9 @@ def test_rules_targets_and_event_source_mapping(assembly):
 
 def test_missing_cdk_out_tells_the_user_to_synth(tmp_path):
     with pytest.raises(AssemblyNotFoundError, match="make synth"):
-        load_assembly(tmp_path / "nowhere")
+        load_assembly(tmp_path / "nowhere", "ProspectUploader")
     with pytest.raises(AssemblyNotFoundError, match="make synth"):
-        load_assembly(tmp_path)  # a directory without the template
+        load_assembly(tmp_path, "ProspectUploader")  # a directory without the template
 
 
 def _template(**environments: dict) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.local_model import (
+from constructs_lib.local_engine.local_model import (
     TIMEOUT,
     LocalMessagesAPI,
     fault_plan,

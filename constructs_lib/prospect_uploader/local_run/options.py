@@ -7,13 +7,16 @@ from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
-from .assembly import DEFAULT_STACK
-from .errors import InputFileError, ModelUnavailableError, UsageError
-from .lambda_async import DEFAULT_SECONDS_PER_MINUTE, DEFAULT_TIMEOUT_CAP_SECONDS
-from .progress import Progress
+from constructs_lib.local_engine.engine import DEFAULT_RUN_TIMEOUT_SECONDS
+from constructs_lib.local_engine.errors import InputFileError, ModelUnavailableError, UsageError
+from constructs_lib.local_engine.lambda_async import (
+    DEFAULT_SECONDS_PER_MINUTE,
+    DEFAULT_TIMEOUT_CAP_SECONDS,
+)
+from constructs_lib.local_engine.progress import Progress
 
 MODELS = ("local", "anthropic")
-DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
+DEFAULT_STACK = "ProspectUploader"
 
 
 @dataclass(frozen=True)

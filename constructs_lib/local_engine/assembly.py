@@ -17,7 +17,6 @@ from typing import Any
 from .errors import AssemblyError, AssemblyNotFoundError
 from .intrinsics import logical_id_of
 
-DEFAULT_STACK = "ProspectUploader"
 # Lambda's documented defaults, used when the template leaves a setting out.
 DEFAULT_TIMEOUT_SECONDS = 3
 DEFAULT_MEMORY_MB = 128
@@ -293,7 +292,7 @@ class CloudAssembly:
         raise AssemblyError(f"{self.source}: no rule matches S3 events of a bucket in the stack")
 
 
-def load_assembly(cdk_out: Path | str, stack_name: str = DEFAULT_STACK) -> CloudAssembly:
+def load_assembly(cdk_out: Path | str, stack_name: str) -> CloudAssembly:
     """Read ``<cdk_out>/manifest.json`` and the stack's template.
 
     Raises :class:`AssemblyNotFoundError` (telling the user to run ``make synth``) when the
