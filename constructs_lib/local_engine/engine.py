@@ -23,12 +23,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from . import identity
 from .assembly import CloudAssembly, FunctionSpec
 from .environment import UNSAFE_VARIABLES, environment_union, patched_environ
 from .errors import AssemblyError, EmulatorError, RunTimeoutError
 from .event_bus import EventRouter, LocalRule, bus_name, capture_put_events
 from .event_patterns import EventPattern, PatternError
 from .execution_environment import ExecutionEnvironment
+from .iam import IamCheck, iam_check
 from .intrinsics import LOCAL_REGION
 from .lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
@@ -38,7 +40,7 @@ from .lambda_async import (
     function_identity,
     snapshot,
 )
-from .local_aws import LocalAws, local_aws, queue_url_for_arn
+from .local_aws import LocalAws, local_aws, queue_url_for_arn, secret_arns
 from .progress import Progress
 from .scheduling import Scheduler, WorkTracker
 from .sqs_source import DrainResult, drain_queue
@@ -58,7 +60,8 @@ class EngineSettings:
     worker threads; ``seconds_per_minute`` [1.0], ``timeout_cap_seconds`` [4.0] and ``seed``
     [0]: see :class:`~.lambda_async.AsyncSettings`; ``run_timeout_seconds`` [300];
     ``environment`` [none]: variables set over the functions' own (a local model's URL
-    and key, for example).
+    and key, for example); ``check_iam`` [True]: evaluate every AWS call a handler makes
+    against its function's role (:mod:`.iam`).
     """
 
     duplicates: int = 1
@@ -68,6 +71,7 @@ class EngineSettings:
     seed: int = 0
     run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
     environment: Mapping[str, str] = field(default_factory=dict)
+    check_iam: bool = True
 
 
 class LocalEngine:
@@ -103,6 +107,7 @@ class LocalEngine:
         self._aws: LocalAws | None = None
         self._runtime: ExecutionEnvironment | None = None
         self._router: EventRouter | None = None
+        self.iam: IamCheck | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> LocalEngine:
@@ -145,6 +150,9 @@ class LocalEngine:
     def _setup(self) -> None:
         assembly, settings = self.assembly, self.settings
         self._aws = aws = self._stack.enter_context(local_aws(assembly))
+        if settings.check_iam:
+            check = iam_check(assembly, aws.resolver, secret_arns(aws.physical))
+            self.iam = self._stack.enter_context(check.installed(aws.session))
         self.environment = environment_union(assembly.functions(), aws.resolver)
         overlay = {
             **self.environment,
@@ -295,7 +303,9 @@ class LocalEngine:
                 # The poller invokes synchronously, one batch at a time.
                 return function.handler(event, function.context(str(uuid.uuid4())))
 
-            result = drain_queue(sqs, queue.ref, queue.attributes["Arn"], mapping, invoke)
+            # Lambda's poller reads and deletes with the function's execution role.
+            with identity.acting_as(function.spec.logical_id):
+                result = drain_queue(sqs, queue.ref, queue.attributes["Arn"], mapping, invoke)
             logger.info("%s: drained %s", function.spec.display_name, result)
             results.append(result)
         return results

@@ -24,7 +24,8 @@ def check_invariants(result: RunResult) -> list[Check]:
     - valid = classified + failed (every valid row ends labelled or recorded as failed);
     - without faults: model_requests = classified (one request per row at any duplicates);
     - with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq
-      (no row both labelled and recorded, no failure record that names no row).
+      (no row both labelled and recorded, no failure record that names no row);
+    - when IAM was checked: denied = 0 (every handler call allowed by its role).
     """
     checks = [
         Check(
@@ -40,6 +41,16 @@ def check_invariants(result: RunResult) -> list[Check]:
             _settle_hint(result),
         ),
     ]
+    if result.iam_checked:
+        checks.append(
+            Check(
+                "denied = 0",
+                f"{result.denied} = 0",
+                result.denied == 0,
+                "a handler made an AWS call its role in cdk.out does not allow: "
+                + "; ".join(sorted(set(result.denials))[:3]),
+            )
+        )
     if not result.faults_enabled:
         checks.append(
             Check(

@@ -205,6 +205,15 @@ class LocalPipeline:
         result.left_on_queue = sum(d.left for d in drains)
         result.alert_messages = [m for target in engine.sns_targets for m in target.messages]
         result.alerts = len(result.alert_messages)
+        if engine.iam is not None:
+            result.iam_checked = True
+            result.aws_calls = engine.iam.calls
+            result.denied = len(engine.iam.denials)
+            result.denials = [
+                f"{d.function}: {d.action} on {d.resource}" for d in engine.iam.denials
+            ]
+            result.unused_grants = engine.iam.unused_grants()
+            result.unevaluated_conditions = engine.iam.unevaluated_conditions
         if self._model is not None:
             result.model_requests = self._model.request_count
             result.model_outcomes = dict(self._model.outcomes)

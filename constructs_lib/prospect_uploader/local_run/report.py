@@ -21,6 +21,8 @@ JSON_FIELDS = {
     "model_requests": "HTTP requests that reached the model",
     "deliveries": "row-event deliveries to the classify function, first attempts only",
     "alerts": "upload alerts published to AlertTopic",
+    "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
+    "denied": "of those, denied (the handler got AccessDenied)",
 }
 
 
@@ -42,6 +44,8 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "lambda_retries": result.lambda_retries,
         "status": result.status,
         "upload_id": result.upload_id,
+        "aws_calls": result.aws_calls,
+        "denied": result.denied,
     }
 
 
@@ -74,6 +78,8 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
         ("lambda retries", result.lambda_retries, "async retries of all functions"),
         ("on-failure", result.on_failure_records, "Lambda on-failure records sent to the queue"),
         ("alerts", result.alerts, JSON_FIELDS["alerts"]),
+        ("aws calls", result.aws_calls if result.iam_checked else None, JSON_FIELDS["aws_calls"]),
+        ("denied", result.denied if result.iam_checked else None, JSON_FIELDS["denied"]),
     ]
     width = max(len(name) for name, _, _ in rows)
     for name, value, note in rows:
@@ -85,9 +91,30 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
         lines.append(f"  {mark}  {check.name:<54} {check.values}")
         if not check.ok and check.hint:
             lines.append(f"        {check.hint}")
+    lines += _iam_lines(result)
     for message in result.alert_messages:
         lines += ["", f"Alert: {message}"]
     return "\n".join(lines)
+
+
+def _iam_lines(result: RunResult) -> list[str]:
+    if not result.iam_checked:
+        return []
+    lines = []
+    if result.denials:
+        lines += ["", "Denied AWS calls (the role in cdk.out lacks the permission):"]
+        shown = sorted(set(result.denials))
+        lines += [f"  {denial}" for denial in shown[:20]]
+        if len(shown) > 20:
+            lines.append(f"  ... and {len(shown) - 20} more")
+    lines += ["", "Granted but never used in this run (per function; log delivery excluded):"]
+    for function, grants in sorted(result.unused_grants.items()):
+        lines.append(f"  {function}: " + ("none" if not grants else ""))
+        lines += [f"    {grant}" for grant in grants]
+    if result.unevaluated_conditions:
+        lines += ["", "IAM conditions assumed to hold (not evaluated locally):"]
+        lines += [f"  {condition}" for condition in result.unevaluated_conditions]
+    return lines
 
 
 def json_line(result: RunResult) -> str:

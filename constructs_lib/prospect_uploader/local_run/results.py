@@ -47,6 +47,12 @@ class RunResult:
     duplicates: int = 1
     model: str = "local"
     log_file: str = ""
+    iam_checked: bool = False
+    aws_calls: int = 0  # AWS calls of handlers (and of Lambda on their behalf) evaluated
+    denied: int = 0  # of those, denied by the function's role
+    denials: list[str] = field(default_factory=list)  # "function: action on resource"
+    unused_grants: dict[str, list[str]] = field(default_factory=dict)
+    unevaluated_conditions: list[str] = field(default_factory=list)
 
 
 def count_csv_rows(path: Path) -> int | None:
