@@ -73,3 +73,23 @@ def test_faults_end_in_the_failure_store_and_stay_within_the_retry_bound(faulty_
     assert result.on_failure_records > 0  # retries ran out: Lambda's on-failure record
     assert "400" in failures  # ... and the handler dead-lettered a rejected request itself
     assert result.left_on_queue == 0
+
+
+def test_a_binding_rate_limit_loses_no_row_and_bills_each_row_once(cdk_out: Path, tmp_path):
+    # 34 valid rows at 10 requests per run-minute (a minute lasting 0.5 s): the limit binds.
+    result = run_pipeline(
+        RunOptions(
+            csv_path=SAMPLE,
+            cdk_out=cdk_out,
+            duplicates=2,
+            rate_limit=10,
+            seconds_per_minute=0.5,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    _assert_invariants(result)
+    assert result.failed == 0
+    assert result.rate_limited > 0
+    assert result.model_requests - result.rate_limited == result.valid == result.classified
+    assert result.output_tokens == result.valid and result.input_tokens > 0
+    assert result.elapsed_s > 0 and result.run_minutes == pytest.approx(result.elapsed_s * 2)

@@ -22,7 +22,8 @@ def check_invariants(result: RunResult) -> list[Check]:
 
     - rows = valid + invalid (rows counted from the file, not from the splitter);
     - valid = classified + failed (every valid row ends labelled or recorded as failed);
-    - without faults: model_requests = classified (one request per row at any duplicates);
+    - without faults: failed = 0 and model_requests - rate_limited = valid (one billed
+      request per row at any duplicates, whatever the rate limit's 429s);
     - with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq
       (no row both labelled and recorded, no failure record that names no row);
     - when IAM was checked: denied = 0 (every handler call allowed by its role).
@@ -54,10 +55,19 @@ def check_invariants(result: RunResult) -> list[Check]:
     if not result.faults_enabled:
         checks.append(
             Check(
-                "model_requests = classified",
-                f"{result.model_requests} = {result.classified}",
-                result.model_requests == result.classified,
-                "some row reached the model more than once: idempotency did not hold",
+                "failed = 0",
+                f"{result.failed} = 0",
+                result.failed == 0,
+                "with no fault injected every valid row must be classified"
+                + (" (the rate limit dead-lettered rows)" if result.rate_limited else ""),
+            )
+        )
+        checks.append(
+            Check(
+                "model_requests - rate_limited = valid",
+                f"{result.model_requests} - {result.rate_limited} = {result.valid}",
+                result.model_requests - result.rate_limited == result.valid,
+                "some row reached the model more than once (idempotency did not hold), or never",
             )
         )
     else:

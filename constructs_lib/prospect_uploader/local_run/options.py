@@ -29,7 +29,9 @@ class RunOptions:
     local model; ``model`` [local] or ``anthropic``; ``seconds_per_minute`` [1.0] and
     ``timeout_cap_seconds`` [4.0] (see :class:`~.lambda_async.AsyncSettings`);
     ``object_key`` [the file name]; ``log_file`` [a new temp file]; ``code_root``
-    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [300].
+    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [300];
+    ``rate_limit`` [none]: requests per minute of the run's clock the local model accepts
+    (beyond that it answers 429 with ``retry-after``).
     """
 
     csv_path: Path
@@ -46,6 +48,7 @@ class RunOptions:
     log_file: Path | None = None
     code_root: Path | None = None
     run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
+    rate_limit: int | None = None
     progress: Progress | None = field(default=None, compare=False)
 
 
@@ -66,7 +69,11 @@ def validate_options(options: RunOptions) -> None:
         raise UsageError("--fault-rate must be between 0 and 1")
     if options.model not in MODELS:
         raise UsageError(f"--model must be one of {', '.join(MODELS)}")
+    if options.rate_limit is not None and options.rate_limit < 1:
+        raise UsageError("--rate-limit must be at least 1 request per minute")
     if options.model == "anthropic":
+        if options.rate_limit is not None:
+            raise UsageError("--rate-limit needs --model local (the limit is the local model's)")
         if options.fault_rate > 0:
             raise UsageError("--fault-rate needs --model local (faults are injected locally)")
         if not os.environ.get("ANTHROPIC_API_KEY"):

@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +31,7 @@ from constructs_lib.local_engine.engine import EngineSettings, LocalEngine
 from constructs_lib.local_engine.errors import NoMatchingRuleError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_output_to
-from constructs_lib.local_engine.local_model import LocalMessagesAPI
+from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
 from constructs_lib.local_engine.sqs_source import DrainResult
 
 from .options import RunOptions, require_local_dependencies, validate_options
@@ -110,6 +111,9 @@ class LocalPipeline:
                     seed=options.seed,
                     # Longer than the SDK timeout the capped context leads to (>= 1 s).
                     timeout_hold_seconds=max(1.0, options.timeout_cap_seconds - 3.0) + 0.5,
+                    rate_limit=RateLimiter(options.rate_limit, options.seconds_per_minute)
+                    if options.rate_limit
+                    else None,
                 )
             )
             # ANTHROPIC_API_KEY wins over the secret, so Secrets Manager is never called.
@@ -142,6 +146,7 @@ class LocalPipeline:
         """Upload, route until settled, drain the failure queue, and read the outcome."""
         options = self.options
         key = options.object_key or options.csv_path.name
+        started = time.monotonic()
         event = self._upload(key)
         delivered = self.engine.put_event(DEFAULT_BUS, event)
         if not delivered:
@@ -152,7 +157,10 @@ class LocalPipeline:
             )
         self.engine.wait_until_settled()
         drains = self.engine.drain_event_sources()
-        return self._collect(key, drains)
+        result = self._collect(key, drains)
+        result.elapsed_s = round(time.monotonic() - started, 3)
+        result.run_minutes = round(result.elapsed_s / options.seconds_per_minute, 3)
+        return result
 
     def _upload(self, key: str) -> dict[str, Any]:
         assert self.assembly is not None
@@ -186,6 +194,7 @@ class LocalPipeline:
             rows=count_csv_rows(options.csv_path),
             duplicates=options.duplicates,
             faults_enabled=options.fault_rate > 0,
+            rate_limit=options.rate_limit,
             retry_attempts=model_step.retry_attempts,
             model=options.model,
             log_file=str(self.log_path),
@@ -217,6 +226,9 @@ class LocalPipeline:
         if self._model is not None:
             result.model_requests = self._model.request_count
             result.model_outcomes = dict(self._model.outcomes)
+            result.rate_limited = self._model.outcomes.get("429", 0)
+            result.input_tokens = self._model.input_tokens
+            result.output_tokens = self._model.output_tokens
         else:
             # The real API cannot be asked; the step's own ModelRequests metric (EMF) can.
             sys.stdout.flush()  # The handler log while the run is open: EMF lines to disk.

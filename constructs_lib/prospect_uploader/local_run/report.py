@@ -21,6 +21,10 @@ JSON_FIELDS = {
     "model_requests": "HTTP requests that reached the model",
     "deliveries": "row-event deliveries to the classify function, first attempts only",
     "alerts": "upload alerts published to AlertTopic",
+    "rate_limited": "429 answers of the model (not billed)",
+    "input_tokens": "input tokens billed (200 answers)",
+    "output_tokens": "output tokens billed (200 answers)",
+    "elapsed_s": "wall seconds from the upload until everything settled",
     "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
     "denied": "of those, denied (the handler got AccessDenied)",
 }
@@ -44,6 +48,12 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "lambda_retries": result.lambda_retries,
         "status": result.status,
         "upload_id": result.upload_id,
+        "rate_limited": result.rate_limited,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "elapsed_s": result.elapsed_s,
+        "run_minutes": result.run_minutes,
+        "rate_limit": result.rate_limit,
         "aws_calls": result.aws_calls,
         "denied": result.denied,
     }
@@ -74,6 +84,18 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
             "deliveries",
             result.deliveries,
             f"{JSON_FIELDS['deliveries']} ({result.duplicates} per event)",
+        ),
+        ("rate limited", result.rate_limited, JSON_FIELDS["rate_limited"]),
+        (
+            "tokens in/out",
+            f"{result.input_tokens}/{result.output_tokens}",
+            "billed input / output tokens",
+        ),
+        (
+            "elapsed s",
+            result.elapsed_s,
+            f"{result.run_minutes} minutes of the run's clock"
+            + (f" at {result.rate_limit} requests/minute" if result.rate_limit else ""),
         ),
         ("lambda retries", result.lambda_retries, "async retries of all functions"),
         ("on-failure", result.on_failure_records, "Lambda on-failure records sent to the queue"),

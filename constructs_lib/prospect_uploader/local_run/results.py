@@ -47,6 +47,12 @@ class RunResult:
     duplicates: int = 1
     model: str = "local"
     log_file: str = ""
+    rate_limit: int | None = None  # requests per run-clock minute the local model accepts
+    rate_limited: int = 0  # 429 answers (the limiter's and injected ones)
+    input_tokens: int = 0  # billed (200 answers)
+    output_tokens: int = 0
+    elapsed_s: float = 0.0  # wall time from the upload to the last settled invocation
+    run_minutes: float = 0.0  # the same on the run's clock (elapsed_s / seconds per minute)
     iam_checked: bool = False
     aws_calls: int = 0  # AWS calls of handlers (and of Lambda on their behalf) evaluated
     denied: int = 0  # of those, denied by the function's role
