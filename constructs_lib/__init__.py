@@ -1,7 +1,9 @@
 """Constructs that make LLM calls inside event-driven AWS pipelines safe to retry.
 
-- :class:`IdempotentModelStep`: EventBridge rule -> Lambda -> model, one request per
-  business key, with a standard DLQ and alarms.
+- :class:`IdempotentModelStep`: EventBridge -> buffer queue -> Lambda -> model, one
+  request per business key, a concurrency cap, a standard DLQ and alarms.
+- :class:`EventBusV2`: an EventBridge Custom Event Bus (v2, publish-side dedup) that
+  a step can subscribe to.
 - :class:`RetryBudget`: an aspect that fails synth when a step's retries could
   cost more model requests per delivery than you allow.
 
@@ -20,6 +22,8 @@ _EXPORTS = {
     "LocalPipBundling": ".bundling",
     "python_lambda_code": ".bundling",
     "RESERVED_ENVIRONMENT": ".idempotent_model_step",
+    "RESERVED_ENVIRONMENT_PREFIXES": ".idempotent_model_step",
+    "EventBusV2": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
     "ModelProvider": ".idempotent_model_step",
     "ModelStepHandler": ".model_step_handler",
@@ -28,6 +32,8 @@ _EXPORTS = {
 
 __all__ = [
     "RESERVED_ENVIRONMENT",
+    "RESERVED_ENVIRONMENT_PREFIXES",
+    "EventBusV2",
     "IdempotentModelStep",
     "LocalBundlingError",
     "LocalPipBundling",
@@ -41,7 +47,13 @@ __all__ = [
 if TYPE_CHECKING:
     from ._validation import PropValidationError
     from .bundling import LocalBundlingError, LocalPipBundling, python_lambda_code
-    from .idempotent_model_step import RESERVED_ENVIRONMENT, IdempotentModelStep, ModelProvider
+    from .event_bus_v2 import EventBusV2
+    from .idempotent_model_step import (
+        RESERVED_ENVIRONMENT,
+        RESERVED_ENVIRONMENT_PREFIXES,
+        IdempotentModelStep,
+        ModelProvider,
+    )
     from .model_step_handler import ModelStepHandler
     from .retry_budget import RetryBudget
 

@@ -57,3 +57,48 @@ def occurrence_alarm(
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         alarm_description=description,
     )
+
+
+def events_v2_subscriber_metric(
+    event_bus_arn: str,
+    subscriber_arn: str,
+    metric_name: str,
+    period: Duration | None = None,
+) -> cloudwatch.Metric:
+    """An ``AWS/EventsV2`` metric of one subscriber (Sum, default 1 minute).
+
+    Subscriber metrics carry two dimensions, ``EventBus`` and ``Subscriber``, each
+    holding the resource ARN (EventBridge user guide, "Observability for the
+    Custom Event Bus").
+    """
+    return cloudwatch.Metric(
+        namespace="AWS/EventsV2",
+        metric_name=metric_name,
+        dimensions_map={"EventBus": event_bus_arn, "Subscriber": subscriber_arn},
+        statistic="Sum",
+        period=period or Duration.minutes(1),
+    )
+
+
+def threshold_alarm(
+    scope: Construct,
+    id: str,
+    metric: cloudwatch.IMetric,
+    threshold: float,
+    description: str,
+) -> cloudwatch.Alarm:
+    """Alarm when ``metric`` reaches ``threshold`` in one period; missing data is not breaching.
+
+    An SQS queue that saw no activity for six hours stops publishing its metrics,
+    and an empty buffer is healthy, so silence must not page anyone.
+    """
+    return cloudwatch.Alarm(
+        scope,
+        id,
+        metric=metric,
+        threshold=threshold,
+        evaluation_periods=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )

@@ -19,7 +19,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 
 #: Model requests the Anthropic SDK may make per handler attempt. The library
-#: sets ``max_retries=0`` so the Lambda async queue is the single retry layer.
+#: sets ``max_retries=0`` so the runtime's attempt budget (``MAX_ATTEMPTS``) is
+#: the single retry layer.
 SDK_ATTEMPTS_PER_INVOCATION = 1
 
 #: Lambda runtime for every function. The bundler builds wheels for this exact
@@ -36,6 +37,36 @@ DEFAULT_EXPIRES_AFTER = Duration.hours(24)
 DEFAULT_TIMEOUT = Duration.seconds(90)
 DEFAULT_MEMORY_SIZE = 512
 DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+
+#: Concurrent model calls one step may run: about 10 x 60 / 3 s = 200 requests a
+#: minute for a 3-second call, inside most providers' entry tiers.
+DEFAULT_MAX_CONCURRENCY = 10
+MAX_CONCURRENCY_RANGE = (1, 1000)
+#: ``ScalingConfig.MaximumConcurrency`` of an SQS event source mapping is 2-1000;
+#: a cap of 1 is reserved concurrency 1 behind a mapping capped at this value.
+EVENT_SOURCE_MIN_CONCURRENCY = 2
+
+#: AWS advises a visibility timeout of at least 6x the function timeout for an
+#: SQS event source, so a message is not redelivered while an attempt (and
+#: Lambda's own invoke retries of a throttled batch) may still be running.
+BUFFER_VISIBILITY_TIMEOUT_FACTOR = 6
+#: SQS's maximum retention: how long a row may wait behind the concurrency cap.
+BUFFER_RETENTION = Duration.days(14)
+#: With a cap of 1 the mapping (at least 2) can be throttled by the function's
+#: reserved concurrency 1; a throttled batch returns to the queue and its receive
+#: count grows without the function running. AWS advises a redrive
+#: ``maxReceiveCount`` of at least 5 for throttle tolerance; this is added to the
+#: backstop so throttles do not move rows to the DLQ unprocessed.
+THROTTLE_RECEIVE_HEADROOM = 5
+
+#: How long a warm container reuses the API key before reading the secret again,
+#: so a rotated key reaches every container within this time.
+DEFAULT_API_KEY_MAX_AGE = Duration.minutes(5)
+
+#: How far the alarm on the buffer queue's oldest message sits below
+#: ``max_event_age``: a row that waited half its allowed age behind the cap is
+#: at risk of being dead-lettered as ``RateLimitExhausted``.
+BUFFER_AGE_ALARM_FRACTION = 0.5
 
 #: Lambda's EventInvokeConfig caps MaximumEventAgeInSeconds at 6 hours, below
 #: EventBridge's 24 hours; the async queue gets the smaller of the two.
@@ -57,6 +88,30 @@ def dead_letter_queue_props() -> dict[str, Any]:
         "encryption": sqs.QueueEncryption.SQS_MANAGED,
         "enforce_ssl": True,
         "retention_period": Duration.days(14),
+    }
+
+
+def buffer_queue_props(
+    function_timeout: Duration, dead_letter_queue: sqs.IQueue, max_receive_count: int
+) -> dict[str, Any]:
+    """The step's buffer queue: standard, encrypted like the DLQ, TLS only.
+
+    Visibility timeout is ``BUFFER_VISIBILITY_TIMEOUT_FACTOR`` (6) x the function
+    timeout; retention is SQS's maximum, 14 days. The redrive policy to the step's
+    DLQ is a backstop for crashes and timeouts: the runtime dead-letters a row
+    itself (with an ERROR_CODE) once its attempts are used, so SQS only moves a
+    message the runtime never answered for.
+    """
+    return {
+        "encryption": sqs.QueueEncryption.SQS_MANAGED,
+        "enforce_ssl": True,
+        "retention_period": BUFFER_RETENTION,
+        "visibility_timeout": Duration.seconds(
+            int(function_timeout.to_seconds()) * BUFFER_VISIBILITY_TIMEOUT_FACTOR
+        ),
+        "dead_letter_queue": sqs.DeadLetterQueue(
+            queue=dead_letter_queue, max_receive_count=max_receive_count
+        ),
     }
 
 

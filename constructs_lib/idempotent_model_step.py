@@ -1,21 +1,23 @@
-"""IdempotentModelStep: an EventBridge rule that calls a model once per business key."""
+"""IdempotentModelStep: an EventBridge subscription that calls a model once per business key."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from typing import Any, cast
 
 import jmespath
 import jmespath.exceptions
-from aws_cdk import Acknowledgment, Duration, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Duration, Names, Stack, Token, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_eventsv2 as eventsv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
@@ -29,15 +31,24 @@ from ._validation import (
     check_int_range,
     check_non_empty,
 )
-from .alarms import events_rule_metric, occurrence_alarm
+from .alarms import (
+    events_rule_metric,
+    events_v2_subscriber_metric,
+    occurrence_alarm,
+    threshold_alarm,
+)
+from .event_bus_v2 import EventBusV2
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 
-#: Environment names the runtime reads; a user's ``environment`` may not override them.
+#: Environment names the runtime reads; a user's ``environment`` may not set them.
+#: Every name starting with one of ``RESERVED_ENVIRONMENT_PREFIXES`` is refused too.
 RESERVED_ENVIRONMENT = frozenset(
     {
         "IDEMPOTENCY_TABLE_NAME",
+        "IDEMPOTENCY_RECORD_PREFIX",
         "DEAD_LETTER_QUEUE_URL",
+        "BUFFER_QUEUE_URL",
         "IDEMPOTENCY_KEY",
         "IDEMPOTENCY_EXPIRES_AFTER_SECONDS",
         "PROMPT_VERSION",
@@ -46,19 +57,32 @@ RESERVED_ENVIRONMENT = frozenset(
         "MAX_TOKENS",
         "MODEL_PROVIDER",
         "MODEL_TIMEOUT_SECONDS",
+        "MAX_EVENT_AGE_SECONDS",
+        "MAX_ATTEMPTS",
         "ALLOWED_LABELS",
         "ANTHROPIC_API_KEY",
         "ANTHROPIC_API_KEY_SECRET_ARN",
+        "API_KEY_MAX_AGE_SECONDS",
         "POWERTOOLS_SERVICE_NAME",
         "POWERTOOLS_METRICS_NAMESPACE",
     }
 )
 
+#: Prefixes no user variable may start with: ``POWERTOOLS_*`` would let a caller
+#: switch idempotency off (``POWERTOOLS_IDEMPOTENCY_DISABLED``) or redirect
+#: metrics; ``AWS_*`` belongs to Lambda and the AWS SDKs.
+RESERVED_ENVIRONMENT_PREFIXES = ("POWERTOOLS_", "AWS_")
+
 #: Lambda caps all environment variables of a function at 4 KB together; the
-#: step's own settings (names, ARNs, URL) take roughly the other kilobyte.
+#: step's own settings (names, ARNs, URLs, path) take roughly the other kilobyte.
 SYSTEM_PROMPT_MAX_BYTES = 3072
 
 METRICS_NAMESPACE = "IdempotentModelStep"
+
+#: Fixed construct ids of the SnapStart alias (and its name): renaming either
+#: would replace the alias and the event source mapping that points at it.
+SNAP_START_ALIAS_ID = "FunctionAlias"
+SNAP_START_ALIAS_NAME = "live"
 
 
 class ModelProvider(enum.Enum):
@@ -71,20 +95,27 @@ class ModelProvider(enum.Enum):
 
 
 class IdempotentModelStep(Construct):
-    """An EventBridge rule -> Lambda that calls a model at most once per business key.
+    """EventBridge -> buffer queue -> Lambda that calls a model at most once per business key.
 
     What it creates, each a public attribute:
 
-    - ``rule``: matches ``event_pattern`` on ``event_bus`` and targets the function,
-      with a RetryPolicy (``event_retry_attempts``, ``max_event_age``) and a
-      DeadLetterConfig to ``dead_letter_queue``;
+    - ``rule`` (classic bus) or ``subscriber`` (an :class:`EventBusV2`): matches
+      ``event_pattern`` and delivers the whole event to ``buffer_queue``, with a
+      retry policy (``event_retry_attempts``, ``max_event_age``) and failed
+      deliveries dead-lettered to ``dead_letter_queue``;
+    - ``buffer_queue``: a standard, encrypted, TLS-only queue that holds rows
+      behind the concurrency cap for up to 14 days; its redrive policy moves a
+      message the runtime never answered for to ``dead_letter_queue``;
     - ``function``: Python 3.13, the runtime in ``lambda_src/model_step``, its own
-      log group, an EventInvokeConfig with ``lambda_retry_attempts`` and an
-      on-failure destination on the same ``dead_letter_queue``;
+      log group, consuming ``buffer_queue`` through an event source mapping (batch
+      size 1, partial batch responses, at most ``max_concurrency`` concurrent);
+    - ``alias``: with ``snap_start=True``, the alias the mapping invokes;
     - ``table``: the Powertools idempotency table (``id`` / TTL ``expiration``);
     - ``dead_letter_queue``: a standard, encrypted, TLS-only queue;
-    - ``alarms``: EventBridge InvocationsSentToDlq and InvocationsFailedToBeSentToDlq,
-      and any message arriving on the DLQ; each notifies ``alarm_topic`` if given.
+    - ``alarms``: delivery failures (EventBridge ``InvocationsSentToDlq`` /
+      ``InvocationsFailedToBeSentToDlq``, or on a v2 bus ``OnFailureDestinationDelivered``
+      / ``EventsDropped``), any message arriving on the DLQ, and the buffer's oldest
+      message approaching ``max_event_age``; each notifies ``alarm_topic`` if given.
 
     Example::
 
@@ -95,12 +126,15 @@ class IdempotentModelStep(Construct):
             prompt_version="2026-11-01",
             system_prompt="Answer hot, warm or cold.",
             api_key_secret=secret,
+            max_concurrency=5,    # about 5 x 60 / 3 s = 100 requests a minute
         )
 
     Retry arithmetic: the SDK makes one request per attempt (``max_retries=0``) and
-    Lambda makes ``lambda_retry_attempts + 1`` attempts, so a delivery costs at most
-    ``max_model_requests_per_delivery`` model requests (3 by default), and a
-    duplicate delivery costs none.
+    the runtime allows ``MAX_ATTEMPTS = lambda_retry_attempts + 1`` attempts for
+    transient failures (500s, timeouts), so a delivery costs at most
+    ``max_model_requests_per_delivery`` billed requests (3 by default). A 429 or
+    529 is not billed and is not an attempt: the row waits in ``buffer_queue``.
+    A duplicate delivery costs none.
     """
 
     def __init__(
@@ -114,13 +148,14 @@ class IdempotentModelStep(Construct):
         system_prompt: str,
         api_key_secret: secretsmanager.ISecret | None = None,
         model_provider: ModelProvider = ModelProvider.ANTHROPIC,
-        event_bus: events.IEventBus | None = None,
+        event_bus: events.IEventBus | EventBusV2 | None = None,
         model_id: str = defaults.DEFAULT_MODEL_ID,
         max_tokens: int = defaults.DEFAULT_MAX_TOKENS,
         allowed_labels: list[str] | None = None,
         table: dynamodb.ITable | None = None,
         dead_letter_queue: sqs.IQueue | None = None,
         alarm_topic: sns.ITopic | None = None,
+        max_concurrency: int = defaults.DEFAULT_MAX_CONCURRENCY,
         lambda_retry_attempts: int = defaults.DEFAULT_LAMBDA_RETRY_ATTEMPTS,
         event_retry_attempts: int = defaults.DEFAULT_EVENT_RETRY_ATTEMPTS,
         max_event_age: Duration = defaults.DEFAULT_MAX_EVENT_AGE,
@@ -129,6 +164,8 @@ class IdempotentModelStep(Construct):
         memory_size: int = defaults.DEFAULT_MEMORY_SIZE,
         architecture: lambda_.Architecture = lambda_.Architecture.X86_64,
         log_retention: logs.RetentionDays = defaults.DEFAULT_LOG_RETENTION,
+        api_key_max_age: Duration = defaults.DEFAULT_API_KEY_MAX_AGE,
+        snap_start: bool = False,
         handler: ModelStepHandler | None = None,
         environment: Mapping[str, str] | None = None,
     ) -> None:
@@ -143,8 +180,12 @@ class IdempotentModelStep(Construct):
         :param api_key_secret: the Secrets Manager secret holding the Anthropic API
             key (the raw key, or JSON ``{"api_key": ...}``). Required with
             ``ModelProvider.ANTHROPIC``; refused with ``ModelProvider.BEDROCK``.
+            Granted with ``grant_read``, so a secret imported by name or partial ARN
+            and a customer managed KMS key both work.
         :param model_provider: default ``ModelProvider.ANTHROPIC``.
-        :param event_bus: default: the account's default bus.
+        :param event_bus: a classic ``IEventBus`` (a rule is created) or an
+            :class:`EventBusV2` (a subscriber is created). Default: the account's
+            default bus.
         :param model_id: default ``"claude-haiku-5-5"``.
         :param max_tokens: 1-128,000, default 1,024.
         :param allowed_labels: if given, an answer must be one of these (case-insensitive)
@@ -153,22 +194,38 @@ class IdempotentModelStep(Construct):
             TTL ``expiration``). Default: a new one.
         :param dead_letter_queue: a STANDARD queue; FIFO is refused. Default: a new one.
         :param alarm_topic: every alarm notifies it. Default: alarms without actions.
-        :param lambda_retry_attempts: Lambda async retries of a failed attempt, 0-2, default 2.
-        :param event_retry_attempts: EventBridge delivery retries, 0-185, default 185.
-        :param max_event_age: how long EventBridge keeps retrying delivery, 1 minute
-            to 24 hours, default 24 hours. Lambda's async queue uses the smaller of
-            this and 6 hours.
+        :param max_concurrency: the most model calls the step runs at once, 1-1,000,
+            default 10. Requests per minute are about ``max_concurrency x 60 /
+            seconds per call``. Implemented as the event source mapping's maximum
+            concurrency; 1 is reserved concurrency 1 on the function behind a
+            mapping capped at 2 (Lambda's minimum), see the README.
+        :param lambda_retry_attempts: retries of a transient failure (500, timeout,
+            connection error) of one delivery, 0-2, default 2; the runtime's attempt
+            budget is ``MAX_ATTEMPTS = lambda_retry_attempts + 1``. Rate limits
+            (429/529) never use an attempt.
+        :param event_retry_attempts: EventBridge delivery retries to the buffer
+            queue, 0-185, default 185 (the same range on a v2 subscriber).
+        :param max_event_age: how long a row may take from publish to answer,
+            1 minute to 24 hours, default 24 hours: EventBridge stops retrying the
+            hand-off after it, and the runtime dead-letters a rate-limited row
+            (``RateLimitExhausted``) that would wait past it.
         :param expires_after: idempotency record lifetime, at least ``max_event_age``
             (a redelivery after expiry would call the model again), at most 30 days,
             default 24 hours.
         :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
-            The SDK's timeout is kept below the remaining time.
+            The SDK's timeout is kept 5 seconds below it; the buffer queue's
+            visibility timeout is 6x it.
         :param memory_size: 128-10,240 MB, default 512.
         :param architecture: default ``X86_64``; wheels are bundled for it.
         :param log_retention: default one month.
+        :param api_key_max_age: how long a container reuses the API key before
+            reading the secret again, 0 seconds to 1 hour, default 5 minutes.
+        :param snap_start: publish a version with Lambda SnapStart and an alias
+            ``live`` that the event source mapping invokes. Default ``False``.
         :param handler: default ``ModelStepHandler.default()``.
-        :param environment: extra variables for a custom handler; the runtime's own
-            names (see ``RESERVED_ENVIRONMENT``) are refused. Default: none.
+        :param environment: extra variables for a custom handler. The runtime's own
+            names (``RESERVED_ENVIRONMENT``) and every ``POWERTOOLS_*`` and ``AWS_*``
+            name are refused. Default: none.
         """
         super().__init__(scope, id)
         owner = f"IdempotentModelStep '{self.node.path}'"
@@ -179,12 +236,14 @@ class IdempotentModelStep(Construct):
             system_prompt=system_prompt,
             model_id=model_id,
             max_tokens=max_tokens,
+            max_concurrency=max_concurrency,
             lambda_retry_attempts=lambda_retry_attempts,
             event_retry_attempts=event_retry_attempts,
             max_event_age=max_event_age,
             expires_after=expires_after,
             timeout=timeout,
             memory_size=memory_size,
+            api_key_max_age=api_key_max_age,
         )
         if model_provider is ModelProvider.ANTHROPIC and api_key_secret is None:
             raise PropValidationError(
@@ -210,14 +269,9 @@ class IdempotentModelStep(Construct):
             raise PropValidationError(
                 f"{owner}: dead_letter_queue must be a standard SQS queue, got the FIFO "
                 f"queue {dead_letter_queue.node.path!r}. EventBridge dead-letter queues and "
-                "Lambda on-failure destinations do not accept FIFO queues."
+                "the buffer queue's redrive (a standard queue) do not accept FIFO queues."
             )
-        reserved = sorted(RESERVED_ENVIRONMENT & set(environment or {}))
-        if reserved:
-            raise PropValidationError(
-                f"{owner}: environment may not set {', '.join(reserved)}; the step "
-                "sets these from its own props"
-            )
+        self._check_environment(owner, environment or {})
         if allowed_labels is not None:
             bad = [label for label in allowed_labels if not label.strip() or "," in label]
             if not allowed_labels or bad:
@@ -229,11 +283,15 @@ class IdempotentModelStep(Construct):
         handler = handler or ModelStepHandler.default()
         self.lambda_retry_attempts = lambda_retry_attempts
         self.event_retry_attempts = event_retry_attempts
+        self.max_concurrency = max_concurrency
         self.model_provider = model_provider
         self.event_bus = event_bus
-        #: Model requests one delivery can cost: SDK attempts (1) x Lambda attempts.
-        self.max_model_requests_per_delivery = defaults.SDK_ATTEMPTS_PER_INVOCATION * (
-            lambda_retry_attempts + 1
+        #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
+        self.max_attempts = lambda_retry_attempts + 1
+        #: Billed model requests one delivery can cost: SDK attempts (1) x ``MAX_ATTEMPTS``.
+        #: 429/529 answers are not billed and never use an attempt.
+        self.max_model_requests_per_delivery = (
+            defaults.SDK_ATTEMPTS_PER_INVOCATION * self.max_attempts
         )
 
         self.table: dynamodb.ITable = table or dynamodb.Table(
@@ -241,6 +299,19 @@ class IdempotentModelStep(Construct):
         )
         self.dead_letter_queue: sqs.IQueue = dead_letter_queue or sqs.Queue(
             self, "DeadLetterQueue", **defaults.dead_letter_queue_props()
+        )
+        # MAX_ATTEMPTS receives are the runtime's own; one more lets it re-send a
+        # stored dead-letter outcome whose DLQ send failed. With a cap of 1,
+        # throttled receives count too, hence the headroom.
+        max_receive_count = self.max_attempts + 1
+        if max_concurrency == 1:
+            max_receive_count += defaults.THROTTLE_RECEIVE_HEADROOM
+        #: Receives after which SQS itself moves a buffered row to the DLQ.
+        self.buffer_max_receive_count = max_receive_count
+        self.buffer_queue: sqs.Queue = sqs.Queue(
+            self,
+            "BufferQueue",
+            **defaults.buffer_queue_props(timeout, self.dead_letter_queue, max_receive_count),
         )
 
         self.function = python_function(
@@ -256,7 +327,11 @@ class IdempotentModelStep(Construct):
             description="Idempotent model step: one model request per business key",
             environment={
                 "IDEMPOTENCY_TABLE_NAME": self.table.table_name,
+                # The construct path, never the generated function name: a replaced
+                # function keeps its records, two steps sharing a table never collide.
+                "IDEMPOTENCY_RECORD_PREFIX": self.node.path,
                 "DEAD_LETTER_QUEUE_URL": self.dead_letter_queue.queue_url,
+                "BUFFER_QUEUE_URL": self.buffer_queue.queue_url,
                 "IDEMPOTENCY_KEY": idempotency_key,
                 "IDEMPOTENCY_EXPIRES_AFTER_SECONDS": str(int(expires_after.to_seconds())),
                 "PROMPT_VERSION": prompt_version,
@@ -267,11 +342,17 @@ class IdempotentModelStep(Construct):
                 "MODEL_TIMEOUT_SECONDS": str(
                     int(timeout.to_seconds() - defaults.MODEL_TIMEOUT_MARGIN.to_seconds())
                 ),
+                "MAX_EVENT_AGE_SECONDS": str(int(max_event_age.to_seconds())),
+                "MAX_ATTEMPTS": str(self.max_attempts),
                 "POWERTOOLS_SERVICE_NAME": self.node.path,
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 **({"ALLOWED_LABELS": ",".join(allowed_labels)} if allowed_labels else {}),
                 **(
-                    {"ANTHROPIC_API_KEY_SECRET_ARN": api_key_secret.secret_arn}
+                    {
+                        "ANTHROPIC_API_KEY_SECRET_ARN": api_key_secret.secret_full_arn
+                        or api_key_secret.secret_arn,
+                        "API_KEY_MAX_AGE_SECONDS": str(int(api_key_max_age.to_seconds())),
+                    }
                     if api_key_secret is not None
                     else {}
                 ),
@@ -280,31 +361,73 @@ class IdempotentModelStep(Construct):
         )
         self._grant_runtime_permissions(self.function.role, api_key_secret, model_id)
 
-        self.function.configure_async_invoke(
-            retry_attempts=lambda_retry_attempts,
-            max_event_age=_shorter(max_event_age, defaults.LAMBDA_ASYNC_MAX_EVENT_AGE),
-            # Function errors never reach the rule's DLQ (EventBridge only sees the
-            # hand-off), so exhausted Lambda retries would be lost without this.
-            on_failure=destinations.SqsDestination(self.dead_letter_queue),
-        )
+        cfn_function = cast(lambda_.CfnFunction, self.function.node.default_child)
+        if max_concurrency == 1:
+            # MaximumConcurrency cannot be 1; the function's own reserved
+            # concurrency is the cap, and the mapping's extra poller is throttled
+            # (the throttled batch returns to the queue: THROTTLE_RECEIVE_HEADROOM).
+            cfn_function.reserved_concurrent_executions = 1
+            Annotations.of(self).add_warning_v2(
+                "idempotent-model-step:max-concurrency-1",
+                "max_concurrency=1 reserves 1 of the account's concurrency for this "
+                "function and caps its event source mapping at 2 (Lambda's minimum); the "
+                "second poller is throttled, so some rows are received more than once "
+                "before they run. See the README, 'Concurrency cap'.",
+            )
 
-        self.rule = events.Rule(
-            self,
-            "Rule",
-            event_bus=event_bus,
-            event_pattern=event_pattern,
-            description=f"Routes events to the idempotent model step {self.node.path}",
-        )
-        self.rule.add_target(
-            targets.LambdaFunction(
-                self.function,
-                dead_letter_queue=self.dead_letter_queue,
-                retry_attempts=event_retry_attempts,
-                max_event_age=max_event_age,
+        #: With ``snap_start``, the alias the event source mapping invokes; else ``None``.
+        self.alias: lambda_.Alias | None = None
+        consumer: lambda_.IFunction = self.function
+        if snap_start:
+            # python_function builds every function of the library and takes no
+            # SnapStart option; the L1 property is what the L2 prop would set, and
+            # SnapStart is version-locked, so currentVersion's hash covers it.
+            cfn_function.snap_start = lambda_.CfnFunction.SnapStartProperty(
+                apply_on="PublishedVersions"
+            )
+            self.alias = lambda_.Alias(
+                self,
+                SNAP_START_ALIAS_ID,
+                alias_name=SNAP_START_ALIAS_NAME,
+                version=self.function.current_version,
+                description="SnapStart version the buffer queue's event source mapping invokes",
+            )
+            consumer = self.alias
+
+        consumer.add_event_source(
+            event_sources.SqsEventSource(
+                self.buffer_queue,
+                batch_size=1,
+                report_batch_item_failures=True,
+                max_concurrency=max(max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
             )
         )
 
-        self.alarms: list[cloudwatch.Alarm] = self._create_alarms()
+        #: The classic rule (``None`` on an :class:`EventBusV2`).
+        self.rule: events.Rule | None = None
+        #: The v2 subscriber and the role it assumes (``None`` on a classic bus).
+        self.subscriber: eventsv2.CfnSubscriber | None = None
+        self.subscriber_role: iam.Role | None = None
+        if isinstance(event_bus, EventBusV2):
+            self._subscribe_v2(event_bus, event_pattern, event_retry_attempts, max_event_age)
+        else:
+            self.rule = events.Rule(
+                self,
+                "Rule",
+                event_bus=event_bus,
+                event_pattern=event_pattern,
+                description=f"Routes events to the idempotent model step {self.node.path}",
+            )
+            self.rule.add_target(
+                targets.SqsQueue(
+                    self.buffer_queue,
+                    dead_letter_queue=self.dead_letter_queue,
+                    retry_attempts=event_retry_attempts,
+                    max_event_age=max_event_age,
+                )
+            )
+
+        self.alarms: list[cloudwatch.Alarm] = self._create_alarms(max_event_age)
         if alarm_topic is not None:
             for alarm in self.alarms:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(alarm_topic))
@@ -312,11 +435,76 @@ class IdempotentModelStep(Construct):
             Validations.of(self.dead_letter_queue).acknowledge(
                 Acknowledgment(
                     id="AwsSolutions-SQS3",
-                    reason="This queue is itself the dead-letter queue of the step's rule "
-                    "target and of the function's on-failure destination; a DLQ of a DLQ "
-                    "would only move the same messages one hop further.",
+                    reason="This queue is itself the dead-letter queue of the step's "
+                    "EventBridge delivery and of its buffer queue's redrive; a DLQ of a "
+                    "DLQ would only move the same messages one hop further.",
                 )
             )
+
+    # ------------------------------------------------------------- v2 subscriber
+    def _subscribe_v2(
+        self,
+        bus: EventBusV2,
+        event_pattern: events.EventPattern,
+        event_retry_attempts: int,
+        max_event_age: Duration,
+    ) -> None:
+        # The delivery role: only SendMessage on the buffer queue (the target) and on
+        # the DLQ (the on-failure destination). Same-account SQS targets of a v2
+        # subscriber are authorized through this role, not a queue policy.
+        role = iam.Role(
+            self,
+            "SubscriberRole",
+            assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
+            description=f"EventBridge v2 subscriber of {self.node.path}: delivers to its "
+            "buffer queue and dead-letters to its DLQ",
+        )
+        self.buffer_queue.grant_send_messages(role)
+        self.dead_letter_queue.grant_send_messages(role)
+        self.subscriber_role = role
+        subscriber = eventsv2.CfnSubscriber(
+            self,
+            "Subscriber",
+            # Required by CloudFormation; derived from the construct path, as CDK
+            # names a classic bus, so it is stable and unique per stack.
+            name=Names.unique_resource_name(
+                self, max_length=64, separator="-", allowed_special_characters="-_."
+            ),
+            event_bus_arn=bus.event_bus_arn,
+            description=f"Routes events to the idempotent model step {self.node.path}"[:512],
+            # PutEvents puts the classic envelope (source, detail-type, time,
+            # detail) in Data, so a DATA filter takes event_pattern as it is.
+            filter_configuration=eventsv2.CfnSubscriber.FilterConfigurationProperty(
+                filters=[
+                    eventsv2.CfnSubscriber.FilterProperty(
+                        pattern=Stack.of(self).to_json_string(_render_pattern(event_pattern)),
+                        scope="DATA",
+                    )
+                ]
+            ),
+            # RAW delivers Data: the same event JSON a classic rule target sends,
+            # which is the SQS body the runtime parses (contract section 2).
+            transformer=eventsv2.CfnSubscriber.TransformerProperty(type="RAW"),
+            type="UNORDERED",
+            invoke_configuration=eventsv2.CfnSubscriber.InvokeConfigurationProperty(
+                role_arn=role.role_arn,
+                target_arn=self.buffer_queue.queue_arn,
+                sqs_parameters=eventsv2.CfnSubscriber.SqsParametersProperty(),
+            ),
+            # The v2 defaults are 5 attempts / 300 s; the step's props (same ranges
+            # as a classic target: 0-185, 60-86,400 s) replace them.
+            retry_policy=eventsv2.CfnSubscriber.RetryPolicyProperty(
+                max_retry_attempts=event_retry_attempts,
+                max_event_age_in_seconds=int(max_event_age.to_seconds()),
+                retry_strategy="ALL",
+            ),
+            on_failure_configuration=eventsv2.CfnSubscriber.OnFailureConfigurationProperty(
+                arn=self.dead_letter_queue.queue_arn
+            ),
+        )
+        # CloudFormation must not create the subscriber before its role can send.
+        subscriber.node.add_dependency(role)
+        self.subscriber = subscriber
 
     # ------------------------------------------------------------------ checks
     @staticmethod
@@ -328,12 +516,14 @@ class IdempotentModelStep(Construct):
         system_prompt: str,
         model_id: str,
         max_tokens: int,
+        max_concurrency: int,
         lambda_retry_attempts: int,
         event_retry_attempts: int,
         max_event_age: Duration,
         expires_after: Duration,
         timeout: Duration,
         memory_size: int,
+        api_key_max_age: Duration,
     ) -> None:
         check_non_empty(owner, "idempotency_key", idempotency_key)
         check_non_empty(owner, "prompt_version", prompt_version)
@@ -359,6 +549,7 @@ class IdempotentModelStep(Construct):
                 f"(Lambda allows 4 KB of environment variables in total), got {size} bytes"
             )
         check_int_range(owner, "max_tokens", max_tokens, 1, 128_000)
+        check_int_range(owner, "max_concurrency", max_concurrency, *defaults.MAX_CONCURRENCY_RANGE)
         check_int_range(owner, "lambda_retry_attempts", lambda_retry_attempts, 0, 2)
         check_int_range(owner, "event_retry_attempts", event_retry_attempts, 0, 185)
         check_int_range(owner, "memory_size", memory_size, 128, 10_240)
@@ -369,6 +560,9 @@ class IdempotentModelStep(Construct):
         check_duration_range(
             owner, "expires_after", expires_after, Duration.minutes(1), Duration.days(30)
         )
+        check_duration_range(
+            owner, "api_key_max_age", api_key_max_age, Duration.seconds(0), Duration.hours(1)
+        )
         if (
             not expires_after.is_unresolved()
             and not max_event_age.is_unresolved()
@@ -378,6 +572,21 @@ class IdempotentModelStep(Construct):
                 f"{owner}: expires_after must be at least max_event_age "
                 f"({max_event_age.to_human_string()}), got {expires_after.to_human_string()}: "
                 "a retry delivered after the record expired would call the model again"
+            )
+
+    @staticmethod
+    def _check_environment(owner: str, environment: Mapping[str, str]) -> None:
+        reserved = sorted(
+            name
+            for name in environment
+            if name in RESERVED_ENVIRONMENT or name.startswith(RESERVED_ENVIRONMENT_PREFIXES)
+        )
+        if reserved:
+            raise PropValidationError(
+                f"{owner}: environment may not set {', '.join(reserved)}; the step sets "
+                "its runtime's names from its own props, and every name starting with "
+                f"{' or '.join(RESERVED_ENVIRONMENT_PREFIXES)} is reserved (Powertools "
+                "settings could switch idempotency off; AWS_* belongs to Lambda)"
             )
 
     # -------------------------------------------------------------- permissions
@@ -395,18 +604,17 @@ class IdempotentModelStep(Construct):
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
         )
-        # The handler dead-letters non-retryable failures itself. This is the same
-        # grant (KMS included) the on-failure destination makes, so CDK keeps one.
+        # The handler dead-letters non-retryable failures itself (KMS included).
         self.dead_letter_queue.grant_send_messages(role)
+        # A rate-limited row is re-enqueued as a delayed copy on the buffer queue;
+        # ChangeMessageVisibility (spacing transient retries) comes with the event
+        # source mapping's consume grant.
+        self.buffer_queue.grant_send_messages(role)
         if api_key_secret is not None:
-            role.add_to_principal_policy(
-                iam.PolicyStatement(
-                    actions=["secretsmanager:GetSecretValue"],
-                    resources=[api_key_secret.secret_full_arn or api_key_secret.secret_arn],
-                )
-            )
-            if api_key_secret.encryption_key is not None:
-                api_key_secret.encryption_key.grant_decrypt(role)
+            # grant_read appends "-??????" to a secret imported by name or partial
+            # ARN (real ARNs end in a random suffix) and adds kms:Decrypt when the
+            # secret has a customer managed key.
+            api_key_secret.grant_read(role)
         if self.model_provider is ModelProvider.BEDROCK:
             role.add_to_principal_policy(
                 iam.PolicyStatement(
@@ -424,16 +632,37 @@ class IdempotentModelStep(Construct):
 
     # ------------------------------------------------------------------ metrics
     def metric_invocations_sent_to_dlq(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """EventBridge deliveries that gave up and went to the DLQ (Sum, default 1 minute)."""
-        return events_rule_metric(self.rule, "InvocationsSentToDlq", self.event_bus, period)
+        """Deliveries to the buffer queue that gave up and went to the DLQ (Sum, 1 minute).
+
+        Classic bus: ``AWS/Events`` ``InvocationsSentToDlq`` of the rule. v2 bus:
+        ``AWS/EventsV2`` ``OnFailureDestinationDelivered`` of the subscriber.
+        """
+        if self.subscriber is not None:
+            return self._v2_metric("OnFailureDestinationDelivered", period)
+        return events_rule_metric(self._rule(), "InvocationsSentToDlq", self.event_bus, period)
 
     def metric_invocations_failed_to_be_sent_to_dlq(
         self, period: Duration | None = None
     ) -> cloudwatch.Metric:
-        """EventBridge deliveries that could not even reach the DLQ: lost events."""
+        """Deliveries that could not even reach the DLQ: lost events.
+
+        Classic bus: ``InvocationsFailedToBeSentToDlq``. v2 bus: ``EventsDropped``.
+        """
+        if self.subscriber is not None:
+            return self._v2_metric("EventsDropped", period)
         return events_rule_metric(
-            self.rule, "InvocationsFailedToBeSentToDlq", self.event_bus, period
+            self._rule(), "InvocationsFailedToBeSentToDlq", self.event_bus, period
         )
+
+    def metric_buffer_age(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Age of the oldest row waiting in the buffer queue (seconds, Maximum, 1 minute)."""
+        return self.buffer_queue.metric_approximate_age_of_oldest_message(
+            period=period or Duration.minutes(1), statistic="Maximum"
+        )
+
+    def metric_rate_limited(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """429/529 answers the runtime waited out (Powertools EMF ``RateLimited``); never billed."""
+        return self._runtime_metric("RateLimited", period)
 
     def metric_dead_letter_messages(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum)."""
@@ -449,6 +678,16 @@ class IdempotentModelStep(Construct):
         """Deliveries answered from the idempotency table without a model request."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
+    def _rule(self) -> events.IRule:
+        return cast(events.IRule, self.rule)
+
+    def _v2_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
+        bus = cast(EventBusV2, self.event_bus)
+        subscriber = cast(eventsv2.CfnSubscriber, self.subscriber)
+        return events_v2_subscriber_metric(
+            bus.event_bus_arn, subscriber.attr_subscriber_arn, name, period
+        )
+
     def _runtime_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
         return cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
@@ -458,36 +697,77 @@ class IdempotentModelStep(Construct):
             period=period or Duration.minutes(5),
         )
 
-    def _create_alarms(self) -> list[cloudwatch.Alarm]:
+    def _create_alarms(self, max_event_age: Duration) -> list[cloudwatch.Alarm]:
+        access = "the subscriber role" if self.subscriber is not None else "the DLQ policy"
         specs = [
             (
                 "SentToDlqAlarm",
                 self.metric_invocations_sent_to_dlq(),
-                "EventBridge gave up delivering events to the model step; they are in its DLQ.",
+                "EventBridge gave up delivering events to the model step's buffer queue; "
+                "they are in its DLQ.",
             ),
             (
                 "FailedToBeSentToDlqAlarm",
                 self.metric_invocations_failed_to_be_sent_to_dlq(),
                 "EventBridge could not deliver events to the model step NOR to its DLQ; "
-                "those events are lost. Check the DLQ policy and encryption.",
+                f"those events are lost. Check {access} and the queues' encryption.",
             ),
             (
                 "DeadLetterMessagesAlarm",
                 self.metric_dead_letter_messages(),
                 "A message arrived on the model step's DLQ (non-retryable model error, "
-                "exhausted Lambda retries, or failed delivery).",
+                "exhausted attempts, rate limit past max_event_age, or failed delivery).",
             ),
         ]
-        return [
+        alarms = [
             occurrence_alarm(self, alarm_id, metric, description)
             for alarm_id, metric, description in specs
         ]
+        # Rows dead-letter as RateLimitExhausted once their age would pass
+        # max_event_age; page when the oldest buffered row is half-way there. A
+        # re-enqueued (rate-limited) copy restarts the queue's clock, so this sees
+        # the backlog behind the cap; RateLimited counts the waits themselves.
+        threshold = int(max_event_age.to_seconds() * defaults.BUFFER_AGE_ALARM_FRACTION)
+        alarms.append(
+            threshold_alarm(
+                self,
+                "BufferAgeAlarm",
+                self.metric_buffer_age(),
+                threshold,
+                f"A row has waited {threshold} s or more in the model step's buffer queue "
+                "(half of max_event_age): the concurrency cap or the provider's rate limit "
+                "cannot keep up, and rows will be dead-lettered as RateLimitExhausted.",
+            )
+        )
+        return alarms
 
 
-def _shorter(a: Duration, b: Duration) -> Duration:
-    if a.is_unresolved():
-        return b
-    return a if a.to_seconds() <= b.to_seconds() else b
+#: ``events.EventPattern`` attribute -> event field, as CloudFormation spells it.
+_PATTERN_FIELDS = {
+    "version": "version",
+    "id": "id",
+    "detail_type": "detail-type",
+    "source": "source",
+    "account": "account",
+    "time": "time",
+    "region": "region",
+    "resources": "resources",
+    "detail": "detail",
+}
 
 
-__all__ = ["RESERVED_ENVIRONMENT", "IdempotentModelStep", "ModelProvider"]
+def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
+    """The JSON a classic rule would carry for ``pattern``, for a v2 DATA filter."""
+    return {
+        field: getattr(pattern, attribute)
+        for attribute, field in _PATTERN_FIELDS.items()
+        if getattr(pattern, attribute) is not None
+    }
+
+
+__all__ = [
+    "RESERVED_ENVIRONMENT",
+    "RESERVED_ENVIRONMENT_PREFIXES",
+    "IdempotentModelStep",
+    "ModelProvider",
+]

@@ -14,14 +14,16 @@ from .defaults import SDK_ATTEMPTS_PER_INVOCATION
 class RetryBudget:
     """Fails synth for any :class:`IdempotentModelStep` whose retries exceed a budget.
 
-    A step's worst case per delivery is SDK attempts (1) x Lambda attempts
-    (``lambda_retry_attempts + 1``). Add the aspect to an app or stage so a change
-    to one step's retries cannot quietly multiply the bill::
+    A step's worst case per delivery is SDK attempts (1) x the runtime's
+    transient-failure attempts (``MAX_ATTEMPTS = lambda_retry_attempts + 1``).
+    Rate-limit answers (429/529) are not billed and never use an attempt, so they
+    do not count. Add the aspect to an app or stage so a change to one step's
+    retries cannot quietly multiply the bill::
 
         Aspects.of(app).add(RetryBudget(max_model_requests_per_delivery=2))
 
     :param max_model_requests_per_delivery: the budget, 1-3 (3 is the most a step
-        can cost: Lambda allows at most 2 async retries).
+        can cost: ``lambda_retry_attempts`` is at most 2).
     """
 
     def __init__(self, *, max_model_requests_per_delivery: int) -> None:
@@ -41,8 +43,8 @@ class RetryBudget:
         Validations.of(node).add_error(
             "RetryBudgetExceeded",
             f"{node.node.path} may make {cost} model requests per delivery "
-            f"({SDK_ATTEMPTS_PER_INVOCATION} SDK attempt x {node.lambda_retry_attempts + 1} "
-            f"Lambda attempts = {cost}), over the budget of "
+            f"({SDK_ATTEMPTS_PER_INVOCATION} SDK attempt x {node.max_attempts} "
+            f"attempts = {cost}; 429s are not billed), over the budget of "
             f"{self.max_model_requests_per_delivery}. Lower lambda_retry_attempts to "
             f"{self.max_model_requests_per_delivery // SDK_ATTEMPTS_PER_INVOCATION - 1} or "
             "raise the budget.",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from constructs_lib import IdempotentModelStep, RetryBudget
+from constructs_lib import EventBusV2, IdempotentModelStep, RetryBudget
 
 
 class DemoStack(cdk.Stack):
@@ -45,10 +46,50 @@ class DemoStack(cdk.Stack):
         )
 
 
+class DemoV2Stack(cdk.Stack):
+    """The same step on an EventBridge v2 bus, with SnapStart and a producer role."""
+
+    def __init__(self, scope: Construct, id: str, **kwargs: object) -> None:
+        super().__init__(scope, id, **kwargs)
+        bus = EventBusV2(self, "Bus", description="Demo rows, deduplicated on publish")
+        producer = iam.Role(
+            self, "Producer", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com")
+        )
+        bus.grant_put_events_to(producer, sources=["demo.uploads"], detail_types=["Row Validated"])
+        secret = secretsmanager.Secret(
+            self, "AnthropicApiKey", description="Anthropic API key for the demo model step"
+        )
+        cdk.Validations.of(secret).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-SMG4",
+                reason="A third-party API key cannot be rotated by a Lambda rotation "
+                "function; it is rotated in the Anthropic console and put here by hand.",
+            )
+        )
+        self.step = IdempotentModelStep(
+            self,
+            "Classify",
+            event_bus=bus,
+            event_pattern=events.EventPattern(
+                source=["demo.uploads"], detail_type=["Row Validated"]
+            ),
+            idempotency_key="[upload_id, row_number]",
+            prompt_version="v1",
+            system_prompt="Classify the lead as hot, warm or cold. Answer with one word.",
+            allowed_labels=["hot", "warm", "cold"],
+            api_key_secret=secret,
+            event_retry_attempts=10,
+            max_event_age=cdk.Duration.hours(6),
+            expires_after=cdk.Duration.hours(6),
+            snap_start=True,
+        )
+
+
 def build_app(app: cdk.App | None = None) -> cdk.App:
     """Add the stacks, the retry budget and cdk-nag's AwsSolutions checks to ``app``."""
     app = app or cdk.App()
     DemoStack(app, "IdempotentModelStepDemo")
+    DemoV2Stack(app, "IdempotentModelStepDemoV2")
     cdk.Aspects.of(app).add(RetryBudget(max_model_requests_per_delivery=3))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app

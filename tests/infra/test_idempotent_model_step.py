@@ -8,7 +8,9 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_events as events
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk.assertions import Match
 
 from constructs_lib import IdempotentModelStep
@@ -44,13 +46,20 @@ def logical_id(raw: dict, type_: str) -> str:
     return next(iter(found))
 
 
+def queue_id(raw: dict, name: str) -> str:
+    """The logical id of the step's ``DeadLetterQueue`` or ``BufferQueue``."""
+    return next(k for k in resources(raw, "AWS::SQS::Queue") if k.startswith(f"Classify{name}"))
+
+
+def arn(logical: str) -> dict:
+    return {"Fn::GetAtt": [logical, "Arn"]}
+
+
 # ---------------------------------------------------------------- rule -> target
-def test_rule_targets_the_function_with_a_dead_letter_config_to_the_dlq(raw):
+def test_rule_target_dead_letters_to_the_dlq(raw):
     # GIVEN the demo stack  WHEN synthesized  THEN the rule target dead-letters to the DLQ
     target = only(raw, "AWS::Events::Rule")["Properties"]["Targets"][0]
-    assert target["DeadLetterConfig"]["Arn"] == {
-        "Fn::GetAtt": [logical_id(raw, "AWS::SQS::Queue"), "Arn"]
-    }
+    assert target["DeadLetterConfig"]["Arn"] == arn(queue_id(raw, "DeadLetterQueue"))
 
 
 def test_rule_target_retry_policy_uses_the_defaults(raw):
@@ -58,9 +67,11 @@ def test_rule_target_retry_policy_uses_the_defaults(raw):
     assert target["RetryPolicy"] == {"MaximumRetryAttempts": 185, "MaximumEventAgeInSeconds": 86400}
 
 
-def test_rule_targets_the_step_function(raw):
+def test_rule_targets_the_buffer_queue(raw):
+    # The whole event is the message body (no Input): the runtime parses it as is.
     target = only(raw, "AWS::Events::Rule")["Properties"]["Targets"][0]
-    assert target["Arn"] == {"Fn::GetAtt": [logical_id(raw, "AWS::Lambda::Function"), "Arn"]}
+    assert target["Arn"] == arn(queue_id(raw, "BufferQueue"))
+    assert "Input" not in target and "InputTransformer" not in target
 
 
 def test_rule_is_on_the_custom_bus_with_the_given_pattern(raw):
@@ -106,7 +117,7 @@ def test_function_has_its_own_log_group_with_retention(raw):
 def test_function_environment_configures_the_handler(raw):
     env = only(raw, "AWS::Lambda::Function")["Properties"]["Environment"]["Variables"]
     assert env["IDEMPOTENCY_TABLE_NAME"] == {"Ref": logical_id(raw, "AWS::DynamoDB::Table")}
-    assert env["DEAD_LETTER_QUEUE_URL"] == {"Ref": logical_id(raw, "AWS::SQS::Queue")}
+    assert env["DEAD_LETTER_QUEUE_URL"] == {"Ref": queue_id(raw, "DeadLetterQueue")}
     assert env["ANTHROPIC_API_KEY_SECRET_ARN"] == {
         "Ref": logical_id(raw, "AWS::SecretsManager::Secret")
     }
@@ -126,17 +137,98 @@ def test_no_secret_value_reaches_the_template(raw):
     assert 'ANTHROPIC_API_KEY"' not in text
 
 
-def test_event_invoke_config_retries_and_dead_letters_to_the_same_queue(raw):
-    props = only(raw, "AWS::Lambda::EventInvokeConfig")["Properties"]
-    assert props["MaximumRetryAttempts"] == 2
-    assert props["DestinationConfig"]["OnFailure"]["Destination"] == {
-        "Fn::GetAtt": [logical_id(raw, "AWS::SQS::Queue"), "Arn"]
+def test_nothing_invokes_the_function_asynchronously_so_no_event_invoke_config(raw):
+    # GIVEN rows arrive through the buffer queue's mapping (a synchronous invoke)
+    # THEN there is no async retry layer to configure, and no Lambda permission for events
+    assert resources(raw, "AWS::Lambda::EventInvokeConfig") == {}
+    assert resources(raw, "AWS::Lambda::Permission") == {}
+
+
+def test_environment_carries_the_runtime_contract(raw):
+    env = only(raw, "AWS::Lambda::Function")["Properties"]["Environment"]["Variables"]
+    assert {k: env[k] for k in (
+        "IDEMPOTENCY_RECORD_PREFIX", "MAX_EVENT_AGE_SECONDS", "MAX_ATTEMPTS",
+        "API_KEY_MAX_AGE_SECONDS",
+    )} == {
+        "IDEMPOTENCY_RECORD_PREFIX": "IdempotentModelStepDemo/Classify",
+        "MAX_EVENT_AGE_SECONDS": "86400", "MAX_ATTEMPTS": "3", "API_KEY_MAX_AGE_SECONDS": "300",
+    }  # fmt: skip
+    assert env["BUFFER_QUEUE_URL"] == {"Ref": queue_id(raw, "BufferQueue")}
+
+
+# ---------------------------------------------------------------- buffer queue
+def _buffer(raw: dict) -> dict:
+    return raw["Resources"][queue_id(raw, "BufferQueue")]["Properties"]
+
+
+def test_buffer_queue_is_standard_and_encrypted_like_the_dlq(raw):
+    props = _buffer(raw)
+    assert "FifoQueue" not in props and props["SqsManagedSseEnabled"] is True
+
+
+def test_buffer_queue_visibility_timeout_is_six_function_timeouts(raw):
+    timeout = only(raw, "AWS::Lambda::Function")["Properties"]["Timeout"]
+    assert _buffer(raw)["VisibilityTimeout"] == 6 * timeout == 540
+
+
+def test_buffer_queue_keeps_rows_14_days(raw):
+    assert _buffer(raw)["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_buffer_queue_redrives_to_the_dlq_after_max_attempts_plus_one(raw):
+    assert _buffer(raw)["RedrivePolicy"] == {
+        "deadLetterTargetArn": arn(queue_id(raw, "DeadLetterQueue")),
+        "maxReceiveCount": 4,
     }
 
 
-def test_event_invoke_config_max_age_is_capped_at_lambdas_six_hours(raw):
-    props = only(raw, "AWS::Lambda::EventInvokeConfig")["Properties"]
-    assert props["MaximumEventAgeInSeconds"] == 21600
+def test_buffer_queue_refuses_non_tls_access(raw):
+    policies = [
+        p["Properties"] for p in resources(raw, "AWS::SQS::QueuePolicy").values()
+        if p["Properties"]["Queues"] == [{"Ref": queue_id(raw, "BufferQueue")}]
+    ]  # fmt: skip
+    statements = policies[0]["PolicyDocument"]["Statement"]
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in statements
+    )
+
+
+def test_buffer_queue_accepts_only_this_rule(raw):
+    policy = next(
+        p["Properties"] for p in resources(raw, "AWS::SQS::QueuePolicy").values()
+        if p["Properties"]["Queues"] == [{"Ref": queue_id(raw, "BufferQueue")}]
+    )  # fmt: skip
+    allow = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    assert allow == [
+        {
+            "Action": ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"],
+            "Condition": {
+                "ArnEquals": {"aws:SourceArn": arn(logical_id(raw, "AWS::Events::Rule"))}
+            },
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Resource": arn(queue_id(raw, "BufferQueue")),
+        }
+    ]
+
+
+def test_mapping_reads_the_buffer_one_row_at_a_time_with_partial_batch_responses(raw):
+    mapping = only(raw, "AWS::Lambda::EventSourceMapping")["Properties"]
+    assert mapping["EventSourceArn"] == arn(queue_id(raw, "BufferQueue"))
+    assert (mapping["BatchSize"], mapping["FunctionResponseTypes"]) == (
+        1, ["ReportBatchItemFailures"]
+    )  # fmt: skip
+
+
+def test_mapping_caps_concurrency_at_the_default_10(raw):
+    mapping = only(raw, "AWS::Lambda::EventSourceMapping")["Properties"]
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 10}
+
+
+def test_function_has_no_reserved_concurrency_by_default(raw):
+    # The cap lives on the mapping; nothing is taken from the account's pool.
+    assert "ReservedConcurrentExecutions" not in only(raw, "AWS::Lambda::Function")["Properties"]
 
 
 # ---------------------------------------------------------------- table
@@ -160,7 +252,7 @@ def test_table_is_on_demand_with_point_in_time_recovery_and_encryption(raw):
 
 # ---------------------------------------------------------------- DLQ
 def test_dlq_is_standard_encrypted_and_keeps_messages_14_days(raw):
-    props = only(raw, "AWS::SQS::Queue")["Properties"]
+    props = raw["Resources"][queue_id(raw, "DeadLetterQueue")]["Properties"]
     assert "FifoQueue" not in props
     assert props["SqsManagedSseEnabled"] is True
     assert props["MessageRetentionPeriod"] == 14 * 24 * 3600
@@ -219,7 +311,22 @@ def test_every_alarm_treats_missing_data_as_not_breaching(raw):
 
 def test_every_alarm_notifies_the_alarm_topic(raw):
     topic = {"Ref": logical_id(raw, "AWS::SNS::Topic")}
-    assert [a["AlarmActions"] for a in _alarms(raw).values()] == [[topic]] * 3
+    assert [a["AlarmActions"] for a in _alarms(raw).values()] == [[topic]] * 4
+
+
+def test_buffer_age_alarm_fires_at_half_of_max_event_age(raw):
+    alarm = _alarms(raw)["ApproximateAgeOfOldestMessage"]
+    assert (alarm["Namespace"], alarm["Statistic"], alarm["Threshold"]) == (
+        "AWS/SQS", "Maximum", 43200
+    )  # fmt: skip
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id(raw, "BufferQueue"), "QueueName"]}}
+    ]
+
+
+def test_no_async_lambda_alarms_because_nothing_invokes_it_asynchronously(raw):
+    # AsyncEventsDropped / DestinationDeliveryFailures only exist for async invokes.
+    assert not {"AsyncEventsDropped", "DestinationDeliveryFailures"} & set(_alarms(raw))
 
 
 def test_default_bus_alarms_use_rule_name_alone(tmp_path_factory):
@@ -257,12 +364,23 @@ def test_iam_grants_exactly_powertools_dynamodb_actions_on_the_table(raw):
     assert table in json.dumps(dynamo[0]["Resource"])
 
 
-def test_iam_sends_only_to_the_dlq_and_reads_only_the_secret(raw):
-    by_action = {a: s for s in _statements(raw) for a in _actions(s)}
-    queue = logical_id(raw, "AWS::SQS::Queue")
-    assert by_action["sqs:SendMessage"]["Resource"] == {"Fn::GetAtt": [queue, "Arn"]}
+def _resources_for(raw: dict, action: str) -> list:
+    return [s["Resource"] for s in _statements(raw) if action in _actions(s)]
+
+
+def test_iam_sends_only_to_the_dlq_and_the_buffer_queue(raw):
+    assert sorted(json.dumps(r) for r in _resources_for(raw, "sqs:SendMessage")) == sorted(
+        json.dumps(arn(queue_id(raw, q))) for q in ("DeadLetterQueue", "BufferQueue")
+    )
+
+
+def test_iam_may_change_visibility_only_on_the_buffer_queue(raw):
+    assert _resources_for(raw, "sqs:ChangeMessageVisibility") == [arn(queue_id(raw, "BufferQueue"))]
+
+
+def test_iam_reads_only_the_secret(raw):
     secret = logical_id(raw, "AWS::SecretsManager::Secret")
-    assert by_action["secretsmanager:GetSecretValue"]["Resource"] == {"Ref": secret}
+    assert _resources_for(raw, "secretsmanager:GetSecretValue") == [{"Ref": secret}]
 
 
 def test_role_has_no_managed_policies(raw):
@@ -309,8 +427,9 @@ def test_attributes_and_retry_arithmetic(demo):
     assert isinstance(step.function, lambda_.Function)
     assert isinstance(step.rule, events.Rule)
     assert step.table is not None and step.dead_letter_queue is not None
-    assert len(step.alarms) == 3
-    assert step.max_model_requests_per_delivery == 3
+    assert step.buffer_queue is not None and step.alias is None and step.subscriber is None
+    assert len(step.alarms) == 4
+    assert (step.max_attempts, step.max_model_requests_per_delivery) == (3, 3)
 
 
 @pytest.mark.parametrize("attempts, expected", [(0, 1), (1, 2), (2, 3)])
@@ -325,15 +444,15 @@ def test_step_is_a_construct_with_stable_child_ids():
     step = make_step(stack)
     assert isinstance(step, IdempotentModelStep)
     assert {c.node.id for c in step.node.children} >= {
-        "IdempotencyTable", "DeadLetterQueue", "FunctionLogGroup", "FunctionServiceRole",
-        "Function", "Rule",
-        "SentToDlqAlarm", "FailedToBeSentToDlqAlarm", "DeadLetterMessagesAlarm",
+        "IdempotencyTable", "DeadLetterQueue", "BufferQueue", "FunctionLogGroup",
+        "FunctionServiceRole", "Function", "Rule",
+        "SentToDlqAlarm", "FailedToBeSentToDlqAlarm", "DeadLetterMessagesAlarm", "BufferAgeAlarm",
     }  # fmt: skip
 
 
-def test_one_step_is_13_resources(raw):
+def test_one_step_is_15_resources(raw):
     # The README quotes this figure; CloudFormation allows 500 per stack.
-    assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 13
+    assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 15
 
 
 # ---------------------------------------------------------------- providers / handlers
@@ -347,6 +466,23 @@ def variants(tmp_path_factory) -> dict:
     make_step(stack, "Bedrock", model_provider=ModelProvider.BEDROCK, api_key_secret=None,
               model_id="anthropic.claude-haiku-5-5-v1:0")  # fmt: skip
     make_step(stack, "Arm", architecture=lambda_.Architecture.ARM_64)
+    make_step(stack, "CapOne", max_concurrency=1, lambda_retry_attempts=1)
+    make_step(
+        stack,
+        "Imported",
+        api_key_secret=secretsmanager.Secret.from_secret_name_v2(
+            stack, "ByName", "anthropic/api-key"
+        ),
+    )
+    make_step(
+        stack,
+        "Keyed",
+        api_key_secret=secretsmanager.Secret(
+            stack,
+            "KeyedSecret",
+            encryption_key=kms.Key(stack, "SecretKey", enable_key_rotation=True),
+        ),
+    )
     make_step(stack, "Custom", handler=ModelStepHandler.from_package(
         lambda_src_root() / "prospect_classifier", handler="prospect_classifier.handler.handler"
     ), environment={"PROSPECTS_TABLE_NAME": "prospects"})  # fmt: skip
@@ -385,3 +521,80 @@ def test_custom_handler_runs_its_own_entry_point_with_extra_environment(variants
     assert fn["Handler"] == "prospect_classifier.handler.handler"
     assert fn["Environment"]["Variables"]["PROSPECTS_TABLE_NAME"] == "prospects"
     assert fn["Code"]["S3Key"] != _fn(variants, "Bedrock")["Code"]["S3Key"]
+
+
+def _by_prefix(raw: dict, prefix: str, type_: str) -> dict:
+    found = [
+        v["Properties"] for k, v in raw["Resources"].items()
+        if k.startswith(prefix) and v["Type"] == type_
+    ]  # fmt: skip
+    assert len(found) == 1, f"{prefix} {type_}: {len(found)}"
+    return found[0]
+
+
+def _policy_statements(raw: dict, prefix: str) -> list[dict]:
+    policy = _by_prefix(raw, f"{prefix}FunctionServiceRoleDefaultPolicy", "AWS::IAM::Policy")
+    return policy["PolicyDocument"]["Statement"]
+
+
+# ---------------------------------------------------------------- max_concurrency=1
+def test_cap_of_one_reserves_one_concurrent_execution(variants):
+    # GIVEN max_concurrency=1  WHEN synthesized  THEN the function itself is the cap
+    assert _fn(variants, "CapOne")["ReservedConcurrentExecutions"] == 1
+
+
+def test_cap_of_one_keeps_the_mapping_at_lambdas_minimum_of_2(variants):
+    mapping = _by_prefix(
+        variants, "CapOneFunctionSqsEventSource", "AWS::Lambda::EventSourceMapping"
+    )
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 2}
+
+
+def test_cap_of_one_gives_throttled_receives_headroom_before_redrive(variants):
+    # MAX_ATTEMPTS (2) + 1 + 5 receives that a throttle may spend without running
+    queue = _by_prefix(variants, "CapOneBufferQueue", "AWS::SQS::Queue")
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == 8
+
+
+def test_cap_of_one_budget_stays_max_attempts(variants):
+    env = _fn(variants, "CapOne")["Environment"]["Variables"]
+    assert env["MAX_ATTEMPTS"] == "2"
+
+
+def test_max_concurrency_is_the_mapping_scaling_config(tmp_path_factory):
+    app = new_app(tmp_path_factory, "cap")
+    stack = cdk.Stack(app, "Cap")
+    step = make_step(stack, max_concurrency=250)
+    raw = synth(app).templates["Cap"]
+    mapping = _by_prefix(raw, "StepFunctionSqsEventSource", "AWS::Lambda::EventSourceMapping")
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 250} and step.max_concurrency == 250
+
+
+# ---------------------------------------------------------------- secrets
+def test_secret_imported_by_name_is_granted_with_the_random_suffix(variants):
+    # GIVEN Secret.from_secret_name_v2  THEN the grant covers the real ARN's "-XXXXXX"
+    granted = [
+        s["Resource"] for s in _policy_statements(variants, "Imported")
+        if "secretsmanager:GetSecretValue" in _actions(s)
+    ]  # fmt: skip
+    assert len(granted) == 1 and "secret:anthropic/api-key-??????" in json.dumps(granted[0])
+
+
+def test_secret_with_a_customer_key_lets_the_role_decrypt_via_secrets_manager(variants):
+    # grant_read puts kms:Decrypt in the key policy for this role, through Secrets Manager only
+    key = next(v for v in variants["Resources"].values() if v["Type"] == "AWS::KMS::Key")
+    role = next(k for k in variants["Resources"] if k.startswith("KeyedFunctionServiceRole"))
+    decrypt = [
+        s for s in key["Properties"]["KeyPolicy"]["Statement"]
+        if "kms:Decrypt" in _actions(s) and role in json.dumps(s["Principal"])
+    ]  # fmt: skip
+    assert len(decrypt) == 1 and "kms:ViaService" in json.dumps(decrypt[0]["Condition"])
+
+
+def test_api_key_max_age_is_absent_without_a_secret(variants):
+    assert "API_KEY_MAX_AGE_SECONDS" not in _fn(variants, "Bedrock")["Environment"]["Variables"]
+
+
+def test_record_prefix_is_the_construct_path_not_the_function_name(variants):
+    env = _fn(variants, "Arm")["Environment"]["Variables"]
+    assert env["IDEMPOTENCY_RECORD_PREFIX"] == "Variants/Arm"

@@ -24,6 +24,14 @@ def stack() -> cdk.Stack:
         ("lambda_retry_attempts", -1, "lambda_retry_attempts must be between 0 and 2, got -1"),
         ("event_retry_attempts", 186, "event_retry_attempts must be between 0 and 185, got 186"),
         ("max_tokens", 0, "max_tokens must be between 1 and 128000, got 0"),
+        ("max_concurrency", 0, "max_concurrency must be between 1 and 1000, got 0"),
+        ("max_concurrency", 1001, "max_concurrency must be between 1 and 1000, got 1001"),
+        ("max_concurrency", 2.5, "max_concurrency must be an integer between 1 and 1000, got 2.5"),
+        (
+            "api_key_max_age",
+            Duration.hours(2),
+            "api_key_max_age must be between 0 seconds and 1 hour, got 2 hours",
+        ),
         ("memory_size", 64, "memory_size must be between 128 and 10240, got 64"),
         (
             "max_event_age",
@@ -108,8 +116,21 @@ def test_bedrock_needs_a_bedrock_model_id(stack):
 
 
 def test_environment_may_not_override_runtime_settings(stack):
-    with pytest.raises(PropValidationError, match=r"environment may not set MODEL_ID"):
+    with pytest.raises(PropValidationError, match=r"environment may not set MODEL_ID;"):
         make_step(stack, environment={"MODEL_ID": "other", "MY_SETTING": "1"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["POWERTOOLS_IDEMPOTENCY_DISABLED", "POWERTOOLS_LOG_LEVEL", "AWS_REGION", "AWS_ENDPOINT_URL",
+     "IDEMPOTENCY_RECORD_PREFIX", "BUFFER_QUEUE_URL", "MAX_ATTEMPTS", "MAX_EVENT_AGE_SECONDS",
+     "API_KEY_MAX_AGE_SECONDS"],
+)  # fmt: skip
+def test_environment_refuses_reserved_names_and_prefixes(stack, name):
+    with pytest.raises(
+        PropValidationError, match=rf"'Validation/Step': environment may not set {name};"
+    ):
+        make_step(stack, environment={name: "x"})
 
 
 def test_allowed_labels_must_be_plain_words(stack):

@@ -9,10 +9,11 @@ import sys
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Annotations, Match
 
 from constructs_lib import RetryBudget
-from constructs_lib.defaults import idempotency_table_props
+from constructs_lib.defaults import dead_letter_queue_props, idempotency_table_props
 
 from .conftest import cdk_cli, cli_env, make_step, new_app, synth
 
@@ -22,8 +23,9 @@ def shared(tmp_path_factory) -> dict:
     app = new_app(tmp_path_factory, "shared")
     stack = cdk.Stack(app, "Shared")
     table = dynamodb.Table(stack, "SharedTable", **idempotency_table_props())
-    make_step(stack, "Summarize", table=table)
-    make_step(stack, "Classify", table=table, prompt_version="v2")
+    dlq = sqs.Queue(stack, "SharedDlq", **dead_letter_queue_props())
+    make_step(stack, "Summarize", table=table, dead_letter_queue=dlq)
+    make_step(stack, "Classify", table=table, dead_letter_queue=dlq, prompt_version="v2")
     return synth(app).templates["Shared"]
 
 
@@ -55,6 +57,26 @@ def test_both_roles_get_the_table_grant(shared):
     assert len(granted) == 2
 
 
+def test_shared_dlq_takes_both_buffer_queues_redrive(shared):
+    # GIVEN two steps sharing one DLQ  THEN each step's own buffer redrives to it
+    dlq = next(k for k in shared["Resources"] if k.startswith("SharedDlq"))
+    redrives = [
+        v["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
+        for k, v in shared["Resources"].items()
+        if v["Type"] == "AWS::SQS::Queue" and "BufferQueue" in k
+    ]
+    assert redrives == [{"Fn::GetAtt": [dlq, "Arn"]}] * 2
+
+
+def test_steps_sharing_a_table_get_distinct_record_prefixes(shared):
+    prefixes = [
+        v["Properties"]["Environment"]["Variables"]["IDEMPOTENCY_RECORD_PREFIX"]
+        for v in shared["Resources"].values()
+        if v["Type"] == "AWS::Lambda::Function"
+    ]
+    assert prefixes == ["Shared/Summarize", "Shared/Classify"]
+
+
 def _budget_stack(budget: int, attempts: int) -> cdk.Stack:
     app = cdk.App(context={"aws:cdk:bundling-stacks": []})
     stack = cdk.Stack(app, "Budget")
@@ -74,7 +96,7 @@ def test_retry_budget_reports_the_step_and_the_arithmetic():
         "/Budget/Step",
         Match.string_like_regexp(
             r"Budget/Step may make 3 model requests per delivery "
-            r"\(1 SDK attempt x 3 Lambda attempts = 3\), over the budget of 2"
+            r"\(1 SDK attempt x 3 attempts = 3; 429s are not billed\), over the budget of 2"
         ),
     )
 

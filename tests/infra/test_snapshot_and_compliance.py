@@ -34,6 +34,10 @@ def test_demo_stack_matches_snapshot(demo: Synthesized, snapshot_json):
     assert mask_asset_hashes(demo.templates["IdempotentModelStepDemo"]) == snapshot_json
 
 
+def test_demo_v2_stack_matches_snapshot(demo: Synthesized, snapshot_json):
+    assert mask_asset_hashes(demo.templates["IdempotentModelStepDemoV2"]) == snapshot_json
+
+
 def test_masking_removes_every_asset_hash(demo: Synthesized):
     text = json.dumps(mask_asset_hashes(demo.templates))
     assert not HASH.search(text) and "<asset-hash>.zip" in text
@@ -92,5 +96,8 @@ def test_every_acknowledgment_gives_a_specific_reason(demo: Synthesized):
         "/IdempotentModelStepDemo/AnthropicApiKey Annotation::AwsSolutions-SMG4",
         "/IdempotentModelStepDemo/Classify/DeadLetterQueue Annotation::AwsSolutions-SQS3",
         "/IdempotentModelStepDemo/Classify/Function Annotation::AwsSolutions-L1",
+        "/IdempotentModelStepDemoV2/AnthropicApiKey Annotation::AwsSolutions-SMG4",
+        "/IdempotentModelStepDemoV2/Classify/DeadLetterQueue Annotation::AwsSolutions-SQS3",
+        "/IdempotentModelStepDemoV2/Classify/Function Annotation::AwsSolutions-L1",
     ]
     assert all(len(reason) > 60 for reason in acks.values())
