@@ -9,7 +9,8 @@ concurrent duplicate deliveries); the model is a deterministic local Messages AP
 
 Parts, each usable alone: :mod:`.assembly` (reading ``cdk.out``), :mod:`.intrinsics`,
 :mod:`.event_patterns`, :mod:`.event_bus` (routing, PutEvents capture), :mod:`.targets`,
-:mod:`.lambda_async`, :mod:`.sqs_source`, :mod:`.scheduling`, :mod:`.local_aws` (moto),
+:mod:`.lambda_async`, :mod:`.sqs_queues` (mapped queues on the compressed clock),
+:mod:`.scheduling`, :mod:`.local_aws` (moto),
 :mod:`.environment`, :mod:`.execution_environment`, :mod:`.handler_logs`,
 :mod:`.local_model` and :mod:`.loopback`. :class:`~.engine.LocalEngine` puts them together.
 

@@ -98,6 +98,7 @@ class EventSourceMappingSpec:
     batch_size: int = DEFAULT_SQS_BATCH_SIZE
     report_batch_item_failures: bool = False
     enabled: bool = True
+    max_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,9 @@ class CloudAssembly:
                     report_batch_item_failures="ReportBatchItemFailures"
                     in (props.get("FunctionResponseTypes") or []),
                     enabled=bool(props.get("Enabled", True)),
+                    max_concurrency=_optional_int(
+                        (props.get("ScalingConfig") or {}).get("MaximumConcurrency")
+                    ),
                 )
             )
         return specs
@@ -290,6 +294,10 @@ class CloudAssembly:
                 if bucket is not None and bucket.resource_type == "AWS::S3::Bucket":
                     return bucket
         raise AssemblyError(f"{self.source}: no rule matches S3 events of a bucket in the stack")
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def load_assembly(cdk_out: Path | str, stack_name: str) -> CloudAssembly:

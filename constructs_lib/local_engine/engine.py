@@ -30,7 +30,7 @@ from .errors import AssemblyError, EmulatorError, RunTimeoutError
 from .event_bus import EventRouter, LocalRule, bus_name, capture_put_events
 from .event_patterns import EventPattern, PatternError
 from .execution_environment import ExecutionEnvironment
-from .iam import IamCheck, iam_check
+from .iam import IamCheck, Permission, iam_check
 from .intrinsics import LOCAL_REGION
 from .lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
@@ -43,8 +43,8 @@ from .lambda_async import (
 from .local_aws import LocalAws, local_aws, queue_url_for_arn, secret_arns
 from .progress import Progress
 from .scheduling import Scheduler, WorkTracker
-from .sqs_source import DrainResult, drain_queue
-from .targets import LambdaTarget, SnsTarget, Target
+from .sqs_queues import LocalQueue, LocalQueues, MappingPoller, queue_name_of
+from .targets import LambdaTarget, SnsTarget, SqsTarget, Target
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,14 @@ class EngineSettings:
     run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
     environment: Mapping[str, str] = field(default_factory=dict)
     check_iam: bool = True
+
+
+@dataclass
+class DrainResult:
+    """What an event source mapping left on its queue when the run settled."""
+
+    mapping: str
+    left: int = 0
 
 
 class LocalEngine:
@@ -108,6 +116,9 @@ class LocalEngine:
         self._runtime: ExecutionEnvironment | None = None
         self._router: EventRouter | None = None
         self.iam: IamCheck | None = None
+        self.queues = LocalQueues()
+        self.pollers: list[MappingPoller] = []
+        self._scheduler: Scheduler | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> LocalEngine:
@@ -153,6 +164,10 @@ class LocalEngine:
         if settings.check_iam:
             check = iam_check(assembly, aws.resolver, secret_arns(aws.physical))
             self.iam = self._stack.enter_context(check.installed(aws.session))
+        self._scheduler = scheduler = Scheduler()
+        self._stack.callback(scheduler.stop)
+        self._create_local_queues()
+        self._stack.enter_context(self.queues.installed(aws.session))
         self.environment = environment_union(assembly.functions(), aws.resolver)
         overlay = {
             **self.environment,
@@ -170,8 +185,6 @@ class LocalEngine:
 
         pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="lambda")
         self._stack.callback(pool.shutdown, wait=True, cancel_futures=True)
-        scheduler = Scheduler()
-        self._stack.callback(scheduler.stop)
         async_settings = AsyncSettings(
             seconds_per_minute=settings.seconds_per_minute,
             timeout_cap_seconds=settings.timeout_cap_seconds,
@@ -183,13 +196,175 @@ class LocalEngine:
                 handlers[spec.logical_id],
                 function_identity(aws.ref(spec.logical_id)),
                 executor=pool,
-                scheduler=scheduler,
+                scheduler=self._scheduler,
                 tracker=self.tracker,
                 settings=async_settings,
                 on_failure=self._on_failure_sender(spec),
             )
+        self._start_pollers()
         self._router = EventRouter(self._local_rules())
         self._stack.enter_context(capture_put_events(self._router))
+
+    # -- queues and their event source mappings --------------------------------------------------
+    def _create_local_queues(self) -> None:
+        """A compressed-clock queue for every mapped queue and its redrive target."""
+        assert self._scheduler is not None
+        aws = self.aws
+        wanted = [m.source_logical_id for m in self.assembly.event_source_mappings() if m.enabled]
+        seen: set[str] = set()
+        while wanted:
+            logical_id = wanted.pop(0)
+            if logical_id in seen:
+                continue
+            seen.add(logical_id)
+            resource = self.assembly.resources[logical_id]
+            props = resource.properties
+            redrive = props.get("RedrivePolicy") or {}
+            queue = LocalQueue(
+                aws.physical[logical_id].attributes["QueueName"],
+                aws.physical[logical_id].attributes["QueueUrl"],
+                aws.physical[logical_id].attributes["Arn"],
+                visibility_timeout=int(props.get("VisibilityTimeout", 30)),
+                delay_seconds=int(props.get("DelaySeconds", 0)),
+                max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
+                seconds_per_minute=self.settings.seconds_per_minute,
+                scheduler=self._scheduler,
+                tracker=self.tracker,
+            )
+            self.queues.add(queue)
+            if redrive:
+                target = aws.resolver.resolve(
+                    redrive["deadLetterTargetArn"], f"{logical_id}.RedrivePolicy"
+                )
+                target_id = next(
+                    lid
+                    for lid, r in aws.physical.items()
+                    if r.resource_type == "AWS::SQS::Queue" and r.attributes.get("Arn") == target
+                )
+                wanted.append(target_id)
+        for queue in self.queues.queues.values():
+            for logical_id in seen:
+                props = self.assembly.resources[logical_id].properties
+                redrive = props.get("RedrivePolicy") or {}
+                if not redrive or aws.physical[logical_id].attributes["QueueName"] != queue.name:
+                    continue
+                target = aws.resolver.resolve(redrive["deadLetterTargetArn"], logical_id)
+                queue.dead_letter = self.queues.by_url_or_arn(target)
+
+    def _start_pollers(self) -> None:
+        for mapping in self.assembly.event_source_mappings():
+            if not mapping.enabled:
+                continue
+            function = self.functions[mapping.function_logical_id]
+            queue_name = self.aws.physical[mapping.source_logical_id].attributes["QueueName"]
+            queue = self.queues.queues[queue_name]
+            limit = mapping.max_concurrency or self.settings.concurrency
+            pool = ThreadPoolExecutor(
+                max_workers=min(limit, 64), thread_name_prefix=f"poller-{queue_name[-12:]}"
+            )
+            self._stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+            poller = MappingPoller(
+                queue,
+                self._synchronous_invoke(function),
+                name=function.spec.display_name,
+                batch_size=mapping.batch_size,
+                report_batch_item_failures=mapping.report_batch_item_failures,
+                max_concurrency=limit,
+                executor=pool,
+                tracker=self.tracker,
+                may_receive=self._poller_permission(function, queue, "sqs:ReceiveMessage"),
+                on_delete=lambda _n, f=function, q=queue: self._poller_permission(
+                    f, q, "sqs:DeleteMessage"
+                )(),
+            )
+            self.pollers.append(poller)
+
+    def _poller_permission(
+        self, function: AsyncFunction, queue: LocalQueue, action: str
+    ) -> Callable[[], bool]:
+        """Lambda's poller reads and deletes with the function's execution role."""
+
+        def allowed() -> bool:
+            if self.iam is None:
+                return True
+            missing = self.iam.evaluate(function.spec.logical_id, [Permission(action, queue.arn)])
+            if missing is None:
+                return True
+            self.tracker.fail(
+                EmulatorError(
+                    f"the event source mapping of {function.spec.display_name} cannot use its "
+                    f"queue {queue.name}: the role lacks {action}"
+                )
+            )
+            return False
+
+        return allowed
+
+    def _synchronous_invoke(self, function: AsyncFunction) -> Callable[[dict[str, Any]], Any]:
+        def invoke(event: dict[str, Any]) -> Any:
+            context = function.context(str(uuid.uuid4()))
+            with function.stats.lock:
+                function.stats.attempts += 1
+            try:
+                with identity.acting_as(function.spec.logical_id):
+                    result = function.handler(event, context)
+            except Exception as error:
+                with function.stats.lock:
+                    name = type(error).__name__
+                    function.stats.errors[name] = function.stats.errors.get(name, 0) + 1
+                raise
+            with function.stats.lock:
+                function.stats.succeeded += 1
+            return result
+
+        return invoke
+
+    def _queue_consumer(self, queue_name: str) -> AsyncFunction | None:
+        for mapping in self.assembly.event_source_mappings():
+            if not mapping.enabled:
+                continue
+            name = self.aws.physical[mapping.source_logical_id].attributes["QueueName"]
+            if name == queue_name:
+                return self.functions[mapping.function_logical_id]
+        return None
+
+    def _sqs_target(self, rule: str, target: Any) -> SqsTarget:
+        assert self._scheduler is not None
+        resolved = _resolved_target(self.aws.resolver, target, rule)
+        queue = self.queues.by_url_or_arn(str(resolved.arn))
+        if queue is not None:
+            local_queue = queue
+
+            def send(body: str) -> None:
+                local_queue.send(body)
+        else:
+            url = queue_url_for_arn(self.aws.physical, str(resolved.arn))
+            if url is None:
+                raise AssemblyError(
+                    f"{rule}: SQS target {resolved.arn} is not a queue of the stack"
+                )
+            sqs = self.aws.client("sqs")
+
+            def send(body: str) -> None:
+                sqs.send_message(QueueUrl=url, MessageBody=body)
+
+        consumer = self._queue_consumer(queue_name_of(str(resolved.arn)))
+
+        def delivered() -> None:
+            if consumer is not None:
+                with consumer.stats.lock:
+                    consumer.stats.deliveries += 1
+
+        return SqsTarget(
+            f"{rule} -> queue",
+            resolved,
+            send,
+            duplicates=self.settings.duplicates,
+            later=self._scheduler.call_later,
+            seconds_per_minute=self.settings.seconds_per_minute,
+            tracker=self.tracker,
+            on_delivery=delivered,
+        )
 
     def _on_failure_sender(self, spec: FunctionSpec) -> Callable[[dict[str, Any]], None] | None:
         if spec.on_failure is None:
@@ -235,6 +410,8 @@ class LocalEngine:
                 if target.resource_type == "AWS::Lambda::Function":
                     function = self.functions[str(target.resource_logical_id)]
                     targets.append(LambdaTarget(function, self.tracker, self.settings.duplicates))
+                elif target.resource_type == "AWS::SQS::Queue":
+                    targets.append(self._sqs_target(spec.display_name, target))
                 elif target.resource_type == "AWS::SNS::Topic":
                     resolved = _resolved_target(resolver, target, spec.display_name)
                     sns = SnsTarget(
@@ -290,25 +467,23 @@ class LocalEngine:
         progress.update(done, total, f"invocations settled, {requests} model requests")
 
     def drain_event_sources(self) -> list[DrainResult]:
-        """Feed every SQS event source's messages to its function, as Lambda's poller does."""
-        results = []
-        sqs = self.aws.client("sqs")
-        for mapping in self.assembly.event_source_mappings():
-            if not mapping.enabled:
-                continue
-            queue = self.aws.physical[mapping.source_logical_id]
-            function = self.functions[mapping.function_logical_id]
+        """What each event source mapping left on its queue (its poller ran all along)."""
+        return [DrainResult(poller.name, len(poller.queue)) for poller in self.pollers]
 
-            def invoke(event: dict[str, Any], function: AsyncFunction = function) -> Any:
-                # The poller invokes synchronously, one batch at a time.
-                return function.handler(event, function.context(str(uuid.uuid4())))
-
-            # Lambda's poller reads and deletes with the function's execution role.
-            with identity.acting_as(function.spec.logical_id):
-                result = drain_queue(sqs, queue.ref, queue.attributes["Arn"], mapping, invoke)
-            logger.info("%s: drained %s", function.spec.display_name, result)
-            results.append(result)
-        return results
+    def queue_stats(self) -> dict[str, dict[str, Any]]:
+        """Counters of every local queue and of the mapping that polls it, by queue name."""
+        found: dict[str, dict[str, Any]] = {}
+        for queue in self.queues.queues.values():
+            found[queue.name] = {**vars(queue.stats), "left": len(queue)}
+        for poller in self.pollers:
+            found[poller.queue.name].update(
+                {
+                    "consumer": poller.name,
+                    "max_concurrency": poller.max_concurrency,
+                    **{k: v for k, v in vars(poller.stats).items() if k != "errors"},
+                }
+            )
+        return found
 
     def function_stats(self) -> dict[str, Mapping[str, Any]]:
         """Counters of every function, by display name."""

@@ -54,6 +54,9 @@ from . import identity
 from .assembly import CloudAssembly, FunctionSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, Resolver, logical_id_of
 
+#: Set in a call's context when the call was denied, so later hooks leave it alone.
+DENIED_KEY = "local_engine.iam.denied"
+
 #: Grants the Lambda service uses on the function's behalf (log delivery), never a handler.
 PLATFORM_ACTIONS = frozenset({"logs:createlogstream", "logs:putlogevents", "logs:createloggroup"})
 
@@ -386,7 +389,7 @@ class IamCheck:
         return found
 
     # -- the hook ----------------------------------------------------------------------------
-    def _before_call(self, model: Any, context: Mapping[str, Any], **_: Any) -> Any:
+    def _before_call(self, model: Any, context: dict[str, Any], **_: Any) -> Any:
         function_id = identity.current()
         if function_id is None or function_id not in self.roles:
             return None
@@ -396,6 +399,7 @@ class IamCheck:
         missing = self.evaluate(function_id, permissions)
         if missing is None:
             return None
+        context[DENIED_KEY] = True  # type: ignore[index]  # later hooks must not act
         role = self.roles[function_id]
         code = _ACCESS_DENIED_CODE.get(service, "AccessDeniedException")
         message = (

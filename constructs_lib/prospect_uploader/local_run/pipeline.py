@@ -27,12 +27,11 @@ from types import TracebackType
 from typing import Any
 
 from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
-from constructs_lib.local_engine.engine import EngineSettings, LocalEngine
+from constructs_lib.local_engine.engine import DrainResult, EngineSettings, LocalEngine
 from constructs_lib.local_engine.errors import NoMatchingRuleError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_output_to
 from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
-from constructs_lib.local_engine.sqs_source import DrainResult
 
 from .options import RunOptions, require_local_dependencies, validate_options
 from .results import RunResult, count_csv_rows, read_outcome
@@ -207,6 +206,7 @@ class LocalPipeline:
         )
         stats = engine.function_stats()
         result.functions = dict(stats)
+        result.queues = engine.queue_stats()
         result.deliveries = stats[model_step.display_name]["deliveries"]
         result.lambda_retries = sum(s["retries"] for s in stats.values())
         result.on_failure_records = sum(s["on_failure"] for s in stats.values())

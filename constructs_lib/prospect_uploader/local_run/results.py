@@ -41,6 +41,7 @@ class RunResult:
     alerts: int = 0
     alert_messages: list[str] = field(default_factory=list)
     functions: dict[str, Any] = field(default_factory=dict)
+    queues: dict[str, Any] = field(default_factory=dict)  # local queues and their pollers
     in_progress_exhausted: int = 0  # on-failure records caused by IdempotencyAlreadyInProgress
     faults_enabled: bool = False
     retry_attempts: int = 0
