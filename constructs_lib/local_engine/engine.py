@@ -24,13 +24,14 @@ from types import TracebackType
 from typing import Any
 
 from . import identity
-from .assembly import CloudAssembly, FunctionSpec
+from .assembly import CloudAssembly, FunctionSpec, SubscriberSpec, TargetSpec
 from .environment import UNSAFE_VARIABLES, environment_union, patched_environ
 from .errors import AssemblyError, EmulatorError, RunTimeoutError
 from .event_bus import EventRouter, LocalRule, bus_name, capture_put_events
+from .event_bus_v2 import DeliveryDenied, EventBusesV2, LocalBusV2, LocalSubscriber
 from .event_patterns import EventPattern, PatternError
 from .execution_environment import ExecutionEnvironment
-from .iam import IamCheck, Permission, iam_check
+from .iam import IamCheck, Permission, iam_check, policies_of_role
 from .intrinsics import LOCAL_REGION
 from .lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
@@ -50,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
 DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
+# EventBridge v2 subscriber retry defaults (field notes): 5 attempts, 300 s.
+DEFAULT_V2_RETRY_ATTEMPTS = 5
+DEFAULT_V2_EVENT_AGE = 300
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class LocalEngine:
         self._router: EventRouter | None = None
         self.iam: IamCheck | None = None
         self.queues = LocalQueues()
+        self.buses_v2: EventBusesV2 | None = None
         self.pollers: list[MappingPoller] = []
         self._scheduler: Scheduler | None = None
 
@@ -204,6 +209,108 @@ class LocalEngine:
         self._start_pollers()
         self._router = EventRouter(self._local_rules())
         self._stack.enter_context(capture_put_events(self._router))
+        self.buses_v2 = EventBusesV2(
+            seconds_per_minute=settings.seconds_per_minute,
+            scheduler=scheduler,
+            tracker=self.tracker,
+        )
+        self._create_v2_buses(self.buses_v2)
+        self._stack.enter_context(self.buses_v2.installed(aws.session))
+
+    # -- EventBridge v2 ------------------------------------------------------------------------
+    def _create_v2_buses(self, buses: EventBusesV2) -> None:
+        aws = self.aws
+        for resource in self.assembly.of_type("AWS::EventsV2::EventBus"):
+            physical = aws.physical[resource.logical_id]
+            buses.add(LocalBusV2(physical.attributes["Name"], physical.attributes["Arn"]))
+        for spec in self.assembly.subscribers():
+            if not spec.enabled:
+                continue
+            where = f"{spec.display_name}.EventBusArn"
+            bus = buses.buses.get(str(aws.resolver.resolve(spec.event_bus_arn, where)))
+            if bus is None:
+                raise AssemblyError(f"{where}: not a v2 bus of the stack")
+            try:
+                patterns = [EventPattern(dict(p)) for p in spec.patterns]
+            except PatternError as exc:
+                raise AssemblyError(f"{spec.display_name}.FilterConfiguration: {exc}") from exc
+            bus.subscribers.append(
+                LocalSubscriber(
+                    spec.display_name,
+                    patterns,
+                    self._subscriber_target(spec),
+                    max_retry_attempts=int(
+                        spec.retry_policy.get("MaxRetryAttempts", DEFAULT_V2_RETRY_ATTEMPTS)
+                    ),
+                    max_event_age_seconds=int(
+                        spec.retry_policy.get("MaxEventAgeInSeconds", DEFAULT_V2_EVENT_AGE)
+                    ),
+                    may_deliver=self._subscriber_permission(spec),
+                    on_failure=self._subscriber_on_failure(spec),
+                )
+            )
+
+    def _subscriber_target(self, spec: SubscriberSpec) -> Target:
+        if spec.target_type == "AWS::SQS::Queue":
+            target = TargetSpec(
+                spec.logical_id, spec.target_arn, spec.target_logical_id, spec.target_type
+            )
+            return self._sqs_target(spec.display_name, target)
+        if spec.target_type == "AWS::Lambda::Function":
+            function = self.functions[str(spec.target_logical_id)]
+            return LambdaTarget(function, self.tracker, self.settings.duplicates)
+        raise AssemblyError(
+            f"{spec.display_name}: subscriber target type {spec.target_type} is not emulated"
+        )
+
+    def _subscriber_permission(self, spec: SubscriberSpec) -> Callable[[], None]:
+        if self.iam is None or spec.role_arn is None:
+            return lambda: None
+        key = f"subscriber:{spec.logical_id}"
+        self.iam.add_role(
+            key,
+            policies_of_role(self.assembly, self.aws.resolver, spec.role_arn, spec.display_name),
+        )
+        target_arn = str(self.aws.resolver.resolve(spec.target_arn, spec.display_name))
+        action = (
+            "sqs:SendMessage"
+            if spec.target_type == "AWS::SQS::Queue"
+            else ("lambda:InvokeFunction")
+        )
+        iam = self.iam
+
+        def check() -> None:
+            missing = iam.evaluate(key, [Permission(action, target_arn)])
+            if missing is not None:
+                raise DeliveryDenied(
+                    f"the subscriber's role may not {missing.action} on {missing.resource}"
+                )
+
+        return check
+
+    def _subscriber_on_failure(
+        self, spec: SubscriberSpec
+    ) -> Callable[[Mapping[str, Any], Exception], None] | None:
+        if spec.on_failure_arn is None:
+            return None
+        arn = str(self.aws.resolver.resolve(spec.on_failure_arn, spec.display_name))
+        local = self.queues.by_url_or_arn(arn)
+        url = queue_url_for_arn(self.aws.physical, arn)
+        sqs = self.aws.client("sqs")
+
+        def send(event: Mapping[str, Any], error: Exception) -> None:
+            attributes = {
+                "ERROR_CODE": {"DataType": "String", "StringValue": type(error).__name__},
+                "ERROR_MESSAGE": {"DataType": "String", "StringValue": str(error)[:256]},
+                "SUBSCRIBER": {"DataType": "String", "StringValue": spec.display_name},
+            }
+            body = json.dumps(event, default=str)
+            if local is not None:
+                local.send(body, attributes=attributes)
+            elif url is not None:
+                sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)
+
+        return send
 
     # -- queues and their event source mappings --------------------------------------------------
     def _create_local_queues(self) -> None:

@@ -284,12 +284,20 @@ def role_policies(
 ) -> RolePolicies:
     """The policies of ``function``'s execution role, resolved (see the module docstring)."""
     raw = assembly.resources[function.logical_id].properties.get("Role")
+    return policies_of_role(assembly, resolver, raw, function.display_name)
+
+
+def policies_of_role(
+    assembly: CloudAssembly, resolver: Resolver, raw: Any, display_name: str
+) -> RolePolicies:
+    """The resolved policies of the role ``raw`` (a Ref / GetAtt of an ``AWS::IAM::Role``)
+    names; ``display_name`` labels who uses it."""
     role_id = logical_id_of(raw)
     documents: list[Mapping[str, Any]] = []
-    role_name = str(resolver.resolve(raw, f"{function.logical_id}.Role")).rsplit("/", 1)[-1]
+    role_name = str(resolver.resolve(raw, f"{display_name}.Role")).rsplit("/", 1)[-1]
     if role_id is None or role_id not in assembly.resources:
         # An imported role: nothing in the template says what it may do.
-        return RolePolicies(function.display_name, role_name, documents)
+        return RolePolicies(display_name, role_name, documents)
     role = assembly.resources[role_id].properties
     where = f"{role_id}"
     for index, inline in enumerate(role.get("Policies") or []):
@@ -317,7 +325,7 @@ def role_policies(
         document = _aws_managed_policy(str(arn))
         if document is not None:
             documents.append(document)
-    return RolePolicies(function.display_name, role_name, documents)
+    return RolePolicies(display_name, role_name, documents)
 
 
 @dataclass(frozen=True)
@@ -339,6 +347,11 @@ class IamCheck:
         self.denials: list[Denial] = []
         self.used: dict[str, Counter[str]] = {lid: Counter() for lid in roles}
         self._lock = threading.Lock()
+
+    def add_role(self, key: str, role: RolePolicies) -> None:
+        """Evaluate calls made as ``key`` (a service acting with a role) too."""
+        self.roles[key] = role
+        self.used.setdefault(key, Counter())
 
     @property
     def unevaluated_conditions(self) -> list[str]:

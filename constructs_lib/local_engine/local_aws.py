@@ -31,6 +31,7 @@ _NAME_PROPERTIES = {
     "AWS::Lambda::Function": "FunctionName",
     "AWS::Events::Rule": "Name",
     "AWS::SecretsManager::Secret": "Name",
+    "AWS::EventsV2::EventBus": "Name",
 }
 
 
@@ -121,6 +122,12 @@ def _placeholder(spec: ResourceSpec, name: str) -> PhysicalResource:
         arn = _arn("lambda", f"function:{name}")
     elif kind == "AWS::Events::Rule":
         arn = _arn("events", f"rule/{name}")
+    elif kind == "AWS::EventsV2::EventBus":
+        # v2 bus ARNs end in a 25-character id: event-busv2/<name>/<id>.
+        bus_id = hashlib.sha256(name.encode()).hexdigest()[:25]
+        arn = _arn("events", f"event-busv2/{name}/{bus_id}")
+        attributes = {"Arn": arn, "EventBusArn": arn, "Name": name, "EventBusName": name}
+        return PhysicalResource(spec.logical_id, kind, arn, attributes)
     elif kind == "AWS::SecretsManager::Secret":
         # A real secret's ARN ends in "-" and 6 random characters: a policy that names the
         # secret without them is denied at run time, so the local ARN has them too.

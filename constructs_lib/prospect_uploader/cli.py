@@ -38,6 +38,7 @@ counts (the summary table and --json):
   deliveries      row-event deliveries to the classify function: first attempts of each
                   async invocation (one per copy with --duplicates), Lambda retries excluded
   alerts          upload summaries published to AlertTopic
+  deduplicated    row events a v2 bus answered DEDUPLICATED (a re-run splitter's repeats)
   rate_limited    429 answers of the model (--rate-limit); not billed
   input_tokens, output_tokens   billed tokens (200 answers)
   elapsed_s       wall seconds from the upload until everything settled

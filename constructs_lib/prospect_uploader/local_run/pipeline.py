@@ -207,6 +207,10 @@ class LocalPipeline:
         stats = engine.function_stats()
         result.functions = dict(stats)
         result.queues = engine.queue_stats()
+        if engine.buses_v2 is not None:
+            buses = engine.buses_v2.buses.values()
+            result.deduplicated = sum(bus.stats.deduplicated for bus in buses)
+            result.published = sum(bus.stats.published for bus in buses)
         result.deliveries = stats[model_step.display_name]["deliveries"]
         result.lambda_retries = sum(s["retries"] for s in stats.values())
         result.on_failure_records = sum(s["on_failure"] for s in stats.values())

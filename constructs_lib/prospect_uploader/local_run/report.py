@@ -21,6 +21,7 @@ JSON_FIELDS = {
     "model_requests": "HTTP requests that reached the model",
     "deliveries": "row-event deliveries to the classify function, first attempts only",
     "alerts": "upload alerts published to AlertTopic",
+    "deduplicated": "row events an EventBridge v2 bus answered DEDUPLICATED (publish side)",
     "rate_limited": "429 answers of the model (not billed)",
     "input_tokens": "input tokens billed (200 answers)",
     "output_tokens": "output tokens billed (200 answers)",
@@ -48,6 +49,7 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "lambda_retries": result.lambda_retries,
         "status": result.status,
         "upload_id": result.upload_id,
+        "deduplicated": result.deduplicated,
         "rate_limited": result.rate_limited,
         "input_tokens": result.input_tokens,
         "output_tokens": result.output_tokens,
@@ -85,6 +87,7 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
             result.deliveries,
             f"{JSON_FIELDS['deliveries']} ({result.duplicates} per event)",
         ),
+        ("deduplicated", result.deduplicated, JSON_FIELDS["deduplicated"]),
         ("rate limited", result.rate_limited, JSON_FIELDS["rate_limited"]),
         (
             "tokens in/out",

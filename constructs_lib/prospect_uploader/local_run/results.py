@@ -49,6 +49,8 @@ class RunResult:
     model: str = "local"
     log_file: str = ""
     rate_limit: int | None = None  # requests per run-clock minute the local model accepts
+    deduplicated: int = 0  # PutEvents entries a v2 bus answered DEDUPLICATED
+    published: int = 0  # PutEvents entries a v2 bus published (0 on a classic bus)
     rate_limited: int = 0  # 429 answers (the limiter's and injected ones)
     input_tokens: int = 0  # billed (200 answers)
     output_tokens: int = 0
