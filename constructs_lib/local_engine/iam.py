@@ -19,10 +19,13 @@ their documents; customer managed ones from ``AWS::IAM::ManagedPolicy`` resource
 
 Not evaluated (documented limits):
 
-- ``Condition`` blocks: moto's evaluator only knows the values a caller passes in, and no
-  request context (``aws:SourceArn``, ``dynamodb:LeadingKeys``, ``dynamodb:Attributes``,
-  ``events:source``, ``events:detail-type``...) is built here. A statement with a condition
-  is evaluated as if the condition held, and each such statement is listed in
+- ``Condition`` blocks, except ``StringEquals`` (and its ``ForAllValues`` / ``ForAnyValue``
+  forms) on ``events:source`` and ``events:detail-type``, which are evaluated per PutEvents
+  entry. moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
+  and it answers DENIED for an Allow whose condition fails), so statements are evaluated one
+  by one: moto matches action and resource, and the condition is checked here. No other
+  request context (``aws:SourceArn``, ``dynamodb:LeadingKeys``, ``dynamodb:Attributes``...)
+  is built: such a condition is assumed to hold, and listed in
   :attr:`IamCheck.unevaluated_conditions`;
 - resource policies (queue, topic, bucket, key policies), permission boundaries, SCPs and
   session policies: one account, identity policies only;
@@ -92,10 +95,12 @@ def _arn(service: str, resource: str) -> str:
 
 @dataclass(frozen=True)
 class Permission:
-    """One IAM action on one resource ARN."""
+    """One IAM action on one resource ARN, with the request context keys known for it
+    (``events:source`` and ``events:detail-type`` of a PutEvents entry)."""
 
     action: str
     resource: str
+    context: tuple[tuple[str, str], ...] = ()
 
 
 class SecretArns:
@@ -171,13 +176,22 @@ def required_permissions(
         if params.get("VersionId") and action in ("s3:GetObject", "s3:DeleteObject"):
             action += "Version"
         return [Permission(action, f"arn:aws:s3:::{bucket}/{unquote(str(key))}")]
-    if service == "events" and operation == "PutEvents":
-        buses = {_bus_arn(entry.get("EventBusName")) for entry in params.get("Entries") or []}
-        return [Permission(action, bus) for bus in sorted(buses)] or [
-            Permission(action, _bus_arn(None))
-        ]
-    if service == "eventbridgev2" and "EventBusArn" in params:
-        return [Permission(action, str(params["EventBusArn"]))]
+    if operation == "PutEvents" and service in ("events", "eventbridgev2"):
+        # One check per bus, source and detail-type: policies may condition on the last two.
+        found = {
+            Permission(
+                action,
+                str(params["EventBusArn"])
+                if service == "eventbridgev2"
+                else _bus_arn(entry.get("EventBusName")),
+                (
+                    ("events:detail-type", str(entry.get("DetailType", ""))),
+                    ("events:source", str(entry.get("Source", ""))),
+                ),
+            )
+            for entry in params.get("Entries") or []
+        }
+        return sorted(found, key=repr) or [Permission(action, _bus_arn(None))]
     if service == "secretsmanager" and "SecretId" in params:
         return [Permission(action, secrets.full_arn(str(params["SecretId"])))]
     if service == "sns" and ("TopicArn" in params or "TargetArn" in params):
@@ -218,31 +232,30 @@ class RolePolicies:
     unevaluated_conditions: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from moto.iam.access_control import IAMPolicy
+        from moto.iam.access_control import IAMPolicyStatement
 
-        self._policies = []
+        # Each statement: moto's evaluator (action and resource, without the condition) and
+        # the condition, evaluated here (moto's answers DENIED for an Allow whose condition
+        # fails, where IAM would simply not apply the statement).
+        self._statements: list[tuple[Any, Mapping[str, Any]]] = []
         for document in self.documents:
             statements = document.get("Statement") or []
             if isinstance(statements, Mapping):
                 statements = [statements]
             for statement in statements:
-                if statement.get("Condition"):
-                    self.unevaluated_conditions.append(
-                        f"{self.function}: {json.dumps(statement.get('Condition'))}"
-                    )
-            prepared = {
-                "Version": "2012-10-17",
-                "Statement": [_moto_statement(s) for s in statements],
-            }
-            self._policies.append(IAMPolicy(json.dumps(prepared)))
+                condition = statement.get("Condition") or {}
+                if condition and not _evaluable(condition):
+                    self.unevaluated_conditions.append(f"{self.function}: {json.dumps(condition)}")
+                self._statements.append((IAMPolicyStatement(_moto_statement(statement)), condition))
 
     def decide(self, permission: Permission) -> str:
         """``allowed``, ``denied`` (explicit Deny) or ``implicit`` (no Allow)."""
         from moto.iam.access_control import PermissionResult
 
         results = [
-            policy.is_action_permitted(permission.action.lower(), permission.resource)
-            for policy in self._policies
+            statement.is_action_permitted(permission.action.lower(), permission.resource)
+            for statement, condition in self._statements
+            if _condition_holds(condition, dict(permission.context))
         ]
         if PermissionResult.DENIED in results:
             return "denied"
@@ -264,6 +277,33 @@ class RolePolicies:
                 resources = _as_list(statement.get("Resource", "*"))
                 found += [(str(a), str(r)) for a in actions for r in resources]
         return found
+
+
+#: Condition operators evaluated here (with the request context a call carries).
+_STRING_EQUALS = ("StringEquals", "ForAllValues:StringEquals", "ForAnyValue:StringEquals")
+#: Context keys the local run knows for the calls that carry them.
+KNOWN_CONTEXT_KEYS = frozenset({"events:source", "events:detail-type"})
+
+
+def _evaluable(condition: Mapping[str, Any]) -> bool:
+    return all(
+        operator in _STRING_EQUALS and set(values) <= KNOWN_CONTEXT_KEYS
+        for operator, values in condition.items()
+    )
+
+
+def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, str]) -> bool:
+    """StringEquals on a known key is evaluated; anything else is assumed to hold (and was
+    listed in ``unevaluated_conditions``)."""
+    for operator, values in condition.items():
+        if operator not in _STRING_EQUALS:
+            continue
+        for key, expected in values.items():
+            if key not in context:
+                continue
+            if context[key] not in _as_list(expected):
+                return False
+    return True
 
 
 def _as_list(value: Any) -> list[Any]:

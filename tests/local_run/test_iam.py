@@ -52,8 +52,13 @@ def test_operations_become_iam_actions_on_realistic_arns():
         "s3", "GetObject", {"Bucket": "b", "Key": "a.csv", "VersionId": "v1"}, secrets
     ) == [Permission("s3:GetObjectVersion", "arn:aws:s3:::b/a.csv")]
     bus = "arn:aws:events:us-east-1:123456789012:event-busv2/rows/abcdefghijklmnopqrstuvwxy"
-    assert required_permissions("eventbridgev2", "PutEvents", {"EventBusArn": bus}, secrets) == [
-        Permission("events:PutEvents", bus)
+    entries = [{"Source": "demo", "DetailType": "Row"}] * 3
+    assert required_permissions(
+        "eventbridgev2", "PutEvents", {"EventBusArn": bus, "Entries": entries}, secrets
+    ) == [
+        Permission(
+            "events:PutEvents", bus, (("events:detail-type", "Row"), ("events:source", "demo"))
+        )
     ]
 
 
@@ -87,6 +92,38 @@ def test_an_explicit_deny_wins_and_conditions_are_listed_as_unevaluated():
     assert role.decide(Permission("dynamodb:PutItem", "arn:t")) == "allowed"
     assert role.decide(Permission("dynamodb:DeleteItem", "arn:t")) == "denied"
     assert role.unevaluated_conditions and "aws:PrincipalTag/team" in role.unevaluated_conditions[0]
+
+
+def test_put_events_conditions_on_source_and_detail_type_are_evaluated_per_entry():
+    bus = "arn:aws:events:us-east-1:123456789012:event-bus/rows"
+    role = _role(
+        {
+            "Effect": "Allow",
+            "Action": "events:PutEvents",
+            "Resource": bus,
+            "Condition": {
+                "StringEquals": {
+                    "events:source": ["prospect-uploader"],
+                    "events:detail-type": ["Prospect Row Validated"],
+                }
+            },
+        }
+    )
+    assert role.unevaluated_conditions == []
+    entries = [
+        {
+            "EventBusName": bus,
+            "Source": "prospect-uploader",
+            "DetailType": "Prospect Row Validated",
+        },
+        {"EventBusName": bus, "Source": "someone-else", "DetailType": "Prospect Row Validated"},
+    ]
+    allowed, refused = sorted(
+        required_permissions("events", "PutEvents", {"Entries": entries}, SecretArns()),
+        key=lambda p: dict(p.context)["events:source"] != "prospect-uploader",
+    )
+    assert role.decide(allowed) == "allowed"
+    assert role.decide(refused) == "implicit"
 
 
 def _strip_action(template: dict, role_suffix: str, action: str) -> None:
