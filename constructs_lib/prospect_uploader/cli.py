@@ -35,8 +35,8 @@ counts (the summary table and --json):
   failed          valid rows that ended in FailureQueue -> FailuresTable, unlabelled
   dlq             model-step failures the recorder stored from FailureQueue (one per row)
   model_requests  HTTP requests that reached the model
-  deliveries      row-event deliveries to the classify function: first attempts of each
-                  async invocation (one per copy with --duplicates), Lambda retries excluded
+  deliveries      row-event deliveries to the classify step (one per copy with
+                  --duplicates): to its buffer queue, or async invocations; retries excluded
   alerts          upload summaries published to AlertTopic
   deduplicated    row events a v2 bus answered DEDUPLICATED (a re-run splitter's repeats)
   rate_limited    429 answers of the model (--rate-limit); not billed
