@@ -385,6 +385,10 @@ class LocalEngine:
                 )(),
             )
             self.pollers.append(poller)
+            # Lambda checks these when it creates the mapping, and polls from then on, with
+            # messages or without.
+            self._poller_permission(function, queue, "sqs:GetQueueAttributes")()
+            self._poller_permission(function, queue, "sqs:ReceiveMessage")()
 
     def _poller_permission(
         self, function: AsyncFunction, queue: LocalQueue, action: str

@@ -433,9 +433,12 @@ class IamCheck:
                 statement = IAMPolicyStatement(
                     _moto_statement({"Effect": "Allow", "Action": action, "Resource": resource})
                 )
-                if not any(
-                    statement.is_action_permitted(a.lower(), r) == PermissionResult.PERMITTED
-                    for a, r in used
+                if (
+                    not any(
+                        statement.is_action_permitted(a.lower(), r) == PermissionResult.PERMITTED
+                        for a, r in used
+                    )
+                    and f"{action} on {resource}" not in unused
                 ):
                     unused.append(f"{action} on {resource}")
             found[role.function] = unused
