@@ -125,7 +125,7 @@ def _template(subscriber_may_send: bool) -> dict:
         [
             {
                 "Effect": "Allow",
-                "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+                "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
                 "Resource": queue_arn,
             }
         ],
@@ -148,9 +148,9 @@ def code_root(tmp_path: Path) -> Path:
     return tmp_path / "code"
 
 
-def _run(tmp_path: Path, code_root: Path, *, may_send: bool, duplicates: int):
+def _run(tmp_path: Path, code_root: Path, *, may_send: bool, duplicates: int, minute: float):
     assembly = CloudAssembly("Demo", _template(may_send), tmp_path / "Demo.template.json")
-    settings = EngineSettings(duplicates=duplicates, seconds_per_minute=0.1)
+    settings = EngineSettings(duplicates=duplicates, seconds_per_minute=minute)
     engine = LocalEngine(assembly, settings, code_root=code_root)
     with engine:
         publisher = engine.functions["Publisher"]
@@ -174,7 +174,8 @@ def _run(tmp_path: Path, code_root: Path, *, may_send: bool, duplicates: int):
 
 
 def test_a_repeat_within_the_window_is_deduplicated_and_never_delivered(tmp_path, code_root):
-    stats, seen, failed, iam = _run(tmp_path, code_root, may_send=True, duplicates=2)
+    # A minute of 1 s: the 300 s window lasts 5 s, longer than the first run takes.
+    stats, seen, failed, iam = _run(tmp_path, code_root, may_send=True, duplicates=2, minute=1.0)
     assert stats.entries == 20 and stats.published == 10 and stats.deduplicated == 10
     # 8 of 10 match the filter; each is delivered twice downstream (at-least-once), never 4x.
     assert sorted(seen) == sorted(2 * [n for n in range(10) if n % 5])
@@ -184,7 +185,7 @@ def test_a_repeat_within_the_window_is_deduplicated_and_never_delivered(tmp_path
 def test_a_subscriber_whose_role_cannot_send_retries_then_fills_its_on_failure_queue(
     tmp_path, code_root
 ):
-    stats, seen, failed, iam = _run(tmp_path, code_root, may_send=False, duplicates=1)
+    stats, seen, failed, iam = _run(tmp_path, code_root, may_send=False, duplicates=1, minute=0.1)
     assert seen == []
     assert stats.delivery_retries == 8 * 2  # MaxRetryAttempts 2 for each of 8 events
     assert stats.sent_to_on_failure == 8 and len(failed) == 8
