@@ -318,19 +318,19 @@ class LocalEngine:
         assert self._scheduler is not None
         aws = self.aws
         wanted = [m.source_logical_id for m in self.assembly.event_source_mappings() if m.enabled]
-        seen: set[str] = set()
+        dead_letters: dict[str, str] = {}  # queue logical id -> its redrive target's
+        created: dict[str, LocalQueue] = {}
         while wanted:
             logical_id = wanted.pop(0)
-            if logical_id in seen:
+            if logical_id in created:
                 continue
-            seen.add(logical_id)
-            resource = self.assembly.resources[logical_id]
-            props = resource.properties
+            props = self.assembly.resources[logical_id].properties
+            attributes = aws.physical[logical_id].attributes
             redrive = props.get("RedrivePolicy") or {}
-            queue = LocalQueue(
-                aws.physical[logical_id].attributes["QueueName"],
-                aws.physical[logical_id].attributes["QueueUrl"],
-                aws.physical[logical_id].attributes["Arn"],
+            created[logical_id] = LocalQueue(
+                attributes["QueueName"],
+                attributes["QueueUrl"],
+                attributes["Arn"],
                 visibility_timeout=int(props.get("VisibilityTimeout", 30)),
                 delay_seconds=int(props.get("DelaySeconds", 0)),
                 max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
@@ -338,25 +338,24 @@ class LocalEngine:
                 scheduler=self._scheduler,
                 tracker=self.tracker,
             )
-            self.queues.add(queue)
+            self.queues.add(created[logical_id])
             if redrive:
-                target = aws.resolver.resolve(
-                    redrive["deadLetterTargetArn"], f"{logical_id}.RedrivePolicy"
-                )
+                where = f"{logical_id}.RedrivePolicy"
+                target = aws.resolver.resolve(redrive["deadLetterTargetArn"], where)
                 target_id = next(
-                    lid
-                    for lid, r in aws.physical.items()
-                    if r.resource_type == "AWS::SQS::Queue" and r.attributes.get("Arn") == target
+                    (
+                        lid
+                        for lid, r in aws.physical.items()
+                        if r.resource_type == "AWS::SQS::Queue" and r.attributes["Arn"] == target
+                    ),
+                    None,
                 )
+                if target_id is None:
+                    raise AssemblyError(f"{where}: {target} is not a queue of the stack")
+                dead_letters[logical_id] = target_id
                 wanted.append(target_id)
-        for queue in self.queues.queues.values():
-            for logical_id in seen:
-                props = self.assembly.resources[logical_id].properties
-                redrive = props.get("RedrivePolicy") or {}
-                if not redrive or aws.physical[logical_id].attributes["QueueName"] != queue.name:
-                    continue
-                target = aws.resolver.resolve(redrive["deadLetterTargetArn"], logical_id)
-                queue.dead_letter = self.queues.by_url_or_arn(target)
+        for logical_id, target_id in dead_letters.items():
+            created[logical_id].dead_letter = created[target_id]
 
     def _start_pollers(self) -> None:
         for mapping in self.assembly.event_source_mappings():
