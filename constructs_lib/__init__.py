@@ -24,6 +24,7 @@ _EXPORTS = {
     "RESERVED_ENVIRONMENT": ".idempotent_model_step",
     "RESERVED_ENVIRONMENT_PREFIXES": ".idempotent_model_step",
     "EventBusV2": ".event_bus_v2",
+    "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
     "ModelProvider": ".idempotent_model_step",
     "ModelStepHandler": ".model_step_handler",
@@ -34,6 +35,7 @@ __all__ = [
     "RESERVED_ENVIRONMENT",
     "RESERVED_ENVIRONMENT_PREFIXES",
     "EventBusV2",
+    "EventBusV2Base",
     "IdempotentModelStep",
     "LocalBundlingError",
     "LocalPipBundling",
@@ -47,7 +49,7 @@ __all__ = [
 if TYPE_CHECKING:
     from ._validation import PropValidationError
     from .bundling import LocalBundlingError, LocalPipBundling, python_lambda_code
-    from .event_bus_v2 import EventBusV2
+    from .event_bus_v2 import EventBusV2, EventBusV2Base
     from .idempotent_model_step import (
         RESERVED_ENVIRONMENT,
         RESERVED_ENVIRONMENT_PREFIXES,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Names
+from aws_cdk import Arn, ArnFormat, Fn, Names, Token
 from aws_cdk import aws_eventsv2 as eventsv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -23,7 +23,56 @@ from ._validation import PropValidationError, check_int_range
 _NAME_MAX_LENGTH = 64
 
 
-class EventBusV2(Construct):
+class EventBusV2Base(Construct):
+    """What a step and a producer need from a v2 bus: its ARN, its name, a publish grant.
+
+    Implemented by :class:`EventBusV2` (a bus this stack creates) and by
+    :meth:`EventBusV2.from_event_bus_arn` (a bus created elsewhere).
+    """
+
+    #: The bus ARN (``arn:aws:events:<region>:<account>:event-busv2/<name>/<id>``).
+    event_bus_arn: str
+    #: The bus name.
+    event_bus_name: str
+
+    def grant_put_events_to(
+        self,
+        grantee: iam.IGrantable,
+        *,
+        sources: Sequence[str],
+        detail_types: Sequence[str],
+    ) -> iam.Grant:
+        """Let ``grantee`` publish with ``PutEvents``, only the given sources and detail types.
+
+        Grants ``events:PutEvents`` on this bus's ARN, conditioned on the
+        ``events:source`` and ``events:detail-type`` keys the service supplies on
+        PutEvents, so a compromised producer cannot publish another kind of event
+        onto the bus. No ``PutRawEvents`` (a different payload shape) and no
+        ``DescribeEventBus``.
+
+        :param sources: the ``Source`` values the grantee may publish; at least one.
+        :param detail_types: the ``DetailType`` values; at least one.
+        """
+        if not sources or not detail_types:
+            raise PropValidationError(
+                f"EventBusV2 '{self.node.path}': grant_put_events_to needs at least one "
+                f"source and one detail type, got sources={list(sources)!r} "
+                f"detail_types={list(detail_types)!r}"
+            )
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["events:PutEvents"],
+            resource_arns=[self.event_bus_arn],
+            conditions={
+                "StringEquals": {
+                    "events:source": list(sources),
+                    "events:detail-type": list(detail_types),
+                }
+            },
+        )
+
+
+class EventBusV2(EventBusV2Base):
     """An EventBridge Custom Event Bus (v2): publish-side deduplication, subscribers.
 
     Unlike a classic bus, a v2 bus accepts ``SystemMetadata.DeduplicationId`` on
@@ -87,41 +136,30 @@ class EventBusV2(Construct):
         #: The bus name.
         self.event_bus_name: str = name
 
-    def grant_put_events_to(
-        self,
-        grantee: iam.IGrantable,
-        *,
-        sources: Sequence[str],
-        detail_types: Sequence[str],
-    ) -> iam.Grant:
-        """Let ``grantee`` publish with ``PutEvents``, only the given sources and detail types.
+    @staticmethod
+    def from_event_bus_arn(scope: Construct, id: str, event_bus_arn: str) -> EventBusV2Base:
+        """A v2 bus created elsewhere (another stack or account), by its ARN.
 
-        Grants ``events:PutEvents`` on this bus's ARN, conditioned on the
-        ``events:source`` and ``events:detail-type`` keys the service supplies on
-        PutEvents, so a compromised producer cannot publish another kind of event
-        onto the bus. No ``PutRawEvents`` (a different payload shape) and no
-        ``DescribeEventBus``.
-
-        :param sources: the ``Source`` values the grantee may publish; at least one.
-        :param detail_types: the ``DetailType`` values; at least one.
+        A step subscribes to it like to its own bus. The subscriber must live in
+        the subscriber's account; a bus in another account must share itself
+        (AWS RAM or its resource policy) with that account.
         """
-        if not sources or not detail_types:
+        return _ImportedEventBusV2(scope, id, event_bus_arn)
+
+
+class _ImportedEventBusV2(EventBusV2Base):
+    def __init__(self, scope: Construct, id: str, event_bus_arn: str) -> None:
+        super().__init__(scope, id)
+        if not Token.is_unresolved(event_bus_arn) and ":event-busv2/" not in event_bus_arn:
             raise PropValidationError(
-                f"EventBusV2 '{self.node.path}': grant_put_events_to needs at least one "
-                f"source and one detail type, got sources={list(sources)!r} "
-                f"detail_types={list(detail_types)!r}"
+                f"EventBusV2.from_event_bus_arn '{self.node.path}': event_bus_arn must be a "
+                f"v2 bus ARN (arn:aws:events:<region>:<account>:event-busv2/<name>/<id>), "
+                f"got {event_bus_arn!r}"
             )
-        return iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=["events:PutEvents"],
-            resource_arns=[self.event_bus_arn],
-            conditions={
-                "StringEquals": {
-                    "events:source": list(sources),
-                    "events:detail-type": list(detail_types),
-                }
-            },
-        )
+        self.event_bus_arn = event_bus_arn
+        # The resource is "event-busv2/<name>/<id>": the name is its second part.
+        resource_name = Arn.split(event_bus_arn, ArnFormat.SLASH_RESOURCE_NAME).resource_name
+        self.event_bus_name = Fn.select(0, Fn.split("/", resource_name or ""))
 
 
-__all__ = ["EventBusV2"]
+__all__ = ["EventBusV2", "EventBusV2Base"]

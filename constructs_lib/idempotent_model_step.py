@@ -8,7 +8,16 @@ from typing import Any, cast
 
 import jmespath
 import jmespath.exceptions
-from aws_cdk import Acknowledgment, Annotations, Duration, Names, Stack, Token, Validations
+from aws_cdk import (
+    Acknowledgment,
+    Annotations,
+    Duration,
+    Names,
+    RemovalPolicy,
+    Stack,
+    Token,
+    Validations,
+)
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -37,7 +46,7 @@ from .alarms import (
     occurrence_alarm,
     threshold_alarm,
 )
-from .event_bus_v2 import EventBusV2
+from .event_bus_v2 import EventBusV2Base
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 
@@ -73,9 +82,11 @@ RESERVED_ENVIRONMENT = frozenset(
 #: metrics; ``AWS_*`` belongs to Lambda and the AWS SDKs.
 RESERVED_ENVIRONMENT_PREFIXES = ("POWERTOOLS_", "AWS_")
 
-#: Lambda caps all environment variables of a function at 4 KB together; the
-#: step's own settings (names, ARNs, URLs, path) take roughly the other kilobyte.
-SYSTEM_PROMPT_MAX_BYTES = 3072
+#: Lambda caps all environment variables of a function at 4 KB together. The
+#: step's ~20 other variables (names, two queue URLs, the secret ARN, the
+#: construct path twice) take about 1.1 KB once deployed, and a custom handler
+#: adds its own: 2.5 KB keeps the total inside 4 KB with room for long paths.
+SYSTEM_PROMPT_MAX_BYTES = 2560
 
 METRICS_NAMESPACE = "IdempotentModelStep"
 
@@ -148,7 +159,7 @@ class IdempotentModelStep(Construct):
         system_prompt: str,
         api_key_secret: secretsmanager.ISecret | None = None,
         model_provider: ModelProvider = ModelProvider.ANTHROPIC,
-        event_bus: events.IEventBus | EventBusV2 | None = None,
+        event_bus: events.IEventBus | EventBusV2Base | None = None,
         model_id: str = defaults.DEFAULT_MODEL_ID,
         max_tokens: int = defaults.DEFAULT_MAX_TOKENS,
         allowed_labels: list[str] | None = None,
@@ -175,7 +186,7 @@ class IdempotentModelStep(Construct):
             business key, e.g. ``"[upload_id, row_number]"``. Never the event id:
             a redelivered or re-published event gets a new id. Required.
         :param prompt_version: joins the key, so a changed prompt gets a new answer. Required.
-        :param system_prompt: the system prompt, at most 3,072 bytes (it travels in
+        :param system_prompt: the system prompt, at most 2,560 bytes (it travels in
             the function's environment). Required.
         :param api_key_secret: the Secrets Manager secret holding the Anthropic API
             key (the raw key, or JSON ``{"api_key": ...}``). Required with
@@ -183,9 +194,9 @@ class IdempotentModelStep(Construct):
             Granted with ``grant_read``, so a secret imported by name or partial ARN
             and a customer managed KMS key both work.
         :param model_provider: default ``ModelProvider.ANTHROPIC``.
-        :param event_bus: a classic ``IEventBus`` (a rule is created) or an
-            :class:`EventBusV2` (a subscriber is created). Default: the account's
-            default bus.
+        :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
+            :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
+            subscriber is created). Default: the account's default bus.
         :param model_id: default ``"claude-haiku-5-5"``.
         :param max_tokens: 1-128,000, default 1,024.
         :param allowed_labels: if given, an answer must be one of these (case-insensitive)
@@ -385,11 +396,15 @@ class IdempotentModelStep(Construct):
             cfn_function.snap_start = lambda_.CfnFunction.SnapStartProperty(
                 apply_on="PublishedVersions"
             )
+            version = self.function.current_version
+            # CDK retains superseded versions by default; with SnapStart each one
+            # keeps a billed snapshot cache, so a replaced version is deleted.
+            version.apply_removal_policy(RemovalPolicy.DESTROY)
             self.alias = lambda_.Alias(
                 self,
                 SNAP_START_ALIAS_ID,
                 alias_name=SNAP_START_ALIAS_NAME,
-                version=self.function.current_version,
+                version=version,
                 description="SnapStart version the buffer queue's event source mapping invokes",
             )
             consumer = self.alias
@@ -408,7 +423,7 @@ class IdempotentModelStep(Construct):
         #: The v2 subscriber and the role it assumes (``None`` on a classic bus).
         self.subscriber: eventsv2.CfnSubscriber | None = None
         self.subscriber_role: iam.Role | None = None
-        if isinstance(event_bus, EventBusV2):
+        if isinstance(event_bus, EventBusV2Base):
             self._subscribe_v2(event_bus, event_pattern, event_retry_attempts, max_event_age)
         else:
             self.rule = events.Rule(
@@ -444,7 +459,7 @@ class IdempotentModelStep(Construct):
     # ------------------------------------------------------------- v2 subscriber
     def _subscribe_v2(
         self,
-        bus: EventBusV2,
+        bus: EventBusV2Base,
         event_pattern: events.EventPattern,
         event_retry_attempts: int,
         max_event_age: Duration,
@@ -661,28 +676,28 @@ class IdempotentModelStep(Construct):
         )
 
     def metric_rate_limited(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """429/529 answers the runtime waited out (Powertools EMF ``RateLimited``); never billed."""
+        """429/529 answers the runtime waited out (EMF ``RateLimited``, Sum, default 5 minutes)."""
         return self._runtime_metric("RateLimited", period)
 
     def metric_dead_letter_messages(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum)."""
+        """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum, 1 minute)."""
         return self.dead_letter_queue.metric_number_of_messages_sent(
             period=period or Duration.minutes(1), statistic="Sum"
         )
 
     def metric_model_requests(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Model requests the handler made (Powertools EMF metric ``ModelRequests``)."""
+        """Billed model requests (Powertools EMF ``ModelRequests``, Sum, default 5 minutes)."""
         return self._runtime_metric("ModelRequests", period)
 
     def metric_duplicates_suppressed(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Deliveries answered from the idempotency table without a model request."""
+        """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
     def _rule(self) -> events.IRule:
         return cast(events.IRule, self.rule)
 
     def _v2_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
-        bus = cast(EventBusV2, self.event_bus)
+        bus = cast(EventBusV2Base, self.event_bus)
         subscriber = cast(eventsv2.CfnSubscriber, self.subscriber)
         return events_v2_subscriber_metric(
             bus.event_bus_arn, subscriber.attr_subscriber_arn, name, period

@@ -194,6 +194,11 @@ def test_snap_start_alias_points_at_the_published_version(raw):
     assert alias["Properties"]["FunctionVersion"] == {"Fn::GetAtt": [version, "Version"]}
 
 
+def test_snap_start_deletes_a_superseded_version_and_its_billed_snapshot(raw):
+    _, version = only(raw, "AWS::Lambda::Version")
+    assert version["DeletionPolicy"] == "Delete"
+
+
 def test_snap_start_mapping_invokes_the_alias_not_latest(raw):
     _, mapping = only(raw, "AWS::Lambda::EventSourceMapping")
     assert ":live" in json.dumps(mapping["Properties"]["FunctionName"])
@@ -251,3 +256,27 @@ def test_grant_needs_sources_and_detail_types(stack):
 def test_v2_step_exposes_subscriber_and_no_rule(stack):
     step = make_step(stack, event_bus=EventBusV2(stack, "Bus"))
     assert step.rule is None and step.subscriber is not None and step.subscriber_role is not None
+
+
+IMPORTED_ARN = "arn:aws:events:us-east-1:111122223333:event-busv2/rows/abcdefghijklmnopqrstuvwxy"
+
+
+def test_step_subscribes_to_a_bus_imported_by_arn(tmp_path_factory):
+    # GIVEN a v2 bus from another stack, by ARN  WHEN a step subscribes
+    from .conftest import new_app, synth
+
+    app = new_app(tmp_path_factory, "imported-v2")
+    stack = cdk.Stack(app, "ImportedV2")
+    bus = EventBusV2.from_event_bus_arn(stack, "Rows", IMPORTED_ARN)
+    make_step(stack, event_bus=bus)
+    raw = synth(app).templates["ImportedV2"]
+    # THEN the subscriber is on that ARN and no bus is created here
+    assert subscriber(raw)["EventBusArn"] == IMPORTED_ARN
+    assert resources(raw, "AWS::EventsV2::EventBus") == {}
+    assert bus.event_bus_name == "rows"
+
+
+def test_imported_bus_must_be_a_v2_arn(stack):
+    classic = "arn:aws:events:us-east-1:111122223333:event-bus/rows"
+    with pytest.raises(PropValidationError, match=r"event_bus_arn must be a v2 bus ARN"):
+        EventBusV2.from_event_bus_arn(stack, "Rows", classic)

@@ -598,3 +598,36 @@ def test_api_key_max_age_is_absent_without_a_secret(variants):
 def test_record_prefix_is_the_construct_path_not_the_function_name(variants):
     env = _fn(variants, "Arm")["Environment"]["Variables"]
     assert env["IDEMPOTENCY_RECORD_PREFIX"] == "Variants/Arm"
+
+
+# ---------------------------------------------------------------- metrics
+@pytest.fixture(scope="module")
+def demo_step():
+    from .demo_stack import DemoStack
+
+    return DemoStack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "Metrics").step
+
+
+def test_metric_rate_limited_is_the_runtime_emf_metric_of_this_step(demo_step):
+    metric = demo_step.metric_rate_limited()
+    assert (metric.namespace, metric.metric_name, metric.statistic) == (
+        "IdempotentModelStep", "RateLimited", "Sum"
+    )  # fmt: skip
+    assert metric.dimensions == {"service": "Metrics/Classify"}
+
+
+def test_metric_buffer_age_is_the_oldest_buffered_message(demo_step):
+    metric = demo_step.metric_buffer_age()
+    assert (metric.namespace, metric.metric_name, metric.statistic) == (
+        "AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum"
+    )  # fmt: skip
+
+
+def test_cap_of_one_warns_at_synth():
+    from aws_cdk.assertions import Annotations
+
+    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "Warn")
+    make_step(stack, max_concurrency=1)
+    Annotations.from_stack(stack).has_warning(
+        "/Warn/Step", Match.string_like_regexp("max_concurrency=1 reserves 1 of the account")
+    )

@@ -85,7 +85,7 @@ def test_idempotency_key_is_over_detail_already(stack):
 
 
 def test_system_prompt_over_the_environment_budget(stack):
-    with pytest.raises(PropValidationError, match=r"at most 3072 bytes .* got 4000 bytes"):
+    with pytest.raises(PropValidationError, match=r"at most 2560 bytes .* got 4000 bytes"):
         make_step(stack, system_prompt="x" * 4000)
 
 

@@ -127,3 +127,9 @@ def test_retry_budget_fails_cdk_synth(tmp_path):
     # THEN synth fails and says why
     assert result.returncode != 0
     assert "OverBudget/Step may make 3 model requests per delivery" in result.stderr
+
+
+def test_a_step_with_shared_table_and_queue_is_12_resources(shared):
+    # The README quotes this figure: buffer queue + policy, log group, role + policy,
+    # function, event source mapping, rule and four alarms.
+    assert len([k for k in shared["Resources"] if k.startswith("Summarize")]) == 12
