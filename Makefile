@@ -16,7 +16,7 @@ UV_VERSION := 0.13.9
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test lint demo demo-faults bench lock clean
+.PHONY: setup synth test lint demo demo-faults bench mutate lock clean
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -65,8 +65,15 @@ demo-faults: synth
 bench: synth
 	$(BIN)/python -m bench
 
+# Mutation testing of lambda_src/model_step against tests/runtime (slow; not part of CI).
+# Results stay in mutants/; `mutmut results` lists the survivors, `mutmut show NAME` one diff.
+mutate: setup
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children $${MUTATE_JOBS:-2}
+	$(BIN)/mutmut results --all true | awk '{print $$NF}' | sort | uniq -c
+
 lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
 
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache
+	rm -rf cdk.out .pytest_cache .ruff_cache mutants
