@@ -183,6 +183,8 @@ def test_a_rate_limited_row_past_its_max_event_age_is_a_stored_dead_letter(
     [message] = model_env.dead_letters()
     assert message["body"] == event
     assert message["attributes"]["ERROR_CODE"] == "RateLimitExhausted"
+    assert message["attributes"]["REQUEST_ID"] == fake_api.last_request.request_id
+    assert "still rate limited" in message["attributes"]["ERROR_MESSAGE"]
     assert [o["status"] for _, o in outcomes.seen] == ["dead_lettered", "dead_lettered"]
     assert outcomes.seen[0][1]["rate_limited"] == 1
     assert outcomes.seen[1][1]["replayed"] is True
@@ -236,17 +238,18 @@ def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
     fake_api.delay = 1.0
     step = make_step(on_outcome=outcomes)
     event = fresh_event()
-    holder = threading.Thread(target=step.handle, args=(event, FakeLambdaContext()))
+    holder_context = FakeLambdaContext(remaining_millis=60_000)
+    holder = threading.Thread(target=step.handle, args=(event, holder_context))
     holder.start()
     time.sleep(0.3)
 
-    response = step.handle(buffer.batch(event), FakeLambdaContext(remaining_millis=30_000))
+    response = step.handle(buffer.batch(event), FakeLambdaContext())
     holder.join(timeout=10)
 
     assert response == {"batchItemFailures": []}
     [copy] = buffer.requeued()
-    # Until the holder's in-progress expiry (its Lambda deadline, 30 s here).
-    assert 25 <= copy["DelaySeconds"] <= 32
+    # Until the holder's in-progress expiry (its Lambda deadline, 60 s here).
+    assert 57 <= copy["DelaySeconds"] <= 62
     assert copy["MessageAttributes"]["attempts"]["StringValue"] == "0"
     assert fake_api.request_count == 1
     statuses = [(o["status"], o["error_code"]) for _, o in outcomes.seen]
@@ -318,3 +321,16 @@ def test_a_body_that_is_not_an_event_is_dead_lettered(make_step, fake_api, model
 def test_a_bare_event_with_records_like_fields_stays_on_the_direct_path(make_step, fake_api):
     event = make_event(prospect_detail(Records=[{"eventSource": "aws:sqs"}]))
     assert make_step().handle(event, FakeLambdaContext())["status"] == "completed"
+
+
+def test_without_buffer_queue_url_the_queue_is_found_from_the_records_arn(
+    make_step, fake_api, buffer, monkeypatch
+):
+    monkeypatch.delenv("BUFFER_QUEUE_URL")
+    fake_api.script = [Reply(status=429, headers={"retry-after": "5"})]
+
+    response = make_step().handle(buffer.batch(fresh_event()), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    [copy] = buffer.requeued()
+    assert copy["DelaySeconds"] == 5
