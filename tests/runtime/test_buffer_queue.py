@@ -334,3 +334,23 @@ def test_without_buffer_queue_url_the_queue_is_found_from_the_records_arn(
     assert response == {"batchItemFailures": []}
     [copy] = buffer.requeued()
     assert copy["DelaySeconds"] == 5
+
+
+def test_x_should_retry_decides_whether_a_rate_limited_row_waits(
+    make_step, fake_api, model_env, buffer, outcomes
+):
+    fake_api.script = [
+        Reply(status=429, headers={"x-should-retry": "true", "retry-after": "2"}),
+        Reply(status=529, headers={"x-should-retry": "false"}),
+    ]
+    step = make_step(on_outcome=outcomes)
+
+    step.handle(buffer.batch(fresh_event(row_number=1)), FakeLambdaContext())
+    step.handle(buffer.batch(fresh_event(row_number=2)), FakeLambdaContext())
+
+    [copy] = buffer.requeued()  # the first waits...
+    assert json.loads(copy["MessageBody"])["detail"]["row_number"] == 1
+    [message] = model_env.dead_letters()  # ...the second is told not to retry
+    assert message["attributes"]["ERROR_CODE"] == "OverloadedError"
+    summary = [(o["status"], o["model_requests"], o["rate_limited"]) for _, o in outcomes.seen]
+    assert summary == [("rate_limited", 0, 1), ("dead_lettered", 0, 1)]
