@@ -55,11 +55,12 @@ class ModelClientProvider:
                 return self._client
         return self._for_key(self._keys.current())
 
-    def refresh(self) -> tuple[Any, bool]:
-        """Force a re-read of the key (after a 401): ``(client, key_changed)``."""
-        before = self._client_key
+    def refresh(self, failed_client: Any) -> tuple[Any, bool]:
+        """Force a re-read of the key after ``failed_client`` got a 401: ``(client, changed)``,
+        where ``changed`` says whether the key now differs from the one that failed."""
         key = self._keys.refresh()
-        return self._for_key(key), key != before
+        client = self._for_key(key)
+        return client, key is not None and key != getattr(failed_client, "api_key", None)
 
     def _for_key(self, key: str | None) -> Any:
         with self._lock:

@@ -147,9 +147,9 @@ def should_retry_header(exc: BaseException) -> bool | None:
 
 
 def is_rate_limited(exc: BaseException) -> bool:
-    """A 429 or 529 answer the provider wants retried later (not an attempt, not billed)."""
-    status = getattr(exc, "status_code", None)
-    return status in RATE_LIMIT_STATUSES and should_retry_header(exc) is not False
+    """A 429 or 529 answer: the provider did not serve (or bill) the request. Whether it is
+    retried at all is ``classify_model_error``'s call (``x-should-retry: false`` says no)."""
+    return getattr(exc, "status_code", None) in RATE_LIMIT_STATUSES
 
 
 def classify_model_error(exc: BaseException) -> NonRetryableError | None:

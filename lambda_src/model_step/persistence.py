@@ -38,6 +38,7 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
             key = self._get_hashed_idempotency_key(data=data)
             if key is None:
                 return None
-            return self._get_record(key).in_progress_expiry_timestamp
+            expiry = self._get_record(key).in_progress_expiry_timestamp
+            return None if expiry is None else int(expiry)  # DynamoDB numbers are Decimals
         except Exception:
             return None

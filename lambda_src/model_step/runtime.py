@@ -627,7 +627,7 @@ class ModelStep:
                 _raise_classified(exc)
             # A rotated key: re-read the secret once and, if it changed, retry once. A 401 is
             # not billed, so this stays within one billed request per attempt.
-            client, changed = runtime.model_clients.refresh()
+            client, changed = runtime.model_clients.refresh(client)
             if not changed:
                 _raise_classified(exc)
             try:
