@@ -47,7 +47,7 @@ counts (the summary table and --json):
 invariants (checked; exit 1 when one fails):
   rows = valid + invalid;  valid = classified + failed;
   no faults:   failed = 0 and model_requests - rate_limited = valid (at any --duplicates);
-  with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq.
+  with faults: model_requests - rate_limited <= MAX_ATTEMPTS x valid, and failed = dlq.
 
 Rules, patterns, targets, retry settings, handlers and environments are read from the cloud
 assembly, so run `make synth` after changing the stack. AWS is moto, in this process; the

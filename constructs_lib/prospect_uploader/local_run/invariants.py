@@ -24,7 +24,8 @@ def check_invariants(result: RunResult) -> list[Check]:
     - valid = classified + failed (every valid row ends labelled or recorded as failed);
     - without faults: failed = 0 and model_requests - rate_limited = valid (one billed
       request per row at any duplicates, whatever the rate limit's 429s);
-    - with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq
+    - with faults: model_requests - rate_limited <= attempts x valid (the step's
+      MAX_ATTEMPTS; 429s are no attempt), and failed = dlq
       (no row both labelled and recorded, no failure record that names no row);
     - when IAM was checked: denied = 0 (every handler call allowed by its role).
     """
@@ -72,11 +73,13 @@ def check_invariants(result: RunResult) -> list[Check]:
         )
     else:
         bound = (result.retry_attempts + 1) * result.valid
+        billed = result.model_requests - result.rate_limited
         checks.append(
             Check(
-                "model_requests <= (lambda_retry_attempts + 1) x valid",
-                f"{result.model_requests} <= {result.retry_attempts + 1} x {result.valid}",
-                result.model_requests <= bound,
+                "model_requests - rate_limited <= attempts x valid",
+                f"{result.model_requests} - {result.rate_limited} <= "
+                f"{result.retry_attempts + 1} x {result.valid}",
+                billed <= bound,
                 "more model requests than Lambda's retries allow",
             )
         )

@@ -194,7 +194,7 @@ class LocalPipeline:
             duplicates=options.duplicates,
             faults_enabled=options.fault_rate > 0,
             rate_limit=options.rate_limit,
-            retry_attempts=model_step.retry_attempts,
+            retry_attempts=_attempt_budget(model_step) - 1,
             model=options.model,
             log_file=str(self.log_path),
         )
@@ -248,6 +248,15 @@ class LocalPipeline:
         package = spec.handler.split(".", 1)[0]
         local_server = self.engine.runtime.module(f"{package}.local_server")
         return local_server.serve(host, port, app=self.engine.functions[spec.logical_id].handler)
+
+
+def _attempt_budget(spec: FunctionSpec) -> int:
+    """Billed attempts a row may use: the step's MAX_ATTEMPTS (buffer-queue path), else
+    Lambda's async retries + 1 (direct path)."""
+    raw = spec.environment.get("MAX_ATTEMPTS")
+    if isinstance(raw, str) and raw.isdigit():
+        return int(raw)
+    return spec.retry_attempts + 1
 
 
 def _labels(spec: FunctionSpec) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ class RunResult:
     queues: dict[str, Any] = field(default_factory=dict)  # local queues and their pollers
     in_progress_exhausted: int = 0  # on-failure records caused by IdempotencyAlreadyInProgress
     faults_enabled: bool = False
-    retry_attempts: int = 0
+    retry_attempts: int = 0  # the step's attempt budget (MAX_ATTEMPTS) minus one
     duplicates: int = 1
     model: str = "local"
     log_file: str = ""
