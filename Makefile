@@ -16,7 +16,7 @@ UV_VERSION := 0.13.9
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test lint demo demo-faults bench deploy-local lock clean
+.PHONY: setup synth test lint demo demo-faults bench deploy-local mutate lock clean
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -71,8 +71,21 @@ bench: synth
 deploy-local: setup cdk.out/manifest.json
 	$(BIN)/python -m scripts.deploy_local
 
+# Mutation testing of lambda_src/model_step against tests/runtime (slow; not part of CI).
+# MUTANTS narrows the run to mutant names, e.g. MUTANTS='model_step.errors*'. Results stay
+# in .mutate/mutants/: `cd .mutate && ../.venv/bin/mutmut results` lists the survivors.
+MUTATE_DIR := .mutate
+mutate: setup
+	rm -rf $(MUTATE_DIR) && mkdir -p $(MUTATE_DIR)/src
+	cp -r lambda_src/model_step $(MUTATE_DIR)/src/
+	cp -r lambda_src constructs_lib tests pyproject.toml $(MUTATE_DIR)/
+	rm -rf $(MUTATE_DIR)/lambda_src/model_step
+	find $(MUTATE_DIR) -name __pycache__ -prune -exec rm -rf {} +
+	cd $(MUTATE_DIR) && $(BIN)/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
+	cd $(MUTATE_DIR) && $(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
+
 lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
 
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache
+	rm -rf cdk.out .pytest_cache .ruff_cache .mutate

@@ -2,7 +2,7 @@
 
 Each benchmark prints its table(s) with the ratio against its baseline measured in the same
 run, and all results are merged into ``bench/out/results.json``. The full run writes the chart
-``bench/model_requests.png``. Order: cheapest first; the splitter last.
+``bench/model_requests.png``. Order: cheapest first; the splitter and the scale run last.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from bench import cold_start, duplicates, dynamodb_calls, splitter, synth
+from bench import cold_start, duplicates, dynamodb_calls, scale, splitter, synth
 from bench.harness import parse_args, write_results
 
 BENCHMARKS = {
@@ -19,6 +19,7 @@ BENCHMARKS = {
     "cold_start": cold_start.run,
     "synth": synth.run,
     "splitter": splitter.run,
+    "scale": scale.run,
 }
 
 

@@ -10,7 +10,8 @@ Each unique event is delivered 1, 3 or 10 times, sequentially (each delivery and
 finish before the next arrives) or concurrently (all deliveries at once, threads), and Lambda's
 async retries are emulated the same way for all three (bench.harness: an exception is a
 function error and the event is re-invoked, up to 3 attempts). Fault scenarios are applied per
-event by the fake API: every request 200; the first request 529 then 200; every request 529.
+event by the fake API: every request 200; the first request 529 then 200; every request 529;
+every request 400 (non-retryable).
 
 Run: ``python -m bench.duplicates [--quick]``.
 """
@@ -48,6 +49,9 @@ SCENARIOS: dict[str, list[int]] = {
     "all 200": [],
     "529 then 200": [529],
     "persistent 529": [-529],
+    # A request a retry cannot fix: ours stores the dead-lettered outcome, so every duplicate
+    # replays it; the baselines raise, and Lambda retries them.
+    "persistent 400": [-400],
 }
 MODES: dict[str, Callable[..., None]] = {"sequential": run_sequential, "concurrent": run_concurrent}
 #: Seconds the fake API takes to answer in the concurrent runs, so duplicates overlap the
@@ -169,7 +173,7 @@ def draw_chart(rows: Sequence[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SCENARIOS), figsize=(13, 4.2))
+    fig, axes = plt.subplots(1, len(SCENARIOS), figsize=(17, 4.2))
     styles = {"ours": "o-", "check-then-act": "s--", "sdk-retries": "^:"}
     for axis, scenario in zip(axes, SCENARIOS, strict=True):
         cells = [r for r in rows if r["scenario"] == scenario and r["mode"] == "concurrent"]

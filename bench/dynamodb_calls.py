@@ -37,6 +37,10 @@ CASES: dict[str, tuple[list[int], int]] = {
     "new event": ([], 0),
     "duplicate (answer stored)": ([], 1),
     "new event, model 529 (retryable)": ([-529], 0),
+    # A non-retryable outcome is stored (PutItem + UpdateItem) and handed to the DLQ through
+    # its own record (PutItem + UpdateItem); a duplicate replays both (two failed PutItems).
+    "new event, model 400 (dead-lettered)": ([-400], 0),
+    "duplicate of a dead-lettered event": ([-400], 1),
 }
 
 

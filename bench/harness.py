@@ -34,10 +34,10 @@ for _path in (str(REPO), str(LAMBDA_SRC)):
 
 import boto3  # noqa: E402
 
-from constructs_lib.prospect_uploader.local_run.environment import (  # noqa: E402
+from constructs_lib.local_engine.environment import (  # noqa: E402
     patched_environ,
 )
-from constructs_lib.prospect_uploader.local_run.moto_fixes import (  # noqa: E402
+from constructs_lib.local_engine.moto_fixes import (  # noqa: E402
     atomic_conditional_put_item,
 )
 

@@ -14,12 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from constructs_lib.local_engine.lambda_async import (
+    DEFAULT_SECONDS_PER_MINUTE,
+    DEFAULT_TIMEOUT_CAP_SECONDS,
+)
+from constructs_lib.local_engine.progress import Progress
+
 from .local_run.errors import LocalRunError
 from .local_run.invariants import check_invariants
-from .local_run.lambda_async import DEFAULT_SECONDS_PER_MINUTE, DEFAULT_TIMEOUT_CAP_SECONDS
 from .local_run.options import RunOptions
 from .local_run.pipeline import LocalPipeline
-from .local_run.progress import Progress
 from .local_run.report import json_line, render_table
 
 PROG = "prospect-uploader"
@@ -31,14 +35,19 @@ counts (the summary table and --json):
   failed          valid rows that ended in FailureQueue -> FailuresTable, unlabelled
   dlq             model-step failures the recorder stored from FailureQueue (one per row)
   model_requests  HTTP requests that reached the model
-  deliveries      row-event deliveries to the classify function: first attempts of each
-                  async invocation (one per copy with --duplicates), Lambda retries excluded
+  deliveries      row-event deliveries to the classify step (one per copy with
+                  --duplicates): to its buffer queue, or async invocations; retries excluded
   alerts          upload summaries published to AlertTopic
+  deduplicated    row events a v2 bus answered DEDUPLICATED (a re-run splitter's repeats)
+  rate_limited    429 answers of the model (--rate-limit); not billed
+  input_tokens, output_tokens   billed tokens (200 answers)
+  elapsed_s       wall seconds from the upload until everything settled
+  aws_calls, denied   handler AWS calls evaluated against their role in cdk.out / denied
 
 invariants (checked; exit 1 when one fails):
   rows = valid + invalid;  valid = classified + failed;
-  no faults:   model_requests = classified (at any --duplicates);
-  with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq.
+  no faults:   failed = 0 and model_requests - rate_limited = valid (at any --duplicates);
+  with faults: model_requests - rate_limited <= MAX_ATTEMPTS x valid, and failed = dlq.
 
 Rules, patterns, targets, retry settings, handlers and environments are read from the cloud
 assembly, so run `make synth` after changing the stack. AWS is moto, in this process; the
@@ -141,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="remaining time a context reports at most; the "
         "model timeout is that minus 3 s, at least 1 s (default: %(default)s)",
     )
+    run.add_argument(
+        "--rate-limit",
+        type=_positive_int,
+        metavar="RPM",
+        help="the local model accepts at most RPM requests per minute of the run's clock "
+        "(a minute lasts --backoff-minute-ms); beyond that it answers 429 with retry-after",
+    )
     run.add_argument("--key", help="object key of the upload (default: FILE's name)")
     run.add_argument(
         "--log-file",
@@ -200,6 +216,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         seed=args.seed,
         model=args.model,
         seconds_per_minute=args.backoff_minute_ms / 1000,
+        rate_limit=args.rate_limit,
         timeout_cap_seconds=args.timeout_cap,
         object_key=args.key,
         log_file=args.log_file,

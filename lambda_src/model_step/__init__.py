@@ -1,37 +1,56 @@
 """Retry-safe LLM calls for EventBridge -> Lambda pipelines.
 
 Public API: ``ModelStep`` (the runtime), ``Settings`` (env parsing), ``extract_business_key``,
-and the exceptions; raise ``InvalidAnswerError`` from your own ``parse_answer`` to dead-letter.
-Importing this package never imports the model SDK.
+and the exceptions; raise ``InvalidAnswerError`` from your own ``parse_answer`` to dead-letter
+(any other parser exception does too), ``RetryableAnswerError`` to ask for a retry.
+Importing this package never imports the model SDK (``prime_for_snapstart`` does, under
+SnapStart only).
 """
 
 from .config import Settings
 from .errors import (
     ConfigurationError,
     DeadLetterError,
+    IncompleteAnswerError,
     InvalidAnswerError,
+    InvalidReplayGenerationError,
     LabelNotAllowedError,
+    MaxTokensReachedError,
     MissingIdempotencyKeyError,
+    ModelRefusedError,
     ModelRequestRejectedError,
     ModelStepError,
     NonRetryableError,
     PayloadMismatchError,
+    ResultTooLargeError,
+    RetriesExhaustedError,
+    RetryableAnswerError,
 )
 from .key import extract_business_key
-from .runtime import ModelStep, default_user_message
+from .runtime import ModelStep, default_user_message, request_fingerprint
+from .snapstart import prime_for_snapstart
 
 __all__ = [
     "ConfigurationError",
     "DeadLetterError",
+    "IncompleteAnswerError",
     "InvalidAnswerError",
+    "InvalidReplayGenerationError",
     "LabelNotAllowedError",
+    "MaxTokensReachedError",
     "MissingIdempotencyKeyError",
+    "ModelRefusedError",
     "ModelRequestRejectedError",
     "ModelStep",
     "ModelStepError",
     "NonRetryableError",
     "PayloadMismatchError",
+    "ResultTooLargeError",
+    "RetriesExhaustedError",
+    "RetryableAnswerError",
     "Settings",
     "default_user_message",
     "extract_business_key",
+    "prime_for_snapstart",
+    "request_fingerprint",
 ]

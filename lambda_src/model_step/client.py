@@ -1,7 +1,7 @@
-"""The model SDK client: created lazily, once per container.
+"""The model SDK client: created lazily, once per container, re-keyed when the key changes.
 
 ``import anthropic`` costs about a second, so it happens on the first real model call only;
-a container that only serves duplicates never pays it.
+a container that only serves duplicates never pays it (unless SnapStart primes it at init).
 """
 
 from __future__ import annotations
@@ -10,44 +10,68 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .api_key import resolve_api_key
+from .api_key import ApiKeySource
 from .config import Settings
 
 
 class ModelClientProvider:
     """Builds ``anthropic.Anthropic`` (or ``anthropic.AnthropicBedrock``) on first ``get()``.
 
-    The client always has ``max_retries=0``: retries belong to Lambda and the idempotency
-    record, and a hidden SDK retry would be a second billed request inside one invocation.
-    The per-request timeout is passed on each call, not here.
+    The client always has ``max_retries=0``: retries belong to Lambda (or the buffer queue) and
+    the idempotency record, and a hidden SDK retry would be a second billed request inside one
+    invocation. The per-request timeout is passed on each call, not here.
     """
 
     def __init__(self, settings: Settings, boto3_client: Callable[[str], Any]) -> None:
         """``boto3_client(service_name)`` returns a boto3 client; it is only called when the
         API key has to be read from Secrets Manager."""
         self._settings = settings
-        self._boto3_client = boto3_client
+        self._keys = ApiKeySource(
+            settings.api_key_secret_arn,
+            settings.api_key_max_age_seconds,
+            lambda: boto3_client("secretsmanager"),
+        )
         self._client: Any = None
+        self._client_key: str | None = None
         self._lock = threading.Lock()
 
+    @property
+    def can_refresh(self) -> bool:
+        """True when the key comes from a secret that a re-read could change."""
+        return self._settings.model_provider != "bedrock"
+
     def get(self) -> Any:
-        """Return the SDK client, creating it (and importing the SDK) on first use."""
-        if self._client is None:
+        """The SDK client for the current key (creating it, and importing the SDK, on first
+        use; a cheap ``copy`` when the cached key changed)."""
+        if self._settings.model_provider == "bedrock":
             with self._lock:
                 if self._client is None:
-                    self._client = self._create()
-        return self._client
+                    import anthropic
 
-    def _create(self) -> Any:
-        import anthropic
+                    # IAM credentials from the Lambda role; no API key secret is involved.
+                    self._client = anthropic.AnthropicBedrock(
+                        aws_region=self._settings.aws_region, max_retries=0
+                    )
+                return self._client
+        return self._for_key(self._keys.current())
 
-        if self._settings.model_provider == "bedrock":
-            # IAM credentials from the Lambda role; no API key secret is involved.
-            return anthropic.AnthropicBedrock(aws_region=self._settings.aws_region, max_retries=0)
-        api_key = resolve_api_key(
-            self._settings.api_key_secret_arn,
-            lambda: self._boto3_client("secretsmanager"),
-        )
-        # api_key=None lets the SDK read ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL is read by the
-        # SDK too, which is how local runs point at a fake server.
-        return anthropic.Anthropic(api_key=api_key, max_retries=0)
+    def refresh(self, failed_client: Any) -> tuple[Any, bool]:
+        """Force a re-read of the key after ``failed_client`` got a 401: ``(client, changed)``,
+        where ``changed`` says whether the key now differs from the one that failed."""
+        key = self._keys.refresh()
+        client = self._for_key(key)
+        return client, key is not None and key != getattr(failed_client, "api_key", None)
+
+    def _for_key(self, key: str | None) -> Any:
+        with self._lock:
+            if self._client is None:
+                import anthropic
+
+                # api_key=None lets the SDK read ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL is read
+                # by the SDK too, which is how local runs point at a fake server.
+                self._client = anthropic.Anthropic(api_key=key, max_retries=0)
+                self._client_key = key
+            elif key is not None and key != self._client_key:
+                self._client = self._client.copy(api_key=key)
+                self._client_key = key
+            return self._client

@@ -9,12 +9,21 @@ Environment variables (name: default; meaning):
   key, e.g. ``[upload_id, row_number]``. Every part must be present and non-empty.
 - ``PROMPT_VERSION``: required. Part of the idempotency key: a new version means new answers.
 - ``SYSTEM_PROMPT``: required. System prompt sent with every request.
-- ``MODEL_ID``: ``claude-haiku-5-5``. Model to call; also part of the idempotency key.
+- ``MODEL_ID``: ``claude-haiku-5-5``. Model to call.
 - ``MAX_TOKENS``: ``1024``. ``max_tokens`` of each request.
+
+  The key also holds a request fingerprint: sha256 over ``SYSTEM_PROMPT``, ``MODEL_ID``,
+  ``MAX_TOKENS``, the sorted ``ALLOWED_LABELS``, ``PROMPT_VERSION`` and a custom handler's
+  declared ``prompt_version``; changing any of them misses the old records.
+- ``IDEMPOTENCY_RECORD_PREFIX``: ``model-step``. Prefix of every record id (Powertools
+  ``key_prefix``); the construct sets the step's construct path. Never the function name, so a
+  replaced function keeps its records and two steps sharing a table never collide.
 - ``MODEL_PROVIDER``: ``anthropic``. ``anthropic`` (Claude API) or ``bedrock`` (Claude on
   Amazon Bedrock with the function's IAM credentials; region from ``AWS_REGION``; no secret).
 - ``ANTHROPIC_API_KEY_SECRET_ARN``: none. Secrets Manager secret holding the API key, either the
-  raw key or JSON ``{"api_key": "..."}``. Read once per container, never logged.
+  raw key or JSON ``{"api_key": "..."}``. Read through Powertools Parameters, cached for
+  ``API_KEY_MAX_AGE_SECONDS``, re-read at once after a 401; never logged.
+- ``API_KEY_MAX_AGE_SECONDS``: ``300``. Cache age of the API key.
 - ``ANTHROPIC_API_KEY``: none. If set, it wins over the secret (for local runs).
 - ``ANTHROPIC_BASE_URL``: the SDK's default. Read by the SDK itself.
 - ``IDEMPOTENCY_EXPIRES_AFTER_SECONDS``: ``86400``. How long a completed answer is replayed.
@@ -22,6 +31,12 @@ Environment variables (name: default; meaning):
   (stripped, lower-cased) must be one of them, else the event is dead-lettered.
 - ``MODEL_TIMEOUT_SECONDS``: ``60``. Upper bound of the SDK timeout. The timeout actually used is
   ``min(MODEL_TIMEOUT_SECONDS, remaining Lambda time - 3 s)`` so the SDK gives up first.
+- ``MAX_EVENT_AGE_SECONDS``: ``86400``. Buffer-queue path: how long a rate-limited row may
+  wait (measured from ``event["time"]``) before it is dead-lettered as ``RateLimitExhausted``.
+- ``MAX_ATTEMPTS``: ``3``. Buffer-queue path: transient-failure attempts per event (the
+  construct sets ``lambda_retry_attempts + 1``); the last one is dead-lettered by the runtime.
+- ``BUFFER_QUEUE_URL``: none. Buffer-queue path: where rate-limited and in-progress rows are
+  re-enqueued with a delay (absent on the direct path).
 - ``POWERTOOLS_SERVICE_NAME``: ``model-step``. Logger service and metrics dimension.
 - ``POWERTOOLS_METRICS_NAMESPACE``: ``IdempotentModelStep``. CloudWatch metrics namespace.
 - ``POWERTOOLS_LOG_LEVEL``: Powertools' default (``INFO``). Log level.
@@ -46,6 +61,10 @@ DEFAULT_MAX_TOKENS = 1024
 DEFAULT_EXPIRES_AFTER_SECONDS = 86_400
 DEFAULT_MODEL_TIMEOUT_SECONDS = 60.0
 DEFAULT_SERVICE_NAME = "model-step"
+DEFAULT_RECORD_PREFIX = "model-step"
+DEFAULT_MAX_EVENT_AGE_SECONDS = 86_400
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_API_KEY_MAX_AGE_SECONDS = 300
 DEFAULT_METRICS_NAMESPACE = "IdempotentModelStep"
 PROVIDERS = ("anthropic", "bedrock")
 
@@ -69,6 +88,11 @@ class Settings:
     service_name: str = DEFAULT_SERVICE_NAME
     metrics_namespace: str = DEFAULT_METRICS_NAMESPACE
     aws_region: str | None = None
+    record_prefix: str = DEFAULT_RECORD_PREFIX
+    max_event_age_seconds: int = DEFAULT_MAX_EVENT_AGE_SECONDS
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    buffer_queue_url: str | None = None
+    api_key_max_age_seconds: int = DEFAULT_API_KEY_MAX_AGE_SECONDS
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -108,6 +132,15 @@ class Settings:
             service_name=env.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE_NAME,
             metrics_namespace=env.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_METRICS_NAMESPACE,
             aws_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            record_prefix=env.get("IDEMPOTENCY_RECORD_PREFIX", "").strip() or DEFAULT_RECORD_PREFIX,
+            max_event_age_seconds=_positive(
+                env, "MAX_EVENT_AGE_SECONDS", DEFAULT_MAX_EVENT_AGE_SECONDS, int
+            ),
+            max_attempts=_positive(env, "MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, int),
+            buffer_queue_url=env.get("BUFFER_QUEUE_URL", "").strip() or None,
+            api_key_max_age_seconds=_positive(
+                env, "API_KEY_MAX_AGE_SECONDS", DEFAULT_API_KEY_MAX_AGE_SECONDS, int
+            ),
         )
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import DeadLetterError, NonRetryableError
+from .errors import DeadLetterError
 
 # SQS allows 256 KiB per message; attributes count towards it. 1 KiB of error text is plenty.
 MAX_ERROR_MESSAGE_CHARS = 1024
@@ -22,19 +22,28 @@ class DeadLetterPublisher:
         self._queue_url = queue_url
         self._sqs_client = sqs_client
 
-    def send(self, event: Mapping[str, Any], error: NonRetryableError) -> str:
+    def send(
+        self,
+        event: Mapping[str, Any] | str,
+        *,
+        error_code: str,
+        error_message: str,
+        request_id: str | None = None,
+    ) -> str:
         """Send and return the SQS message id. Raises ``DeadLetterError`` if SQS fails, so
-        the invocation fails and Lambda retries it rather than dropping the event."""
+        the delivery fails and is retried rather than dropping the event. ``event`` is the
+        EventBridge event (sent as JSON) or, for an unparseable queue message, its raw body."""
         attributes = {
-            "ERROR_CODE": _string(error.error_code),
-            "ERROR_MESSAGE": _string(truncate(str(error) or error.error_code)),
+            "ERROR_CODE": _string(error_code),
+            "ERROR_MESSAGE": _string(truncate(error_message or error_code)),
         }
-        if error.request_id:
-            attributes["REQUEST_ID"] = _string(error.request_id)
+        if request_id:
+            attributes["REQUEST_ID"] = _string(request_id)
+        body = event if isinstance(event, str) else json.dumps(event, default=str)
         try:
             response = self._sqs_client().send_message(
                 QueueUrl=self._queue_url,
-                MessageBody=json.dumps(event, default=str),
+                MessageBody=body,
                 MessageAttributes=attributes,
             )
         except Exception as exc:

@@ -1,15 +1,24 @@
 """Exceptions of the model step, and the one place that decides retryable vs. not.
 
-Retryable failures propagate out of the handler, so Lambda's async retries run them again.
-Non-retryable ones (``NonRetryableError``) are sent to the dead-letter queue and the handler
-returns normally, so no retry is burned on an event that can never succeed as it is.
+Retryable failures propagate out of the idempotent call, so the record is released and a
+retry really runs. Non-retryable ones (``NonRetryableError``) become a stored
+``dead_lettered`` outcome: the event is sent to the dead-letter queue once, and every later
+duplicate replays that outcome without a model request or a second dead-letter message.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 # Statuses the Anthropic SDK itself would retry (408, 409, 429 and every 5xx); any other 4xx
 # says the request itself is wrong, so repeating it cannot help.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
+# Rate-limit answers: the provider did not serve (or bill) the request; the row waits.
+RATE_LIMIT_STATUSES = frozenset({429, 529})
+# Stop reasons of a complete answer. Anything else (max_tokens, refusal, pause_turn, tool_use,
+# model_context_window_exceeded, ...) is not an answer to store.
+COMPLETE_STOP_REASONS = frozenset({"end_turn", "stop_sequence"})
+SHOULD_RETRY_HEADER = "x-should-retry"
 
 
 class ModelStepError(Exception):
@@ -22,8 +31,13 @@ class ConfigurationError(ModelStepError):
 
 
 class DeadLetterError(ModelStepError):
-    """Sending a non-retryable event to the dead-letter queue failed. Raised, so Lambda
-    retries the whole invocation instead of losing the event."""
+    """Sending a non-retryable event to the dead-letter queue failed. Raised, so the delivery
+    is retried; the retry replays the stored outcome and only re-sends (never re-bills)."""
+
+
+class RetryableAnswerError(ModelStepError):
+    """Raise it from your own ``parse_answer`` when a retry (a NEW billed model request) can
+    fix the answer. Any other parser exception dead-letters the event as ``InvalidAnswer``."""
 
 
 class NonRetryableError(ModelStepError):
@@ -46,6 +60,12 @@ class MissingIdempotencyKeyError(NonRetryableError):
     error_code = "MissingIdempotencyKey"
 
 
+class InvalidReplayGenerationError(NonRetryableError):
+    """The reserved detail field ``replay_generation`` is not an integer >= 1."""
+
+    error_code = "InvalidReplayGeneration"
+
+
 class PayloadMismatchError(NonRetryableError):
     """The same idempotency key arrived with a different payload (Powertools'
     ``IdempotencyValidationError``)."""
@@ -60,14 +80,43 @@ class LabelNotAllowedError(NonRetryableError):
 
 
 class InvalidAnswerError(NonRetryableError):
-    """``parse_answer`` rejected the model's answer. Raise it from your own parser."""
+    """``parse_answer`` rejected the model's answer. Raise it from your own parser; any
+    exception a parser raises (except ``RetryableAnswerError``) is turned into this one."""
 
     error_code = "InvalidAnswer"
 
 
+class MaxTokensReachedError(NonRetryableError):
+    """``stop_reason`` was ``max_tokens``: the answer was cut off (raise the step's
+    ``max_tokens`` and retry)."""
+
+    error_code = "MaxTokensReached"
+
+
+class ModelRefusedError(NonRetryableError):
+    """``stop_reason`` was ``refusal``."""
+
+    error_code = "ModelRefused"
+
+
+class IncompleteAnswerError(NonRetryableError):
+    """Any other stop reason that is not a complete answer (``tool_use``, ``pause_turn``,
+    ``model_context_window_exceeded``, an unknown one)."""
+
+    error_code = "IncompleteAnswer"
+
+
+class ResultTooLargeError(NonRetryableError):
+    """The result to store (the parsed answer, mostly) is over the stored-result budget, so it
+    could never be saved in a DynamoDB item."""
+
+    error_code = "ResultTooLarge"
+
+
 class ModelRequestRejectedError(NonRetryableError):
     """The model API refused the request with a non-retryable 4xx (400, 401, 403, 404, 413,
-    422, ...). ``error_code`` is the SDK exception name, e.g. ``AuthenticationError``."""
+    422, ...) or said ``x-should-retry: false``. ``error_code`` is the SDK exception name,
+    e.g. ``AuthenticationError``."""
 
     def __init__(
         self, message: str, *, error_code: str, status_code: int, request_id: str | None
@@ -77,11 +126,38 @@ class ModelRequestRejectedError(NonRetryableError):
         self.status_code = status_code
 
 
+class RetriesExhaustedError(NonRetryableError):
+    """A transient failure on the buffer-queue path whose attempt budget (``MAX_ATTEMPTS``) or
+    wait window (``MAX_EVENT_AGE_SECONDS``, code ``RateLimitExhausted``) is used up.
+    ``error_code`` is the given code (the SDK exception name for attempts)."""
+
+    def __init__(self, message: str, *, error_code: str, request_id: str | None = None) -> None:
+        super().__init__(message, request_id=request_id)
+        self.error_code = error_code
+
+
+def should_retry_header(exc: BaseException) -> bool | None:
+    """The ``x-should-retry`` response header of an SDK status error: True, False or None."""
+    response = getattr(exc, "response", None)
+    headers: Any = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    value = str(headers.get(SHOULD_RETRY_HEADER) or "").strip().lower()
+    return {"true": True, "false": False}.get(value)
+
+
+def is_rate_limited(exc: BaseException) -> bool:
+    """A 429 or 529 answer: the provider did not serve (or bill) the request. Whether it is
+    retried at all is ``classify_model_error``'s call (``x-should-retry: false`` says no)."""
+    return getattr(exc, "status_code", None) in RATE_LIMIT_STATUSES
+
+
 def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     """Return a ``NonRetryableError`` for an SDK error that retrying cannot fix, else None.
 
-    ``None`` means transient (408, 409, 429, 5xx including 529, connection errors and
-    timeouts) or not an SDK error at all: the caller re-raises the original exception.
+    ``x-should-retry: true|false`` wins over the status code both ways, as in the SDK.
+    Otherwise ``None`` means transient (408, 409, 429, 5xx including 529, connection errors
+    and timeouts) or not an SDK error at all: the caller re-raises the original exception.
     """
     # Imported here, not at module level: this only runs after a model call, when the SDK is
     # already loaded, and importing it costs about a second of cold start.
@@ -90,11 +166,14 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     if not isinstance(exc, anthropic.APIStatusError):
         return None
     status = exc.status_code
-    if 400 <= status < 500 and status not in RETRYABLE_STATUSES:
-        return ModelRequestRejectedError(
-            f"model API returned {status}: {exc.message}",
-            error_code=type(exc).__name__,
-            status_code=status,
-            request_id=exc.request_id,
-        )
-    return None
+    verdict = should_retry_header(exc)
+    if verdict is None:
+        verdict = not (400 <= status < 500 and status not in RETRYABLE_STATUSES)
+    if verdict:
+        return None
+    return ModelRequestRejectedError(
+        f"model API returned {status}: {exc.message}",
+        error_code=type(exc).__name__,
+        status_code=status,
+        request_id=exc.request_id,
+    )

@@ -11,12 +11,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .runtime import ModelStep
+from .snapstart import prime_for_snapstart
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 # Module level so it lives for the container; it reads the environment on first use only.
 step = ModelStep.from_environment()
+# Under SnapStart, import the SDK now, inside the snapshot (a no-op on demand).
+prime_for_snapstart()
 
 
 def handler(event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:

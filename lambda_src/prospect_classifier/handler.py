@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from model_step import ModelStep
+from model_step import ModelStep, prime_for_snapstart
 
 from .prompt import build_prospect_message
 from .store import ProspectStore
@@ -18,14 +18,24 @@ from .store import ProspectStore
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-step = ModelStep.from_environment(build_user_message=build_prospect_message)
 store = ProspectStore()
 
 
+def upsert_on_completion(event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
+    """The step's ``on_outcome`` hook: upsert a completed classification. A duplicate delivery
+    replays the stored answer and upserts the same values again, so the row converges whichever
+    delivery gets there; a failed upsert is transient (the retry replays and upserts)."""
+    if outcome["status"] == "completed":
+        store.upsert_classification(event["detail"], outcome["result"])
+
+
+step = ModelStep.from_environment(
+    build_user_message=build_prospect_message, on_outcome=upsert_on_completion
+)
+prime_for_snapstart()
+
+
 def handler(event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Classify, then upsert. A duplicate delivery replays the stored answer and upserts the
-    same values again, so the row converges whichever delivery gets there."""
-    result = step.handle(event, context)
-    if result["status"] == "completed":
-        store.upsert_classification(event["detail"], result)
-    return result
+    """Classify (a bare EventBridge event or a buffer-queue batch), upserting each completed
+    row through ``upsert_on_completion``."""
+    return step.handle(event, context)

@@ -12,7 +12,9 @@ Script entries (one per request, in order; once the script is used up every requ
   then close without answering.
 - ``"disconnect"``: close the connection without any response (the SDK raises
   ``APIConnectionError``).
-- ``Reply(...)``: full control of status, text, body, headers and delay.
+- ``Reply(...)``: full control of status, text, stop reason, body, headers and delay. Use
+  ``headers`` for ``retry-after`` / ``retry-after-ms`` on a 429 or 529 and for
+  ``x-should-retry``; ``stop_reason`` for ``max_tokens``, ``refusal`` and the others.
 
 ``script`` may also be a callable ``(index, body) -> entry``.
 
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from constructs_lib.prospect_uploader.local_run.loopback import LoopbackServer
+from constructs_lib.local_engine.loopback import LoopbackServer
 
 ScriptEntry = Any  # int | str | Reply
 Script = Sequence[ScriptEntry] | Callable[[int, dict], ScriptEntry]
@@ -65,6 +67,7 @@ class Reply:
 
     status: int = 200
     text: str | None = None
+    stop_reason: str = "end_turn"
     body: dict | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float | None = None
@@ -149,14 +152,14 @@ class FakeMessagesAPI(LoopbackServer):
             return self.script[index]
         return 200
 
-    def _success_body(self, text: str, request_body: dict) -> dict:
+    def _success_body(self, text: str, request_body: dict, stop_reason: str = "end_turn") -> dict:
         return {
             "id": f"msg_fake_{index_hex(len(self.requests))}",
             "type": "message",
             "role": "assistant",
             "model": request_body.get("model", self.model),
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": text}] if text else [],
+            "stop_reason": stop_reason,
             "stop_sequence": None,
             "usage": {"input_tokens": 12, "output_tokens": 3},
         }
@@ -213,7 +216,7 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 payload = reply.body
             elif reply.status == 200:
                 text = reply.text if reply.text is not None else api.text
-                payload = api._success_body(text, body)
+                payload = api._success_body(text, body, reply.stop_reason)
             else:
                 payload = _error_body(reply.status)
             self._send(reply.status, payload, request_id, reply.headers)

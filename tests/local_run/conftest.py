@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.assembly import CloudAssembly, load_assembly
+from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly
 
 REPO = Path(__file__).resolve().parents[2]
 CDK_OUT = REPO / "cdk.out"
@@ -22,4 +22,4 @@ def cdk_out() -> Path:
 
 @pytest.fixture(scope="session")
 def assembly(cdk_out: Path) -> CloudAssembly:
-    return load_assembly(cdk_out)
+    return load_assembly(cdk_out, "ProspectUploader")

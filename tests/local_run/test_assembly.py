@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.assembly import CloudAssembly, load_assembly
-from constructs_lib.prospect_uploader.local_run.environment import environment_union
-from constructs_lib.prospect_uploader.local_run.errors import (
+from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly
+from constructs_lib.local_engine.environment import environment_union
+from constructs_lib.local_engine.errors import (
     AssemblyNotFoundError,
     EnvironmentConflictError,
 )
-from constructs_lib.prospect_uploader.local_run.intrinsics import PhysicalResource, Resolver
+from constructs_lib.local_engine.intrinsics import PhysicalResource, Resolver
 
 
 def test_lambda_retry_attempts_come_from_the_template(assembly):
@@ -22,39 +22,48 @@ def test_lambda_retry_attempts_come_from_the_template(assembly):
         for body in template["Resources"].values()
         if body["Type"] == "AWS::Lambda::EventInvokeConfig"
     }
+    splitter = next(spec for spec in assembly.functions() if spec.display_name == "Splitter")
+    assert splitter.retry_attempts == configs[splitter.logical_id]["MaximumRetryAttempts"]
+    assert (
+        splitter.max_event_age_seconds == configs[splitter.logical_id]["MaximumEventAgeInSeconds"]
+    )
+    assert (
+        splitter.on_failure
+        == configs[splitter.logical_id]["DestinationConfig"]["OnFailure"]["Destination"]
+    )
     step = assembly.model_step_function()
     assert step.display_name == "Classify/Function"
     assert step.handler == "prospect_classifier.handler.handler"
-    assert step.retry_attempts == configs[step.logical_id]["MaximumRetryAttempts"]
-    assert step.max_event_age_seconds == configs[step.logical_id]["MaximumEventAgeInSeconds"]
-    assert (
-        step.on_failure == configs[step.logical_id]["DestinationConfig"]["OnFailure"]["Destination"]
-    )
     assert step.timeout_seconds == template["Resources"][step.logical_id]["Properties"]["Timeout"]
 
 
-def test_rules_targets_and_event_source_mapping(assembly):
+def test_rules_targets_and_event_source_mappings(assembly):
     rules = {rule.display_name: rule for rule in assembly.rules()}
     assert set(rules) >= {"SplitterRule", "Classify/Rule", "UploadAlertRule"}
     assert rules["SplitterRule"].event_bus is None  # the default bus
-    assert rules["Classify/Rule"].targets[0].resource_type == "AWS::Lambda::Function"
+    # The step's concurrency cap: rule -> buffer queue -> mapping (batch 1) -> function.
+    assert rules["Classify/Rule"].targets[0].resource_type == "AWS::SQS::Queue"
     alert_target = rules["UploadAlertRule"].targets[0]
     assert alert_target.resource_type == "AWS::SNS::Topic"
     assert "InputTemplate" in alert_target.input_transformer
-    (mapping,) = assembly.event_source_mappings()
-    assert mapping.batch_size == 10
-    assert mapping.report_batch_item_failures
-    assert assembly.function(mapping.function_logical_id).handler == (
-        "failure_recorder.handler.handler"
-    )
+    mappings = {
+        assembly.function(m.function_logical_id).handler: m
+        for m in assembly.event_source_mappings()
+    }
+    recorder = mappings["failure_recorder.handler.handler"]
+    assert recorder.batch_size == 10 and recorder.report_batch_item_failures
+    assert recorder.max_concurrency is None
+    step = mappings["prospect_classifier.handler.handler"]
+    assert step.batch_size == 1 and step.report_batch_item_failures
+    assert step.max_concurrency == 10
     assert assembly.upload_bucket().path.endswith("/UploadBucket/Resource")
 
 
 def test_missing_cdk_out_tells_the_user_to_synth(tmp_path):
     with pytest.raises(AssemblyNotFoundError, match="make synth"):
-        load_assembly(tmp_path / "nowhere")
+        load_assembly(tmp_path / "nowhere", "ProspectUploader")
     with pytest.raises(AssemblyNotFoundError, match="make synth"):
-        load_assembly(tmp_path)  # a directory without the template
+        load_assembly(tmp_path, "ProspectUploader")  # a directory without the template
 
 
 def _template(**environments: dict) -> dict:

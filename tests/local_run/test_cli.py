@@ -116,5 +116,6 @@ def test_help_defines_the_counts(capsys):
         main(["run", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "deliveries" in out and "Lambda retries excluded" in out
+    assert "deliveries" in out and "retries excluded" in out
+    assert "--rate-limit" in out and "rate_limited" in out and "deduplicated" in out
     assert "--duplicates" in out and "--fault-rate" in out

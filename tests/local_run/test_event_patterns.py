@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.event_patterns import (
+from constructs_lib.local_engine.event_patterns import (
     EventPattern,
     PatternError,
     matches,
@@ -100,7 +100,7 @@ def test_unsupported_shapes_fail_at_compile_time(bad):
 
 def test_the_stacks_patterns_once_resolved(assembly):
     """The template's own rules, with Refs resolved, route the events the pipeline sees."""
-    from constructs_lib.prospect_uploader.local_run.intrinsics import PhysicalResource, Resolver
+    from constructs_lib.local_engine.intrinsics import PhysicalResource, Resolver
 
     physical = {
         lid: PhysicalResource(lid, spec.resource_type, f"local-{lid}", {"Arn": f"arn:{lid}"})

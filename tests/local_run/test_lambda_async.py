@@ -7,14 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.assembly import FunctionSpec
-from constructs_lib.prospect_uploader.local_run.lambda_async import (
+from constructs_lib.local_engine.assembly import FunctionSpec
+from constructs_lib.local_engine.lambda_async import (
     AsyncFunction,
     AsyncSettings,
     function_identity,
 )
-from constructs_lib.prospect_uploader.local_run.scheduling import Scheduler, WorkTracker
-from constructs_lib.prospect_uploader.local_run.targets import LambdaTarget, render_input
+from constructs_lib.local_engine.scheduling import Scheduler, WorkTracker
+from constructs_lib.local_engine.targets import LambdaTarget, render_input
 
 
 class IdempotencyAlreadyInProgressError(Exception):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from constructs_lib.prospect_uploader.local_run.local_model import (
+from constructs_lib.local_engine.local_model import (
     TIMEOUT,
     LocalMessagesAPI,
+    RateLimiter,
     fault_plan,
     label_for,
 )
@@ -75,3 +76,29 @@ def test_injected_errors_and_timeouts_reach_the_sdk():
 def test_fault_rate_is_a_fraction(rate):
     with pytest.raises(ValueError):
         LocalMessagesAPI(fault_rate=rate)
+
+
+def test_the_rate_limiter_admits_rpm_per_run_minute_and_names_the_wait():
+    limiter = RateLimiter(per_minute=2, seconds_per_minute=0.5)  # a minute lasts 0.5 s
+    assert limiter.admit(now=10.0) is None
+    assert limiter.admit(now=10.1) is None
+    wait = limiter.admit(now=10.2)  # the first leaves the window at 10.5: 0.3 s = 36 s
+    assert wait == pytest.approx(36.0)
+    assert limiter.admit(now=10.5) is None  # a refused request did not use quota
+    assert limiter.admit(now=10.55) is not None
+    assert limiter.admit(now=10.61) is None
+
+
+def test_over_the_limit_the_sdk_gets_429_with_retry_after_and_no_tokens_billed():
+    limiter = RateLimiter(per_minute=2, seconds_per_minute=60.0)
+    with LocalMessagesAPI(rate_limit=limiter) as api:
+        _ask(api, "one")
+        _ask(api, "two")
+        with pytest.raises(anthropic.RateLimitError) as raised:
+            _ask(api, "three")
+        headers = raised.value.response.headers
+        assert 1 <= int(headers["retry-after"]) <= 60
+        assert 1 <= int(headers["retry-after-ms"]) <= 60_000
+        assert raised.value.request_id
+        assert api.rate_limited == 1 and api.outcomes["429"] == 1 and api.request_count == 3
+        assert api.output_tokens == 2 and api.input_tokens > 0

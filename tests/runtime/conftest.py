@@ -18,7 +18,7 @@ import pytest
 from model_step import ModelStep
 from moto import mock_aws
 
-from constructs_lib.prospect_uploader.local_run.moto_fixes import atomic_conditional_put_item
+from constructs_lib.local_engine.moto_fixes import atomic_conditional_put_item
 from tests.fakes import FakeMessagesAPI
 
 REGION = "us-east-1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from model_step import ConfigurationError
@@ -13,6 +14,7 @@ from .conftest import (
     boto3_session,
     log_records,
     make_event,
+    prospect_detail,
 )
 
 
@@ -36,20 +38,102 @@ def test_secret_may_be_json_with_api_key_field(make_step, fake_api, model_env):
     assert _sent_key(fake_api) == "sk-from-json"
 
 
-def test_secret_is_read_once_per_container(make_step, fake_api, model_env):
+def test_secret_is_cached_for_its_max_age(make_step, fake_api, model_env, monkeypatch):
     step = make_step()
     step.handle(make_event(), FakeLambdaContext())
-    # Rotating the secret does not affect a warm container's client...
+    secrets = boto3_session().client("secretsmanager")
+    secrets.put_secret_value(SecretId=model_env.secret_arn, SecretString="sk-rotated")
+
+    # Within API_KEY_MAX_AGE_SECONDS (default 300) a warm container keeps the cached key...
+    step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
+    assert _sent_key(fake_api) == SECRET_VALUE
+    # ...while a new container reads the rotated one.
+    make_step().handle(make_event(prospect_detail(row_number=3)), FakeLambdaContext())
+    assert _sent_key(fake_api) == "sk-rotated"
+
+
+def test_a_warm_container_picks_up_a_rotated_key_after_max_age(
+    make_step, fake_api, model_env, monkeypatch
+):
+    monkeypatch.setenv("API_KEY_MAX_AGE_SECONDS", "1")
+    step = make_step()
+    step.handle(make_event(), FakeLambdaContext())
     boto3_session().client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString="sk-rotated"
     )
-    from .conftest import prospect_detail
-
+    time.sleep(1.2)
     step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
-    assert _sent_key(fake_api) == SECRET_VALUE
-    # ...while a new container picks it up.
-    make_step().handle(make_event(prospect_detail(row_number=3)), FakeLambdaContext())
     assert _sent_key(fake_api) == "sk-rotated"
+
+
+def test_a_401_rereads_the_secret_and_retries_once(make_step, fake_api, model_env, capsys):
+    step = make_step()
+    step.handle(make_event(), FakeLambdaContext())  # caches the first key
+    boto3_session().client("secretsmanager").put_secret_value(
+        SecretId=model_env.secret_arn, SecretString="sk-rotated"
+    )
+    fake_api.script = [200, 401, 200]
+
+    result = step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
+
+    assert result["status"] == "completed"
+    assert fake_api.request_count == 3
+    assert _sent_key(fake_api) == "sk-rotated"
+    assert model_env.dead_letters() == []
+    # The 401 is not billed: the delivery counts one model request.
+    emf = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"_aws"' in x]
+    assert emf[-1]["ModelRequests"] == [1.0]
+
+
+def test_a_401_with_an_unchanged_secret_is_dead_lettered_without_a_retry(
+    make_step, fake_api, model_env
+):
+    fake_api.script = [401]
+    result = make_step().handle(make_event(), FakeLambdaContext())
+
+    assert result["error_code"] == "AuthenticationError"
+    assert fake_api.request_count == 1
+    assert len(model_env.dead_letters()) == 1
+
+
+def test_a_401_on_the_reread_key_too_is_dead_lettered_after_one_retry(
+    make_step, fake_api, model_env
+):
+    step = make_step()
+    step.handle(make_event(), FakeLambdaContext())
+    boto3_session().client("secretsmanager").put_secret_value(
+        SecretId=model_env.secret_arn, SecretString="sk-also-revoked"
+    )
+    fake_api.script = [200, 401, 401]
+
+    result = step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
+
+    assert result["error_code"] == "AuthenticationError"
+    assert fake_api.request_count == 3
+    assert len(model_env.dead_letters()) == 1
+
+
+def test_a_401_with_the_env_key_is_not_retried(make_step, fake_api, model_env, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-local-env")
+    fake_api.script = [401]
+    assert make_step().handle(make_event(), FakeLambdaContext())["status"] == "dead_lettered"
+    assert fake_api.request_count == 1
+
+
+@pytest.mark.parametrize("bad", ["sk-ant-abc\ndef", "sk-ant-abc\tdef", "sk-ant-\x7fdef"])
+def test_a_key_with_control_characters_is_refused_without_showing_it(
+    make_step, fake_api, model_env, bad
+):
+    key = bad.encode().decode("unicode_escape")
+    boto3_session().client("secretsmanager").put_secret_value(
+        SecretId=model_env.secret_arn, SecretString=key
+    )
+    with pytest.raises(ConfigurationError, match="control characters") as raised:
+        make_step().handle(make_event(), FakeLambdaContext())
+
+    assert fake_api.request_count == 0
+    assert "sk-ant" not in str(raised.value)
+    assert model_env.idempotency_items() == []  # released: the fixed key gets a request
 
 
 def test_anthropic_api_key_env_wins(make_step, fake_api, monkeypatch):

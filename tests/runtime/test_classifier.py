@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
+import json
 
 import pytest
 from prospect_classifier.prompt import build_prospect_message
@@ -104,3 +106,49 @@ def test_classifier_sends_the_prospect_prompt(classifier, fake_api):
     classifier.handler(make_event(), FakeLambdaContext())
     content = fake_api.last_request.body["messages"][0]["content"]
     assert content == build_prospect_message(prospect_detail())
+
+
+def _sqs_batch(event: dict, message_id: str = "m-1") -> dict:
+    return {
+        "Records": [
+            {
+                "messageId": message_id,
+                "receiptHandle": "rh-1",
+                "body": json.dumps(event),
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:buffer",
+            }
+        ]
+    }
+
+
+def _fresh_event() -> dict:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return make_event(time=now)
+
+
+def test_the_upsert_runs_in_the_on_outcome_hook_on_the_buffer_queue_path(
+    classifier, fake_api, model_env
+):
+    fake_api.text = "cold"
+    response = classifier.handler(_sqs_batch(_fresh_event()), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    assert _row(model_env)["label"] == {"S": "cold"}
+
+
+def test_a_failed_upsert_is_a_batch_item_failure_and_the_retry_upserts_the_replay(
+    classifier, fake_api, model_env, monkeypatch
+):
+    monkeypatch.setenv("PROSPECTS_TABLE_NAME", "no-such-table")
+    event = _fresh_event()
+    failed = classifier.handler(_sqs_batch(event), FakeLambdaContext())
+    monkeypatch.setenv("PROSPECTS_TABLE_NAME", PROSPECTS_TABLE)
+    retried = classifier.handler(_sqs_batch(event), FakeLambdaContext())
+
+    assert failed == {"batchItemFailures": [{"itemIdentifier": "m-1"}]}
+    assert retried == {"batchItemFailures": []}
+    assert _row(model_env)["label"] == {"S": "warm"}
+    assert fake_api.request_count == 1

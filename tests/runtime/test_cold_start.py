@@ -90,3 +90,36 @@ def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeyp
     assert report["result"] == first
     assert report["anthropic"] is False
     assert fake_api.request_count == 1
+
+
+PRIME_CHILD = """
+import sys
+import {module}
+print("IMPORTED " + str("anthropic" in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("module", ["model_step.handler", "prospect_classifier.handler"])
+@pytest.mark.parametrize(("init_type", "primed"), [("snap-start", True), ("on-demand", False)])
+def test_snapstart_init_primes_the_sdk_without_credentials(module, init_type, primed):
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "lambda_src")]),
+        "AWS_REGION": "us-east-1",
+        "AWS_LAMBDA_INITIALIZATION_TYPE": init_type,
+        # No credentials, no config: priming must not need them (they are stale after restore).
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "HOME": "/nonexistent-home-for-tests",
+    }
+    child = subprocess.run(
+        [sys.executable, "-c", PRIME_CHILD.format(module=module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert f"IMPORTED {primed}" in child.stdout

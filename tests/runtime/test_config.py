@@ -31,6 +31,11 @@ def test_defaults():
     assert settings.service_name == "model-step"
     assert settings.metrics_namespace == "IdempotentModelStep"
     assert settings.api_key_secret_arn is None
+    assert settings.record_prefix == "model-step"
+    assert settings.max_event_age_seconds == 86_400
+    assert settings.max_attempts == 3
+    assert settings.buffer_queue_url is None
+    assert settings.api_key_max_age_seconds == 300
 
 
 @pytest.mark.parametrize("missing", sorted(REQUIRED))
@@ -46,6 +51,9 @@ def test_required_variables(missing):
         ("MAX_TOKENS", "lots"),
         ("MAX_TOKENS", "0"),
         ("MODEL_TIMEOUT_SECONDS", "-1"),
+        ("MAX_ATTEMPTS", "0"),
+        ("MAX_EVENT_AGE_SECONDS", "a day"),
+        ("API_KEY_MAX_AGE_SECONDS", "-5"),
         ("IDEMPOTENCY_KEY", "[upload_id,"),
         ("MODEL_PROVIDER", "openai"),
     ],

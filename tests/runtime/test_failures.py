@@ -73,19 +73,24 @@ def test_non_retryable_status_is_dead_lettered_without_raising(
     assert str(status) in message["attributes"]["ERROR_MESSAGE"]
 
 
-def test_dead_letter_outcome_is_not_cached_so_a_replay_reaches_the_model(
+def test_dead_letter_outcome_is_stored_and_an_operator_retry_reaches_the_model(
     make_step, fake_api, model_env
 ):
-    # E.g. a revoked API key (401), fixed by the operator, then the DLQ message replayed.
+    # E.g. a revoked API key (401): a duplicate replays the stored outcome; the operator's
+    # retry (after the key is fixed) carries a replay generation and makes one new request.
     fake_api.script = [401, 200]
     step = make_step()
     event = make_event()
 
-    assert step.handle(event, FakeLambdaContext())["status"] == "dead_lettered"
-    assert model_env.idempotency_items() == []
-    replayed = step.handle(event, FakeLambdaContext())
+    first = step.handle(event, FakeLambdaContext())
+    assert first["status"] == "dead_lettered"
+    assert step.handle(make_event(), FakeLambdaContext()) == first
+    assert fake_api.request_count == 1
+    assert len(model_env.dead_letters()) == 1
 
-    assert replayed["status"] == "completed"
+    retried = step.handle(make_event(prospect_detail(replay_generation=1)), FakeLambdaContext())
+    assert retried["status"] == "completed"
+    assert retried["replay_generation"] == 1
     assert fake_api.request_count == 2
 
 
@@ -115,7 +120,9 @@ def test_missing_key_part_makes_no_request_and_is_dead_lettered(
     assert message["body"] == event
     assert message["attributes"]["ERROR_CODE"] == "MissingIdempotencyKey"
     assert "REQUEST_ID" not in message["attributes"]
-    assert model_env.idempotency_items() == []
+    # No answer record (there is no key); only the DLQ hand-off, keyed on the event id.
+    [item] = model_env.idempotency_items()
+    assert item["id"]["S"].startswith("model-step#dead-letter#")
 
 
 def test_event_without_detail_is_dead_lettered(make_step, fake_api, model_env):
@@ -152,7 +159,11 @@ def test_label_outside_allowed_labels_is_dead_lettered(make_step, fake_api, mode
     assert message["body"] == event
     assert message["attributes"]["ERROR_CODE"] == "LabelNotAllowed"
     assert message["attributes"]["REQUEST_ID"] == fake_api.last_request.request_id
-    assert model_env.idempotency_items() == []
+    # The billed, refused answer is stored as a dead letter: a duplicate costs nothing.
+    assert {item["status"]["S"] for item in model_env.idempotency_items()} == {"COMPLETED"}
+    assert make_step().handle(make_event(), FakeLambdaContext()) == result
+    assert fake_api.request_count == 1
+    assert model_env.dead_letters() == []
 
 
 def test_allowed_label_is_normalised(make_step, fake_api, monkeypatch):
@@ -180,7 +191,7 @@ def test_same_key_different_payload_is_dead_lettered(make_step, fake_api, model_
     assert fake_api.request_count == 1
 
 
-def test_dead_letter_send_failure_raises_so_lambda_retries(
+def test_dead_letter_send_failure_raises_and_the_retry_only_resends(
     make_step, fake_api, model_env, monkeypatch
 ):
     from model_step import DeadLetterError
@@ -189,10 +200,23 @@ def test_dead_letter_send_failure_raises_so_lambda_retries(
         "DEAD_LETTER_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/missing"
     )
     fake_api.script = [400]
+    event = make_event()
 
     with pytest.raises(DeadLetterError):
-        make_step().handle(make_event(), FakeLambdaContext())
-    assert model_env.idempotency_items() == []
+        make_step().handle(event, FakeLambdaContext())
+    # The outcome is stored; the hand-off record was released.
+    [item] = model_env.idempotency_items()
+    assert item["id"]["S"].startswith("model-step#")
+    assert "dead-letter" not in item["id"]["S"]
+
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", model_env.queue_url)
+    for _ in range(2):  # the retry re-sends; a later duplicate does not
+        result = make_step().handle(event, FakeLambdaContext())
+    assert result["status"] == "dead_lettered"
+    assert result["error_code"] == "BadRequestError"
+    assert fake_api.request_count == 1
+    [message] = model_env.dead_letters()
+    assert message["attributes"]["ERROR_CODE"] == "BadRequestError"
 
 
 def test_invalid_answer_from_custom_parser_is_dead_lettered(make_step, fake_api, model_env):

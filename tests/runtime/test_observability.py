@@ -42,10 +42,33 @@ def test_metrics_for_request_duplicate_and_failure(make_step, fake_api, capsys):
 
 
 def test_metrics_for_transient_failure(make_step, fake_api, capsys):
-    fake_api.script = [529]
-    with pytest.raises(Exception):  # noqa: B017 (the SDK's OverloadedError)
+    fake_api.script = [500, 529]
+    for row in (1, 2):
+        with pytest.raises(Exception):  # noqa: B017 (InternalServerError, OverloadedError)
+            make_step().handle(make_event(prospect_detail(row_number=row)), FakeLambdaContext())
+
+    # A rate-limit answer (429/529) is counted apart from model requests: it is not billed.
+    assert _emf_metrics(capsys.readouterr().out) == [
+        {"ModelRequests": [1.0], "TransientFailures": [1.0]},
+        {"RateLimited": [1.0], "TransientFailures": [1.0]},
+    ]
+
+
+def test_non_retryable_failures_counted_only_once_the_dead_letter_is_sent(
+    make_step, fake_api, model_env, monkeypatch, capsys
+):
+    monkeypatch.setenv(
+        "DEAD_LETTER_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/missing"
+    )
+    fake_api.script = [400]
+    with pytest.raises(Exception):  # noqa: B017 (DeadLetterError)
         make_step().handle(make_event(), FakeLambdaContext())
+    monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", model_env.queue_url)
+    make_step().handle(make_event(), FakeLambdaContext())
+    make_step().handle(make_event(), FakeLambdaContext())
 
     assert _emf_metrics(capsys.readouterr().out) == [
-        {"ModelRequests": [1.0], "TransientFailures": [1.0]}
+        {"ModelRequests": [1.0], "TransientFailures": [1.0]},
+        {"NonRetryableFailures": [1.0]},
+        {"DuplicatesSuppressed": [1.0]},
     ]

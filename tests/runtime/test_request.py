@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import pytest
+
+from tests.fakes import Reply
 
 from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
 
@@ -60,4 +63,16 @@ def test_custom_prompt_and_parser(make_step, fake_api):
     assert fake_api.last_request.body["messages"][0]["content"] == "Score ada1@example.com"
     assert result["parsed"] == {"score": 7}
     assert again == result
+    assert fake_api.request_count == 1
+
+
+def test_sdk_never_retries_by_itself(make_step, fake_api):
+    # The reply invites an immediate SDK retry (retry-after-ms: 1, x-should-retry: true); with
+    # max_retries=0 there is still exactly one HTTP request per attempt.
+    fake_api.script = [
+        Reply(status=500, headers={"retry-after-ms": "1", "x-should-retry": "true"}),
+        200,
+    ]
+    with pytest.raises(anthropic.InternalServerError):
+        make_step().handle(make_event(), FakeLambdaContext())
     assert fake_api.request_count == 1

@@ -1,44 +1,10 @@
-"""Exceptions of the local run. The CLI maps each class to an exit code and a one-line message."""
+"""Exceptions of the Prospect Uploader's local run: the engine's, plus a rejected upload."""
 
 from __future__ import annotations
 
+from constructs_lib.local_engine.errors import LocalRunError, UsageError
 
-class LocalRunError(Exception):
-    """Base class: every error the local run reports to the user without a traceback."""
-
-    exit_code = 1
-
-
-class UsageError(LocalRunError):
-    """The command line or its inputs are wrong (exit code 2)."""
-
-    exit_code = 2
-
-
-class InputFileError(UsageError):
-    """FILE is missing, not a regular file, or unreadable."""
-
-
-class AssemblyNotFoundError(UsageError):
-    """There is no synthesized cloud assembly where ``--cdk-out`` points."""
-
-
-class AssemblyError(UsageError):
-    """The cloud assembly lacks something the local run needs, or uses a feature it does not
-    emulate (an intrinsic, a pattern operator, a destination type)."""
-
-
-class EnvironmentConflictError(UsageError):
-    """Two functions set one environment variable to different values; one process has one
-    ``os.environ``, so the local run cannot give each function its own."""
-
-
-class NoMatchingRuleError(UsageError):
-    """The upload event matched no rule with a Lambda target (e.g. a key without ``.csv``)."""
-
-
-class ModelUnavailableError(UsageError):
-    """``--model anthropic`` was asked for without ``ANTHROPIC_API_KEY``."""
+__all__ = ["LocalRunError", "UploadRejectedError", "UsageError"]
 
 
 class UploadRejectedError(LocalRunError):
@@ -48,11 +14,3 @@ class UploadRejectedError(LocalRunError):
         super().__init__(f"upload rejected ({error_code}): {reason}")
         self.error_code = error_code
         self.reason = reason
-
-
-class EmulatorError(LocalRunError):
-    """A bug or an unexpected failure in the emulation itself (not in a handler)."""
-
-
-class RunTimeoutError(LocalRunError):
-    """The pipeline did not settle within the run's time limit."""

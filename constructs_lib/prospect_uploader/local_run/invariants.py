@@ -22,9 +22,12 @@ def check_invariants(result: RunResult) -> list[Check]:
 
     - rows = valid + invalid (rows counted from the file, not from the splitter);
     - valid = classified + failed (every valid row ends labelled or recorded as failed);
-    - without faults: model_requests = classified (one request per row at any duplicates);
-    - with faults: model_requests <= (lambda_retry_attempts + 1) x valid, and failed = dlq
-      (no row both labelled and recorded, no failure record that names no row).
+    - without faults: failed = 0 and model_requests - rate_limited = valid (one billed
+      request per row at any duplicates, whatever the rate limit's 429s);
+    - with faults: model_requests - rate_limited <= attempts x valid (the step's
+      MAX_ATTEMPTS; 429s are no attempt), and failed = dlq
+      (no row both labelled and recorded, no failure record that names no row);
+    - when IAM was checked: denied = 0 (every handler call allowed by its role).
     """
     checks = [
         Check(
@@ -40,22 +43,43 @@ def check_invariants(result: RunResult) -> list[Check]:
             _settle_hint(result),
         ),
     ]
+    if result.iam_checked:
+        checks.append(
+            Check(
+                "denied = 0",
+                f"{result.denied} = 0",
+                result.denied == 0,
+                "a handler made an AWS call its role in cdk.out does not allow: "
+                + "; ".join(sorted(set(result.denials))[:3]),
+            )
+        )
     if not result.faults_enabled:
         checks.append(
             Check(
-                "model_requests = classified",
-                f"{result.model_requests} = {result.classified}",
-                result.model_requests == result.classified,
-                "some row reached the model more than once: idempotency did not hold",
+                "failed = 0",
+                f"{result.failed} = 0",
+                result.failed == 0,
+                "with no fault injected every valid row must be classified"
+                + (" (the rate limit dead-lettered rows)" if result.rate_limited else ""),
+            )
+        )
+        checks.append(
+            Check(
+                "model_requests - rate_limited = valid",
+                f"{result.model_requests} - {result.rate_limited} = {result.valid}",
+                result.model_requests - result.rate_limited == result.valid,
+                "some row reached the model more than once (idempotency did not hold), or never",
             )
         )
     else:
         bound = (result.retry_attempts + 1) * result.valid
+        billed = result.model_requests - result.rate_limited
         checks.append(
             Check(
-                "model_requests <= (lambda_retry_attempts + 1) x valid",
-                f"{result.model_requests} <= {result.retry_attempts + 1} x {result.valid}",
-                result.model_requests <= bound,
+                "model_requests - rate_limited <= attempts x valid",
+                f"{result.model_requests} - {result.rate_limited} <= "
+                f"{result.retry_attempts + 1} x {result.valid}",
+                billed <= bound,
                 "more model requests than Lambda's retries allow",
             )
         )

@@ -7,13 +7,16 @@ from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
-from .assembly import DEFAULT_STACK
-from .errors import InputFileError, ModelUnavailableError, UsageError
-from .lambda_async import DEFAULT_SECONDS_PER_MINUTE, DEFAULT_TIMEOUT_CAP_SECONDS
-from .progress import Progress
+from constructs_lib.local_engine.engine import DEFAULT_RUN_TIMEOUT_SECONDS
+from constructs_lib.local_engine.errors import InputFileError, ModelUnavailableError, UsageError
+from constructs_lib.local_engine.lambda_async import (
+    DEFAULT_SECONDS_PER_MINUTE,
+    DEFAULT_TIMEOUT_CAP_SECONDS,
+)
+from constructs_lib.local_engine.progress import Progress
 
 MODELS = ("local", "anthropic")
-DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
+DEFAULT_STACK = "ProspectUploader"
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,9 @@ class RunOptions:
     local model; ``model`` [local] or ``anthropic``; ``seconds_per_minute`` [1.0] and
     ``timeout_cap_seconds`` [4.0] (see :class:`~.lambda_async.AsyncSettings`);
     ``object_key`` [the file name]; ``log_file`` [a new temp file]; ``code_root``
-    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [300].
+    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [300];
+    ``rate_limit`` [none]: requests per minute of the run's clock the local model accepts
+    (beyond that it answers 429 with ``retry-after``).
     """
 
     csv_path: Path
@@ -43,6 +48,7 @@ class RunOptions:
     log_file: Path | None = None
     code_root: Path | None = None
     run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
+    rate_limit: int | None = None
     progress: Progress | None = field(default=None, compare=False)
 
 
@@ -63,7 +69,11 @@ def validate_options(options: RunOptions) -> None:
         raise UsageError("--fault-rate must be between 0 and 1")
     if options.model not in MODELS:
         raise UsageError(f"--model must be one of {', '.join(MODELS)}")
+    if options.rate_limit is not None and options.rate_limit < 1:
+        raise UsageError("--rate-limit must be at least 1 request per minute")
     if options.model == "anthropic":
+        if options.rate_limit is not None:
+            raise UsageError("--rate-limit needs --model local (the limit is the local model's)")
         if options.fault_rate > 0:
             raise UsageError("--fault-rate needs --model local (faults are injected locally)")
         if not os.environ.get("ANTHROPIC_API_KEY"):

@@ -21,6 +21,13 @@ JSON_FIELDS = {
     "model_requests": "HTTP requests that reached the model",
     "deliveries": "row-event deliveries to the classify function, first attempts only",
     "alerts": "upload alerts published to AlertTopic",
+    "deduplicated": "row events an EventBridge v2 bus answered DEDUPLICATED (publish side)",
+    "rate_limited": "429 answers of the model (not billed)",
+    "input_tokens": "input tokens billed (200 answers)",
+    "output_tokens": "output tokens billed (200 answers)",
+    "elapsed_s": "wall seconds from the upload until everything settled",
+    "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
+    "denied": "of those, denied (the handler got AccessDenied)",
 }
 
 
@@ -42,6 +49,15 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "lambda_retries": result.lambda_retries,
         "status": result.status,
         "upload_id": result.upload_id,
+        "deduplicated": result.deduplicated,
+        "rate_limited": result.rate_limited,
+        "input_tokens": result.input_tokens,
+        "output_tokens": result.output_tokens,
+        "elapsed_s": result.elapsed_s,
+        "run_minutes": result.run_minutes,
+        "rate_limit": result.rate_limit,
+        "aws_calls": result.aws_calls,
+        "denied": result.denied,
     }
 
 
@@ -71,9 +87,24 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
             result.deliveries,
             f"{JSON_FIELDS['deliveries']} ({result.duplicates} per event)",
         ),
+        ("deduplicated", result.deduplicated, JSON_FIELDS["deduplicated"]),
+        ("rate limited", result.rate_limited, JSON_FIELDS["rate_limited"]),
+        (
+            "tokens in/out",
+            f"{result.input_tokens}/{result.output_tokens}",
+            "billed input / output tokens",
+        ),
+        (
+            "elapsed s",
+            result.elapsed_s,
+            f"{result.run_minutes} minutes of the run's clock"
+            + (f" at {result.rate_limit} requests/minute" if result.rate_limit else ""),
+        ),
         ("lambda retries", result.lambda_retries, "async retries of all functions"),
         ("on-failure", result.on_failure_records, "Lambda on-failure records sent to the queue"),
         ("alerts", result.alerts, JSON_FIELDS["alerts"]),
+        ("aws calls", result.aws_calls if result.iam_checked else None, JSON_FIELDS["aws_calls"]),
+        ("denied", result.denied if result.iam_checked else None, JSON_FIELDS["denied"]),
     ]
     width = max(len(name) for name, _, _ in rows)
     for name, value, note in rows:
@@ -85,9 +116,30 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
         lines.append(f"  {mark}  {check.name:<54} {check.values}")
         if not check.ok and check.hint:
             lines.append(f"        {check.hint}")
+    lines += _iam_lines(result)
     for message in result.alert_messages:
         lines += ["", f"Alert: {message}"]
     return "\n".join(lines)
+
+
+def _iam_lines(result: RunResult) -> list[str]:
+    if not result.iam_checked:
+        return []
+    lines = []
+    if result.denials:
+        lines += ["", "Denied AWS calls (the role in cdk.out lacks the permission):"]
+        shown = sorted(set(result.denials))
+        lines += [f"  {denial}" for denial in shown[:20]]
+        if len(shown) > 20:
+            lines.append(f"  ... and {len(shown) - 20} more")
+    lines += ["", "Granted but never used in this run (per function; log delivery excluded):"]
+    for function, grants in sorted(result.unused_grants.items()):
+        lines.append(f"  {function}: " + ("none" if not grants else ""))
+        lines += [f"    {grant}" for grant in grants]
+    if result.unevaluated_conditions:
+        lines += ["", "IAM conditions assumed to hold (not evaluated locally):"]
+        lines += [f"  {condition}" for condition in result.unevaluated_conditions]
+    return lines
 
 
 def json_line(result: RunResult) -> str:

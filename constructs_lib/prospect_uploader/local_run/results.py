@@ -41,12 +41,27 @@ class RunResult:
     alerts: int = 0
     alert_messages: list[str] = field(default_factory=list)
     functions: dict[str, Any] = field(default_factory=dict)
+    queues: dict[str, Any] = field(default_factory=dict)  # local queues and their pollers
     in_progress_exhausted: int = 0  # on-failure records caused by IdempotencyAlreadyInProgress
     faults_enabled: bool = False
-    retry_attempts: int = 0
+    retry_attempts: int = 0  # the step's attempt budget (MAX_ATTEMPTS) minus one
     duplicates: int = 1
     model: str = "local"
     log_file: str = ""
+    rate_limit: int | None = None  # requests per run-clock minute the local model accepts
+    deduplicated: int = 0  # PutEvents entries a v2 bus answered DEDUPLICATED
+    published: int = 0  # PutEvents entries a v2 bus published (0 on a classic bus)
+    rate_limited: int = 0  # 429 answers (the limiter's and injected ones)
+    input_tokens: int = 0  # billed (200 answers)
+    output_tokens: int = 0
+    elapsed_s: float = 0.0  # wall time from the upload to the last settled invocation
+    run_minutes: float = 0.0  # the same on the run's clock (elapsed_s / seconds per minute)
+    iam_checked: bool = False
+    aws_calls: int = 0  # AWS calls of handlers (and of Lambda on their behalf) evaluated
+    denied: int = 0  # of those, denied by the function's role
+    denials: list[str] = field(default_factory=list)  # "function: action on resource"
+    unused_grants: dict[str, list[str]] = field(default_factory=dict)
+    unevaluated_conditions: list[str] = field(default_factory=list)
 
 
 def count_csv_rows(path: Path) -> int | None:

@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote_plus
 
-from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
+from constructs_lib.local_engine.intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
 
 
 def s3_object_created_event(

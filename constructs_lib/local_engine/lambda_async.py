@@ -31,6 +31,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import identity
 from .assembly import FunctionSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
 from .scheduling import Scheduler, WorkTracker
@@ -247,7 +248,10 @@ class AsyncFunction:
 
     def _guarded_attempt(self, invocation: _Invocation) -> None:
         try:
-            self._attempt(invocation)
+            # A worker thread may have been started inside another function's handler (a
+            # PutEvents routed synchronously): outside the handler call it acts for nobody.
+            with identity.acting_as(None):
+                self._attempt(invocation)
         except BaseException as exc:  # A bug in the emulator, not in the handler.
             self._tracker.fail(exc)
             self._tracker.end()
@@ -258,7 +262,8 @@ class AsyncFunction:
         with self.stats.lock:
             self.stats.attempts += 1
         try:
-            self._handler(invocation.event, context)
+            with identity.acting_as(self.spec.logical_id):
+                self._handler(invocation.event, context)
         except Exception as error:  # Lambda treats every exception as a function error.
             self._count_error(error, context)
             self._after_error(invocation, error)
@@ -295,16 +300,18 @@ class AsyncFunction:
         with self.stats.lock:
             self.stats.on_failure += 1
         if self._on_failure is not None:
-            self._on_failure(
-                on_failure_record(
-                    event=invocation.event,
-                    request_id=invocation.request_id,
-                    function_arn=self.identity.arn,
-                    condition=condition,
-                    attempts=invocation.attempts,
-                    error=error,
+            # Lambda sends to the on-failure destination with the function's execution role.
+            with identity.acting_as(self.spec.logical_id):
+                self._on_failure(
+                    on_failure_record(
+                        event=invocation.event,
+                        request_id=invocation.request_id,
+                        function_arn=self.identity.arn,
+                        condition=condition,
+                        attempts=invocation.attempts,
+                        error=error,
+                    )
                 )
-            )
         self._settle(invocation, succeeded=False)
 
     def _settle(self, invocation: _Invocation, *, succeeded: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .lambda_async import AsyncFunction
@@ -110,6 +110,54 @@ def render_input(event: Mapping[str, Any], target: Any) -> str:
     if is_string:
         return str(json.loads(template))
     return template
+
+
+class SqsTarget:
+    """Sends the rendered input to a queue (EventBridge's SQS target), ``duplicates`` times
+    as at-least-once delivery may: two copies at once, each later one a minute of the
+    run's clock after the previous (``later(seconds, callback)`` schedules)."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: Any,
+        send: Callable[[str], None],
+        *,
+        duplicates: int,
+        later: Callable[[float, Callable[[], None]], None],
+        seconds_per_minute: float,
+        tracker: WorkTracker,
+        on_delivery: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.name = name
+        self._spec = spec
+        self._send = send
+        self._duplicates = duplicates
+        self._later = later
+        self._minute = seconds_per_minute
+        self._tracker = tracker
+        self._on_delivery = on_delivery
+
+    def deliver(self, event: Mapping[str, Any]) -> None:
+        """Send the copies (later ones on the timer); returns at once."""
+        body = render_input(event, self._spec)
+        for copy_number in range(self._duplicates):
+            if copy_number < 2:
+                self._send(body)
+                self._on_delivery()
+                continue
+            self._tracker.begin()  # the run is not idle while a copy is still to come
+
+            def send_later(body: str = body) -> None:
+                try:
+                    self._send(body)
+                    self._on_delivery()
+                except BaseException as exc:  # an emulator bug
+                    self._tracker.fail(exc)
+                finally:
+                    self._tracker.end()
+
+            self._later((copy_number - 1) * self._minute, send_later)
 
 
 class SnsTarget:

@@ -17,7 +17,6 @@ from typing import Any
 from .errors import AssemblyError, AssemblyNotFoundError
 from .intrinsics import logical_id_of
 
-DEFAULT_STACK = "ProspectUploader"
 # Lambda's documented defaults, used when the template leaves a setting out.
 DEFAULT_TIMEOUT_SECONDS = 3
 DEFAULT_MEMORY_MB = 128
@@ -99,6 +98,30 @@ class EventSourceMappingSpec:
     batch_size: int = DEFAULT_SQS_BATCH_SIZE
     report_batch_item_failures: bool = False
     enabled: bool = True
+    max_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency
+
+
+@dataclass(frozen=True)
+class SubscriberSpec:
+    """One ``AWS::EventsV2::Subscriber``: bus, filter patterns, target, retry policy and
+    on-failure destination (raw values; intrinsics unresolved)."""
+
+    logical_id: str
+    path: str
+    event_bus_arn: Any
+    patterns: tuple[Mapping[str, Any], ...]
+    target_arn: Any
+    target_logical_id: str | None
+    target_type: str | None
+    role_arn: Any = None
+    retry_policy: Mapping[str, Any] = field(default_factory=dict)
+    on_failure_arn: Any = None
+    enabled: bool = True
+
+    @property
+    def display_name(self) -> str:
+        """Construct path without stack and ``/Resource``, e.g. ``Classify/Subscriber``."""
+        return short_path(self.path) or self.logical_id
 
 
 @dataclass(frozen=True)
@@ -256,7 +279,7 @@ class CloudAssembly:
         specs = []
         for resource in self.of_type("AWS::Lambda::EventSourceMapping"):
             props = resource.properties
-            function_lid = logical_id_of(props.get("FunctionName"))
+            function_lid = self._function_of(props.get("FunctionName"))
             source_lid = logical_id_of(props.get("EventSourceArn"))
             source = self.resources.get(source_lid or "")
             if function_lid is None or source is None:
@@ -275,6 +298,58 @@ class CloudAssembly:
                     report_batch_item_failures="ReportBatchItemFailures"
                     in (props.get("FunctionResponseTypes") or []),
                     enabled=bool(props.get("Enabled", True)),
+                    max_concurrency=_optional_int(
+                        (props.get("ScalingConfig") or {}).get("MaximumConcurrency")
+                    ),
+                )
+            )
+        return specs
+
+    def _function_of(self, value: Any) -> str | None:
+        """The function a ``FunctionName`` names: a Ref/GetAtt of the function, or of an
+        alias or version of it (also inside Fn::Join / Fn::Select, as ``alias:live``)."""
+        for logical_id in _refs_in(value):
+            resource = self.resources.get(logical_id)
+            if resource is None:
+                continue
+            if resource.resource_type == "AWS::Lambda::Function":
+                return logical_id
+            if resource.resource_type in ("AWS::Lambda::Alias", "AWS::Lambda::Version"):
+                return self._function_of(resource.properties.get("FunctionName"))
+        return None
+
+    def subscribers(self) -> list[SubscriberSpec]:
+        """Every ``AWS::EventsV2::Subscriber`` (an EventBridge v2 bus's consumer)."""
+        specs = []
+        for resource in self.of_type("AWS::EventsV2::Subscriber"):
+            props = resource.properties
+            invoke = props.get("InvokeConfiguration") or {}
+            target_raw = invoke.get("TargetArn") or props.get("TargetArn")
+            target_lid = next(iter(_refs_in(target_raw)), None)
+            target = self.resources.get(target_lid or "")
+            if target is not None and target.resource_type in (
+                "AWS::Lambda::Alias",
+                "AWS::Lambda::Version",
+            ):
+                target_lid = self._function_of(target.properties.get("FunctionName"))
+                target = self.resources.get(target_lid or "")
+            patterns = []
+            for item in (props.get("FilterConfiguration") or {}).get("Filters") or []:
+                pattern = item.get("Pattern")
+                patterns.append(json.loads(pattern) if isinstance(pattern, str) else pattern)
+            specs.append(
+                SubscriberSpec(
+                    logical_id=resource.logical_id,
+                    path=resource.path,
+                    event_bus_arn=props.get("EventBusArn"),
+                    patterns=tuple(patterns),
+                    target_arn=target_raw,
+                    target_logical_id=target_lid,
+                    target_type=target.resource_type if target else None,
+                    role_arn=invoke.get("RoleArn"),
+                    retry_policy=dict(props.get("RetryPolicy") or {}),
+                    on_failure_arn=(props.get("OnFailureConfiguration") or {}).get("Arn"),
+                    enabled=props.get("State", "ENABLED") == "ENABLED",
                 )
             )
         return specs
@@ -293,7 +368,26 @@ class CloudAssembly:
         raise AssemblyError(f"{self.source}: no rule matches S3 events of a bucket in the stack")
 
 
-def load_assembly(cdk_out: Path | str, stack_name: str = DEFAULT_STACK) -> CloudAssembly:
+def _refs_in(value: Any) -> list[str]:
+    """Logical ids referenced anywhere in ``value`` (Ref and Fn::GetAtt), in order."""
+    found: list[str] = []
+    direct = logical_id_of(value)
+    if direct is not None:
+        return [direct]
+    if isinstance(value, Mapping):
+        for item in value.values():
+            found += _refs_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += _refs_in(item)
+    return found
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def load_assembly(cdk_out: Path | str, stack_name: str) -> CloudAssembly:
     """Read ``<cdk_out>/manifest.json`` and the stack's template.
 
     Raises :class:`AssemblyNotFoundError` (telling the user to run ``make synth``) when the

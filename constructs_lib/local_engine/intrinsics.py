@@ -78,6 +78,12 @@ class Resolver:
             if name == "Fn::Join":
                 delimiter, parts = argument
                 return str(delimiter).join(str(part) for part in self.resolve(parts, where))
+            if name == "Fn::Select":
+                index, items = argument
+                return self.resolve(items, where)[int(self.resolve(index, where))]
+            if name == "Fn::Split":
+                delimiter, text = argument
+                return str(self.resolve(text, where)).split(str(delimiter))
             if name.startswith("Fn::"):
                 raise AssemblyError(f"{where}: intrinsic {name} is not supported by the local run")
         return {key: self.resolve(item, f"{where}.{key}") for key, item in value.items()}

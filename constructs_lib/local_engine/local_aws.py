@@ -8,6 +8,8 @@ through botocore's event hooks. Nothing ever leaves the machine.
 
 from __future__ import annotations
 
+import hashlib
+import string
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ _NAME_PROPERTIES = {
     "AWS::SNS::Topic": "TopicName",
     "AWS::Lambda::Function": "FunctionName",
     "AWS::Events::Rule": "Name",
+    "AWS::SecretsManager::Secret": "Name",
+    "AWS::EventsV2::EventBus": "Name",
 }
 
 
@@ -103,6 +107,13 @@ def _create(session: boto3.session.Session, spec: ResourceSpec, name: str) -> Ph
     raise AssertionError(f"not a created type: {kind}")
 
 
+def secret_suffix(name: str) -> str:
+    """Six characters standing in for the random suffix of a secret's ARN (stable per name)."""
+    alphabet = string.ascii_letters + string.digits
+    digest = hashlib.sha256(name.encode()).digest()
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:6])
+
+
 def _placeholder(spec: ResourceSpec, name: str) -> PhysicalResource:
     """A resource the local run does not create (roles, keys, log groups, secrets, functions):
     it only needs a name and an ARN to resolve references; nothing calls it."""
@@ -111,9 +122,17 @@ def _placeholder(spec: ResourceSpec, name: str) -> PhysicalResource:
         arn = _arn("lambda", f"function:{name}")
     elif kind == "AWS::Events::Rule":
         arn = _arn("events", f"rule/{name}")
+    elif kind == "AWS::EventsV2::EventBus":
+        # v2 bus ARNs end in a 25-character id: event-busv2/<name>/<id>.
+        bus_id = hashlib.sha256(name.encode()).hexdigest()[:25]
+        arn = _arn("events", f"event-busv2/{name}/{bus_id}")
+        attributes = {"Arn": arn, "EventBusArn": arn, "Name": name, "EventBusName": name}
+        return PhysicalResource(spec.logical_id, kind, arn, attributes)
     elif kind == "AWS::SecretsManager::Secret":
-        arn = _arn("secretsmanager", f"secret:{name}")
-        return PhysicalResource(spec.logical_id, kind, arn, {"Arn": arn})
+        # A real secret's ARN ends in "-" and 6 random characters: a policy that names the
+        # secret without them is denied at run time, so the local ARN has them too.
+        arn = _arn("secretsmanager", f"secret:{name}-{secret_suffix(name)}")
+        return PhysicalResource(spec.logical_id, kind, arn, {"Arn": arn, "Id": arn})
     else:
         service = kind.split("::")[1].lower() if kind.count("::") == 2 else "local"
         arn = _arn(service, name)
@@ -150,6 +169,11 @@ def local_aws(assembly: CloudAssembly, region: str = LOCAL_REGION) -> Iterator[L
                 physical[spec.logical_id] = _placeholder(spec, name)
         resolver = Resolver(physical, stack_name=assembly.stack_name, region=region)
         yield LocalAws(session=session, physical=physical, resolver=resolver)
+
+
+def secret_arns(physical: Mapping[str, PhysicalResource]) -> list[str]:
+    """The full ARN of every secret of the template."""
+    return [r.ref for r in physical.values() if r.resource_type == "AWS::SecretsManager::Secret"]
 
 
 def queue_url_for_arn(physical: Mapping[str, PhysicalResource], arn: str) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any
 import boto3
 import botocore.handlers
 
+from . import identity
 from .event_patterns import EventPattern
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
 from .targets import Target
@@ -73,11 +74,13 @@ class EventRouter:
         """Route ``event`` on ``bus``; returns the names of the targets it went to."""
         detail_type = str(event.get("detail-type", ""))
         delivered = []
-        for rule in self.rules:
-            if rule.bus == bus and rule.pattern.matches(event):
-                for target in rule.targets:
-                    target.deliver(event)
-                    delivered.append(target.name)
+        # Delivery is EventBridge's work, not the publisher's (whose thread this may be).
+        with identity.acting_as(None):
+            for rule in self.rules:
+                if rule.bus == bus and rule.pattern.matches(event):
+                    for target in rule.targets:
+                        target.deliver(event)
+                        delivered.append(target.name)
         with self._lock:
             self.published[detail_type] = self.published.get(detail_type, 0) + 1
             if not delivered:

@@ -24,9 +24,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -105,12 +107,47 @@ def label_for(text: str, labels: Sequence[str] = DEFAULT_LABELS) -> str:
     return labels[int.from_bytes(digest[:8], "big") % len(labels)]
 
 
+class RateLimiter:
+    """At most ``per_minute`` accepted requests in any window of one minute of the run's
+    clock (``seconds_per_minute`` local seconds), as a provider's requests-per-minute limit.
+
+    A sliding log of accepted requests: a request over the limit is refused (and not
+    logged, as a provider's 429 does not use quota), and told when the oldest accepted
+    request leaves the window: :meth:`admit` returns None or that wait in run-clock seconds.
+    """
+
+    def __init__(self, per_minute: int, seconds_per_minute: float) -> None:
+        if per_minute < 1 or seconds_per_minute <= 0:
+            raise ValueError("per_minute must be >= 1 and seconds_per_minute > 0")
+        self.per_minute = per_minute
+        self.seconds_per_minute = seconds_per_minute
+        self._accepted: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def admit(self, now: float | None = None) -> float | None:
+        """None when the request is accepted, else the wait (run-clock seconds) to retry."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            while self._accepted and self._accepted[0] <= now - self.seconds_per_minute:
+                self._accepted.popleft()
+            if len(self._accepted) < self.per_minute:
+                self._accepted.append(now)
+                return None
+            local_wait = self._accepted[0] + self.seconds_per_minute - now
+        return max(0.001, local_wait) * 60.0 / self.seconds_per_minute
+
+
 class LocalMessagesAPI(LoopbackServer):
     """The server. Use as a context manager or call :meth:`start` / :meth:`stop`.
 
     Parameters (defaults in brackets): ``labels`` [hot, warm, cold]; ``fault_rate`` [0.0];
     ``seed`` [0]; ``timeout_hold_seconds`` [1.5]; ``model`` [claude-haiku-5-5] used when a
-    request names none.
+    request names none; ``rate_limit`` [none]: a :class:`RateLimiter`; a request over it
+    gets 429 with ``retry-after`` (whole seconds) and ``retry-after-ms`` on the run's
+    clock, before any fault plan applies.
+
+    Counters: :attr:`outcomes` by status, :attr:`rate_limited` (429s of the limiter),
+    :attr:`input_tokens` and :attr:`output_tokens` (billed: 200 answers only).
     """
 
     thread_name = "local-model"
@@ -123,6 +160,7 @@ class LocalMessagesAPI(LoopbackServer):
         seed: int = 0,
         timeout_hold_seconds: float = 1.5,
         model: str = DEFAULT_MODEL,
+        rate_limit: RateLimiter | None = None,
     ) -> None:
         super().__init__()
         if not 0.0 <= fault_rate <= 1.0:
@@ -133,6 +171,10 @@ class LocalMessagesAPI(LoopbackServer):
         self.timeout_hold_seconds = timeout_hold_seconds
         self.model = model
         self.outcomes: Counter[str] = Counter()  # "200", "429", ..., "timeout"
+        self.rate_limit = rate_limit
+        self.rate_limited = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
         self._per_content: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -148,6 +190,26 @@ class LocalMessagesAPI(LoopbackServer):
             return sum(self.outcomes.values())
 
     # -- request handling --------------------------------------------------------------------
+    def throttle(self) -> tuple[float, str] | None:
+        """None when the rate limit admits a request; else count a 429 and return its
+        retry-after (run-clock seconds) and request id."""
+        if self.rate_limit is None:
+            return None
+        wait = self.rate_limit.admit()
+        if wait is None:
+            return None
+        with self._lock:
+            self.rate_limited += 1
+            self.outcomes["429"] += 1
+            request_id = f"req_local_{next(self._ids):06d}"
+        return wait, request_id
+
+    def count_usage(self, usage: dict[str, int]) -> None:
+        """Add a 200 answer's billed tokens."""
+        with self._lock:
+            self.input_tokens += int(usage.get("input_tokens", 0))
+            self.output_tokens += int(usage.get("output_tokens", 0))
+
     def decide(self, body: dict[str, Any]) -> tuple[int | str, str]:
         """Count the request; return its outcome and request id."""
         text = user_text(body)
@@ -217,17 +279,35 @@ def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
             if not isinstance(body, dict) or not body.get("messages") or "max_tokens" not in body:
                 self._send(400, error_body(400, "body needs messages and max_tokens"), "")
                 return
+            throttled = api.throttle()
+            if throttled is not None:
+                wait, request_id = throttled
+                headers = {
+                    "retry-after": str(max(1, math.ceil(wait))),
+                    "retry-after-ms": str(max(1, math.ceil(wait * 1000))),
+                }
+                message = "local model: rate limit of the run reached"
+                self._send(429, error_body(429, message), request_id, headers)
+                return
             outcome, request_id = api.decide(body)
             if outcome == TIMEOUT:
                 api.hold()
                 self.close_connection = True
                 return
             if outcome == 200:
-                self._send(200, api.success_body(body, request_id), request_id)
+                answer = api.success_body(body, request_id)
+                api.count_usage(answer["usage"])
+                self._send(200, answer, request_id)
             else:
                 self._send(int(outcome), error_body(int(outcome)), request_id)
 
-        def _send(self, status: int, payload: dict[str, Any], request_id: str) -> None:
+        def _send(
+            self,
+            status: int,
+            payload: dict[str, Any],
+            request_id: str,
+            headers: dict[str, str] | None = None,
+        ) -> None:
             if not request_id:
                 api.count_rejected(status)
             data = json.dumps(payload).encode()
@@ -236,6 +316,8 @@ def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
             self.send_header("content-length", str(len(data)))
             if request_id:
                 self.send_header("request-id", request_id)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             try:
                 self.wfile.write(data)

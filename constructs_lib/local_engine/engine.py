@@ -1,0 +1,609 @@
+"""The running emulation of one synthesized stack: moto resources, the union environment,
+fresh handler modules, Lambda async functions, the template's rules and event sources.
+
+An app that composes ``IdempotentModelStep`` builds its local run on :class:`LocalEngine`:
+enter it, put the app's first event on a bus (:meth:`LocalEngine.put_event`), wait for
+everything to settle (:meth:`LocalEngine.wait_until_settled`), drain the event sources
+(:meth:`LocalEngine.drain_event_sources`), and read the outcome from the tables through
+:attr:`LocalEngine.aws`. The Prospect Uploader's ``prospect-uploader run`` is one such app.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import identity
+from .assembly import CloudAssembly, FunctionSpec, SubscriberSpec, TargetSpec
+from .environment import UNSAFE_VARIABLES, environment_union, patched_environ
+from .errors import AssemblyError, EmulatorError, RunTimeoutError
+from .event_bus import EventRouter, LocalRule, bus_name, capture_put_events
+from .event_bus_v2 import DeliveryDenied, EventBusesV2, LocalBusV2, LocalSubscriber
+from .event_patterns import EventPattern, PatternError
+from .execution_environment import ExecutionEnvironment
+from .iam import IamCheck, Permission, iam_check, policies_of_role
+from .intrinsics import LOCAL_REGION
+from .lambda_async import (
+    DEFAULT_SECONDS_PER_MINUTE,
+    DEFAULT_TIMEOUT_CAP_SECONDS,
+    AsyncFunction,
+    AsyncSettings,
+    function_identity,
+    snapshot,
+)
+from .local_aws import LocalAws, local_aws, queue_url_for_arn, secret_arns
+from .progress import Progress
+from .scheduling import Scheduler, WorkTracker
+from .sqs_queues import LocalQueue, LocalQueues, MappingPoller, queue_name_of
+from .targets import LambdaTarget, SnsTarget, SqsTarget, Target
+
+logger = logging.getLogger(__name__)
+
+IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
+DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
+# EventBridge v2 subscriber retry defaults (field notes): 5 attempts, 300 s.
+DEFAULT_V2_RETRY_ATTEMPTS = 5
+DEFAULT_V2_EVENT_AGE = 300
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the engine runs the stack (defaults in brackets).
+
+    ``duplicates`` [1] copies of every event to each Lambda target; ``concurrency`` [4]
+    worker threads; ``seconds_per_minute`` [1.0], ``timeout_cap_seconds`` [4.0] and ``seed``
+    [0]: see :class:`~.lambda_async.AsyncSettings`; ``run_timeout_seconds`` [300];
+    ``environment`` [none]: variables set over the functions' own (a local model's URL
+    and key, for example); ``check_iam`` [True]: evaluate every AWS call a handler makes
+    against its function's role (:mod:`.iam`).
+    """
+
+    duplicates: int = 1
+    concurrency: int = 4
+    seconds_per_minute: float = DEFAULT_SECONDS_PER_MINUTE
+    timeout_cap_seconds: float = DEFAULT_TIMEOUT_CAP_SECONDS
+    seed: int = 0
+    run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
+    environment: Mapping[str, str] = field(default_factory=dict)
+    check_iam: bool = True
+
+
+@dataclass
+class DrainResult:
+    """What an event source mapping left on its queue when the run settled."""
+
+    mapping: str
+    left: int = 0
+
+
+class LocalEngine:
+    """Context manager around everything one local run of ``assembly`` needs.
+
+    ``code_root`` holds the Lambda packages the template's handler strings name.
+    ``progress`` (optional) is redrawn while :meth:`wait_until_settled` waits.
+    """
+
+    def __init__(
+        self,
+        assembly: CloudAssembly,
+        settings: EngineSettings,
+        *,
+        code_root: Path,
+        progress: Progress | None = None,
+        log_path: Path | None = None,
+        model_request_count: Callable[[], int] | None = None,
+    ) -> None:
+        self.assembly = assembly
+        self.settings = settings
+        self.code_root = code_root
+        self.progress = progress
+        self.log_path = log_path
+        self.functions: dict[str, AsyncFunction] = {}
+        self.sns_targets: list[SnsTarget] = []
+        self.tracker = WorkTracker()
+        self.in_progress_exhausted = 0
+        self.environment: dict[str, str] = {}
+        self._model_request_count = model_request_count
+        self._counter_lock = threading.Lock()
+        self._stack = ExitStack()
+        self._aws: LocalAws | None = None
+        self._runtime: ExecutionEnvironment | None = None
+        self._router: EventRouter | None = None
+        self.iam: IamCheck | None = None
+        self.queues = LocalQueues()
+        self.buses_v2: EventBusesV2 | None = None
+        self.pollers: list[MappingPoller] = []
+        self._scheduler: Scheduler | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> LocalEngine:
+        try:
+            self._setup()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stack.close()
+
+    @property
+    def aws(self) -> LocalAws:
+        """moto, and every resource's local name."""
+        if self._aws is None:
+            raise RuntimeError("the engine is not started")
+        return self._aws
+
+    @property
+    def runtime(self) -> ExecutionEnvironment:
+        """The fresh module namespace of the handlers."""
+        if self._runtime is None:
+            raise RuntimeError("the engine is not started")
+        return self._runtime
+
+    @property
+    def router(self) -> EventRouter:
+        """The template's rules, by bus."""
+        if self._router is None:
+            raise RuntimeError("the engine is not started")
+        return self._router
+
+    def _setup(self) -> None:
+        assembly, settings = self.assembly, self.settings
+        self._aws = aws = self._stack.enter_context(local_aws(assembly))
+        if settings.check_iam:
+            check = iam_check(assembly, aws.resolver, secret_arns(aws.physical))
+            self.iam = self._stack.enter_context(check.installed(aws.session))
+        self._scheduler = scheduler = Scheduler()
+        self._stack.callback(scheduler.stop)
+        self._create_local_queues()
+        self._stack.enter_context(self.queues.installed(aws.session))
+        self.environment = environment_union(assembly.functions(), aws.resolver)
+        overlay = {
+            **self.environment,
+            "AWS_REGION": LOCAL_REGION,
+            "AWS_DEFAULT_REGION": LOCAL_REGION,
+            **settings.environment,
+        }
+        self._stack.enter_context(patched_environ(overlay, remove=UNSAFE_VARIABLES))
+        self._runtime = runtime = self._stack.enter_context(ExecutionEnvironment(self.code_root))
+        # Lambda's init phase is not on the compressed clock: import the SDK now, or the
+        # first model call's ~1 s import would outlast a concurrent duplicate's retries.
+        if any(spec.is_model_step for spec in assembly.functions()):
+            importlib.import_module("anthropic")
+        handlers = {spec.logical_id: runtime.load(spec.handler) for spec in assembly.functions()}
+
+        pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="lambda")
+        self._stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+        async_settings = AsyncSettings(
+            seconds_per_minute=settings.seconds_per_minute,
+            timeout_cap_seconds=settings.timeout_cap_seconds,
+            seed=settings.seed,
+        )
+        for spec in assembly.functions():
+            self.functions[spec.logical_id] = AsyncFunction(
+                spec,
+                handlers[spec.logical_id],
+                function_identity(aws.ref(spec.logical_id)),
+                executor=pool,
+                scheduler=self._scheduler,
+                tracker=self.tracker,
+                settings=async_settings,
+                on_failure=self._on_failure_sender(spec),
+            )
+        self._start_pollers()
+        self._router = EventRouter(self._local_rules())
+        self._stack.enter_context(capture_put_events(self._router))
+        self.buses_v2 = EventBusesV2(
+            seconds_per_minute=settings.seconds_per_minute,
+            scheduler=scheduler,
+            tracker=self.tracker,
+        )
+        self._create_v2_buses(self.buses_v2)
+        self._stack.enter_context(self.buses_v2.installed(aws.session))
+
+    # -- EventBridge v2 ------------------------------------------------------------------------
+    def _create_v2_buses(self, buses: EventBusesV2) -> None:
+        aws = self.aws
+        for resource in self.assembly.of_type("AWS::EventsV2::EventBus"):
+            physical = aws.physical[resource.logical_id]
+            buses.add(LocalBusV2(physical.attributes["Name"], physical.attributes["Arn"]))
+        for spec in self.assembly.subscribers():
+            if not spec.enabled:
+                continue
+            where = f"{spec.display_name}.EventBusArn"
+            bus = buses.buses.get(str(aws.resolver.resolve(spec.event_bus_arn, where)))
+            if bus is None:
+                raise AssemblyError(f"{where}: not a v2 bus of the stack")
+            try:
+                patterns = [EventPattern(dict(p)) for p in spec.patterns]
+            except PatternError as exc:
+                raise AssemblyError(f"{spec.display_name}.FilterConfiguration: {exc}") from exc
+            bus.subscribers.append(
+                LocalSubscriber(
+                    spec.display_name,
+                    patterns,
+                    self._subscriber_target(spec),
+                    max_retry_attempts=int(
+                        spec.retry_policy.get("MaxRetryAttempts", DEFAULT_V2_RETRY_ATTEMPTS)
+                    ),
+                    max_event_age_seconds=int(
+                        spec.retry_policy.get("MaxEventAgeInSeconds", DEFAULT_V2_EVENT_AGE)
+                    ),
+                    may_deliver=self._subscriber_permission(spec),
+                    on_failure=self._subscriber_on_failure(spec),
+                )
+            )
+
+    def _subscriber_target(self, spec: SubscriberSpec) -> Target:
+        if spec.target_type == "AWS::SQS::Queue":
+            target = TargetSpec(
+                spec.logical_id, spec.target_arn, spec.target_logical_id, spec.target_type
+            )
+            return self._sqs_target(spec.display_name, target)
+        if spec.target_type == "AWS::Lambda::Function":
+            function = self.functions[str(spec.target_logical_id)]
+            return LambdaTarget(function, self.tracker, self.settings.duplicates)
+        raise AssemblyError(
+            f"{spec.display_name}: subscriber target type {spec.target_type} is not emulated"
+        )
+
+    def _subscriber_permission(self, spec: SubscriberSpec) -> Callable[[], None]:
+        if self.iam is None or spec.role_arn is None:
+            return lambda: None
+        key = f"subscriber:{spec.logical_id}"
+        self.iam.add_role(
+            key,
+            policies_of_role(self.assembly, self.aws.resolver, spec.role_arn, spec.display_name),
+        )
+        target_arn = str(self.aws.resolver.resolve(spec.target_arn, spec.display_name))
+        action = (
+            "sqs:SendMessage"
+            if spec.target_type == "AWS::SQS::Queue"
+            else ("lambda:InvokeFunction")
+        )
+        iam = self.iam
+
+        def check() -> None:
+            missing = iam.evaluate(key, [Permission(action, target_arn)])
+            if missing is not None:
+                raise DeliveryDenied(
+                    f"the subscriber's role may not {missing.action} on {missing.resource}"
+                )
+
+        return check
+
+    def _subscriber_on_failure(
+        self, spec: SubscriberSpec
+    ) -> Callable[[Mapping[str, Any], Exception], None] | None:
+        if spec.on_failure_arn is None:
+            return None
+        arn = str(self.aws.resolver.resolve(spec.on_failure_arn, spec.display_name))
+        local = self.queues.by_url_or_arn(arn)
+        url = queue_url_for_arn(self.aws.physical, arn)
+        sqs = self.aws.client("sqs")
+
+        def send(event: Mapping[str, Any], error: Exception) -> None:
+            attributes = {
+                "ERROR_CODE": {"DataType": "String", "StringValue": type(error).__name__},
+                "ERROR_MESSAGE": {"DataType": "String", "StringValue": str(error)[:256]},
+                "SUBSCRIBER": {"DataType": "String", "StringValue": spec.display_name},
+            }
+            body = json.dumps(event, default=str)
+            if local is not None:
+                local.send(body, attributes=attributes)
+            elif url is not None:
+                sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)
+
+        return send
+
+    # -- queues and their event source mappings --------------------------------------------------
+    def _create_local_queues(self) -> None:
+        """A compressed-clock queue for every mapped queue and its redrive target."""
+        assert self._scheduler is not None
+        aws = self.aws
+        wanted = [m.source_logical_id for m in self.assembly.event_source_mappings() if m.enabled]
+        dead_letters: dict[str, str] = {}  # queue logical id -> its redrive target's
+        created: dict[str, LocalQueue] = {}
+        while wanted:
+            logical_id = wanted.pop(0)
+            if logical_id in created:
+                continue
+            props = self.assembly.resources[logical_id].properties
+            attributes = aws.physical[logical_id].attributes
+            redrive = props.get("RedrivePolicy") or {}
+            created[logical_id] = LocalQueue(
+                attributes["QueueName"],
+                attributes["QueueUrl"],
+                attributes["Arn"],
+                visibility_timeout=int(props.get("VisibilityTimeout", 30)),
+                delay_seconds=int(props.get("DelaySeconds", 0)),
+                max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
+                seconds_per_minute=self.settings.seconds_per_minute,
+                scheduler=self._scheduler,
+                tracker=self.tracker,
+            )
+            self.queues.add(created[logical_id])
+            if redrive:
+                where = f"{logical_id}.RedrivePolicy"
+                target = aws.resolver.resolve(redrive["deadLetterTargetArn"], where)
+                target_id = next(
+                    (
+                        lid
+                        for lid, r in aws.physical.items()
+                        if r.resource_type == "AWS::SQS::Queue" and r.attributes["Arn"] == target
+                    ),
+                    None,
+                )
+                if target_id is None:
+                    raise AssemblyError(f"{where}: {target} is not a queue of the stack")
+                dead_letters[logical_id] = target_id
+                wanted.append(target_id)
+        for logical_id, target_id in dead_letters.items():
+            created[logical_id].dead_letter = created[target_id]
+
+    def _start_pollers(self) -> None:
+        for mapping in self.assembly.event_source_mappings():
+            if not mapping.enabled:
+                continue
+            function = self.functions[mapping.function_logical_id]
+            queue_name = self.aws.physical[mapping.source_logical_id].attributes["QueueName"]
+            queue = self.queues.queues[queue_name]
+            limit = mapping.max_concurrency or self.settings.concurrency
+            pool = ThreadPoolExecutor(
+                max_workers=min(limit, 64), thread_name_prefix=f"poller-{queue_name[-12:]}"
+            )
+            self._stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+            poller = MappingPoller(
+                queue,
+                self._synchronous_invoke(function),
+                name=function.spec.display_name,
+                batch_size=mapping.batch_size,
+                report_batch_item_failures=mapping.report_batch_item_failures,
+                max_concurrency=limit,
+                executor=pool,
+                tracker=self.tracker,
+                may_receive=self._poller_permission(function, queue, "sqs:ReceiveMessage"),
+                on_delete=lambda _n, f=function, q=queue: self._poller_permission(
+                    f, q, "sqs:DeleteMessage"
+                )(),
+            )
+            self.pollers.append(poller)
+            # Lambda checks these when it creates the mapping, and polls from then on, with
+            # messages or without.
+            self._poller_permission(function, queue, "sqs:GetQueueAttributes")()
+            self._poller_permission(function, queue, "sqs:ReceiveMessage")()
+
+    def _poller_permission(
+        self, function: AsyncFunction, queue: LocalQueue, action: str
+    ) -> Callable[[], bool]:
+        """Lambda's poller reads and deletes with the function's execution role."""
+
+        def allowed() -> bool:
+            if self.iam is None:
+                return True
+            missing = self.iam.evaluate(function.spec.logical_id, [Permission(action, queue.arn)])
+            if missing is None:
+                return True
+            self.tracker.fail(
+                EmulatorError(
+                    f"the event source mapping of {function.spec.display_name} cannot use its "
+                    f"queue {queue.name}: the role lacks {action}"
+                )
+            )
+            return False
+
+        return allowed
+
+    def _synchronous_invoke(self, function: AsyncFunction) -> Callable[[dict[str, Any]], Any]:
+        def invoke(event: dict[str, Any]) -> Any:
+            context = function.context(str(uuid.uuid4()))
+            with function.stats.lock:
+                function.stats.attempts += 1
+            try:
+                with identity.acting_as(function.spec.logical_id):
+                    result = function.handler(event, context)
+            except Exception as error:
+                with function.stats.lock:
+                    name = type(error).__name__
+                    function.stats.errors[name] = function.stats.errors.get(name, 0) + 1
+                raise
+            with function.stats.lock:
+                function.stats.succeeded += 1
+            return result
+
+        return invoke
+
+    def _queue_consumer(self, queue_name: str) -> AsyncFunction | None:
+        for mapping in self.assembly.event_source_mappings():
+            if not mapping.enabled:
+                continue
+            name = self.aws.physical[mapping.source_logical_id].attributes["QueueName"]
+            if name == queue_name:
+                return self.functions[mapping.function_logical_id]
+        return None
+
+    def _sqs_target(self, rule: str, target: Any) -> SqsTarget:
+        assert self._scheduler is not None
+        resolved = _resolved_target(self.aws.resolver, target, rule)
+        queue = self.queues.by_url_or_arn(str(resolved.arn))
+        if queue is not None:
+            local_queue = queue
+
+            def send(body: str) -> None:
+                local_queue.send(body)
+        else:
+            url = queue_url_for_arn(self.aws.physical, str(resolved.arn))
+            if url is None:
+                raise AssemblyError(
+                    f"{rule}: SQS target {resolved.arn} is not a queue of the stack"
+                )
+            sqs = self.aws.client("sqs")
+
+            def send(body: str) -> None:
+                sqs.send_message(QueueUrl=url, MessageBody=body)
+
+        consumer = self._queue_consumer(queue_name_of(str(resolved.arn)))
+
+        def delivered() -> None:
+            if consumer is not None:
+                with consumer.stats.lock:
+                    consumer.stats.deliveries += 1
+
+        return SqsTarget(
+            f"{rule} -> queue",
+            resolved,
+            send,
+            duplicates=self.settings.duplicates,
+            later=self._scheduler.call_later,
+            seconds_per_minute=self.settings.seconds_per_minute,
+            tracker=self.tracker,
+            on_delivery=delivered,
+        )
+
+    def _on_failure_sender(self, spec: FunctionSpec) -> Callable[[dict[str, Any]], None] | None:
+        if spec.on_failure is None:
+            return None
+        aws = self.aws
+        arn = aws.resolver.resolve(spec.on_failure, f"{spec.logical_id}.OnFailure")
+        queue_url = queue_url_for_arn(aws.physical, arn)
+        if queue_url is None:
+            raise AssemblyError(
+                f"{spec.display_name}: on-failure destination {arn} is not an SQS queue of "
+                "the stack; only SQS destinations are emulated"
+            )
+        sqs = aws.client("sqs")
+
+        def send(record: dict[str, Any]) -> None:
+            error_type = (record.get("responsePayload") or {}).get("errorType")
+            if error_type == IN_PROGRESS_ERROR:
+                with self._counter_lock:
+                    self.in_progress_exhausted += 1
+            logger.warning(
+                "%s: on-failure record (%s, %s)",
+                spec.display_name,
+                record["requestContext"]["condition"],
+                error_type,
+            )
+            sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(record, default=str))
+
+        return send
+
+    def _local_rules(self) -> list[LocalRule]:
+        resolver = self.aws.resolver
+        rules = []
+        for spec in self.assembly.rules():
+            if not spec.enabled:
+                continue
+            where = f"{spec.display_name}.EventPattern"
+            try:
+                pattern = EventPattern(resolver.resolve(dict(spec.event_pattern), where))
+            except PatternError as exc:
+                raise AssemblyError(f"{where}: {exc}") from exc
+            targets: list[Target] = []
+            for target in spec.targets:
+                if target.resource_type == "AWS::Lambda::Function":
+                    function = self.functions[str(target.resource_logical_id)]
+                    targets.append(LambdaTarget(function, self.tracker, self.settings.duplicates))
+                elif target.resource_type == "AWS::SQS::Queue":
+                    targets.append(self._sqs_target(spec.display_name, target))
+                elif target.resource_type == "AWS::SNS::Topic":
+                    resolved = _resolved_target(resolver, target, spec.display_name)
+                    sns = SnsTarget(
+                        f"{spec.display_name} -> topic",
+                        resolved.arn,
+                        resolved,
+                        self.aws.client("sns"),
+                    )
+                    self.sns_targets.append(sns)
+                    targets.append(sns)
+                else:
+                    raise AssemblyError(
+                        f"{spec.display_name}: target type {target.resource_type} is not emulated"
+                    )
+            bus = bus_name(resolver.resolve(spec.event_bus, where) if spec.event_bus else None)
+            rules.append(LocalRule(spec.display_name, bus, pattern, targets))
+        return rules
+
+    # -- running ---------------------------------------------------------------------------
+    def put_event(self, bus: str, event: Mapping[str, Any]) -> list[str]:
+        """Route one event (as an AWS service would emit it); returns the targets it reached."""
+        return self.router.put(bus, event)
+
+    def wait_until_settled(self) -> None:
+        """Block until no invocation is queued, running or waiting for a retry.
+
+        Raises :class:`EmulatorError` for a failure of the emulation itself and
+        :class:`RunTimeoutError` when the run does not settle in ``run_timeout_seconds``.
+        """
+        try:
+            idle = self.tracker.wait_idle(self.settings.run_timeout_seconds, self._tick)
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+        if self.tracker.errors:
+            error = self.tracker.errors[0]
+            logger.error("emulator error", exc_info=error)
+            raise EmulatorError(f"the local run failed internally: {type(error).__name__}: {error}")
+        if not idle:
+            raise RunTimeoutError(
+                f"the pipeline had not settled after {self.settings.run_timeout_seconds:.0f} s "
+                f"({self.tracker.pending} invocations still in flight)"
+            )
+
+    def _tick(self) -> None:
+        progress = self.progress
+        if progress is None or not progress.enabled:
+            return
+        stats = [snapshot(f.stats) for f in self.functions.values()]
+        total = sum(s["deliveries"] for s in stats)
+        done = sum(s["succeeded"] + s["on_failure"] for s in stats)
+        requests = self._model_request_count() if self._model_request_count else 0
+        progress.update(done, total, f"invocations settled, {requests} model requests")
+
+    def drain_event_sources(self) -> list[DrainResult]:
+        """What each event source mapping left on its queue (its poller ran all along)."""
+        return [DrainResult(poller.name, len(poller.queue)) for poller in self.pollers]
+
+    def queue_stats(self) -> dict[str, dict[str, Any]]:
+        """Counters of every local queue and of the mapping that polls it, by queue name."""
+        found: dict[str, dict[str, Any]] = {}
+        for queue in self.queues.queues.values():
+            found[queue.name] = {**vars(queue.stats), "left": len(queue)}
+        for poller in self.pollers:
+            found[poller.queue.name].update(
+                {
+                    "consumer": poller.name,
+                    "max_concurrency": poller.max_concurrency,
+                    **{k: v for k, v in vars(poller.stats).items() if k != "errors"},
+                }
+            )
+        return found
+
+    def function_stats(self) -> dict[str, Mapping[str, Any]]:
+        """Counters of every function, by display name."""
+        return {f.spec.display_name: snapshot(f.stats) for f in self.functions.values()}
+
+
+def _resolved_target(resolver: Any, target: Any, rule: str) -> Any:
+    where = f"{rule}.Targets.{target.target_id}"
+    return replace(
+        target,
+        arn=resolver.resolve(target.arn, where),
+        input_transformer=resolver.resolve(target.input_transformer, where),
+    )

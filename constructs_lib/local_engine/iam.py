@@ -1,0 +1,510 @@
+"""Least privilege, checked: every AWS call a handler makes is evaluated against its
+function's execution role as the template grants it.
+
+Per call, a botocore ``before-call`` hook (registered on every session while the check is
+open) turns the operation into IAM actions and resource ARNs (:func:`required_permissions`),
+finds the function running on the calling thread (:mod:`.identity`), and evaluates each
+(action, resource) against the role's policies with moto's evaluator,
+``moto.iam.access_control.IAMPolicy(document).is_action_permitted(action, resource)``:
+
+- an explicit Deny in any policy denies; otherwise an Allow in any policy allows; otherwise
+  the call is denied implicitly, as IAM does for an identity policy in one account;
+- a denied call never reaches moto: the handler gets botocore's ``ClientError`` with the
+  service's AccessDenied code and AWS's message shape, and the call is counted.
+
+The role's policies, read from the template and resolved by :mod:`.intrinsics`: the role's
+inline ``Policies``, its ``ManagedPolicyArns`` (AWS managed policies from moto's copy of
+their documents; customer managed ones from ``AWS::IAM::ManagedPolicy`` resources), and every
+``AWS::IAM::Policy`` / ``AWS::IAM::ManagedPolicy`` that lists the role in ``Roles``.
+
+Not evaluated (documented limits):
+
+- ``Condition`` blocks, except ``StringEquals`` (and its ``ForAllValues`` / ``ForAnyValue``
+  forms) on ``events:source`` and ``events:detail-type``, which are evaluated per PutEvents
+  entry. moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
+  and it answers DENIED for an Allow whose condition fails), so statements are evaluated one
+  by one: moto matches action and resource, and the condition is checked here. No other
+  request context (``aws:SourceArn``, ``dynamodb:LeadingKeys``, ``dynamodb:Attributes``...)
+  is built: such a condition is assumed to hold, and listed in
+  :attr:`IamCheck.unevaluated_conditions`;
+- resource policies (queue, topic, bucket, key policies), permission boundaries, SCPs and
+  session policies: one account, identity policies only;
+- KMS: moto does not encrypt, so no kms:Decrypt / kms:GenerateDataKey call happens;
+- the Lambda service's own calls (CloudWatch Logs delivery) are not made; the role's
+  ``logs:CreateLogStream`` / ``logs:PutLogEvents`` grants are never reported unused.
+
+IAM wildcards: ``*`` and ``?`` in actions and resources, matched case-insensitively for
+actions, as IAM does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import boto3
+import botocore.handlers
+from botocore.awsrequest import AWSResponse
+
+from . import identity
+from .assembly import CloudAssembly, FunctionSpec
+from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, Resolver, logical_id_of
+
+#: Set in a call's context when the call was denied, so later hooks leave it alone.
+DENIED_KEY = "local_engine.iam.denied"
+
+#: Grants the Lambda service uses on the function's behalf (log delivery), never a handler.
+PLATFORM_ACTIONS = frozenset({"logs:createlogstream", "logs:putlogevents", "logs:createloggroup"})
+
+# botocore service name -> IAM service prefix, where they differ.
+_PREFIX = {"cloudwatch": "cloudwatch", "eventbridgev2": "events", "logs": "logs"}
+# Operations whose IAM action is not <prefix>:<operation>.
+_ACTION = {
+    ("sqs", "DeleteMessageBatch"): "sqs:DeleteMessage",
+    ("sqs", "SendMessageBatch"): "sqs:SendMessage",
+    ("sqs", "ChangeMessageVisibilityBatch"): "sqs:ChangeMessageVisibility",
+    ("s3", "HeadObject"): "s3:GetObject",
+    ("s3", "ListObjectsV2"): "s3:ListBucket",
+    ("s3", "ListObjects"): "s3:ListBucket",
+    ("s3", "HeadBucket"): "s3:ListBucket",
+    ("s3", "ListObjectVersions"): "s3:ListBucketVersions",
+    ("s3", "GetObjectAttributes"): "s3:GetObjectAttributes",
+    ("eventbridgev2", "PutEvents"): "events:PutEvents",
+}
+_ACCESS_DENIED_CODE = {"s3": "AccessDenied", "sqs": "AccessDenied", "sns": "AuthorizationError"}
+# DynamoDB transactions have no IAM action of their own: each item needs its operation's.
+_TRANSACT_ITEM_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+    "Get": "dynamodb:GetItem",
+}
+
+
+def _arn(service: str, resource: str) -> str:
+    return f"arn:aws:{service}:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{resource}"
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One IAM action on one resource ARN, with the request context keys known for it
+    (``events:source`` and ``events:detail-type`` of a PutEvents entry)."""
+
+    action: str
+    resource: str
+    context: tuple[tuple[str, str], ...] = ()
+
+
+class SecretArns:
+    """Full secret ARNs (with their random ``-XXXXXX`` suffix) by name, for SecretId lookup."""
+
+    def __init__(self, arns: Iterable[str] = ()) -> None:
+        self._by_name = {_secret_name(arn): arn for arn in arns}
+
+    def full_arn(self, secret_id: str) -> str:
+        """The ARN AWS would evaluate for a SecretId (a name, a partial or a full ARN)."""
+        if secret_id.startswith("arn:"):
+            name = secret_id.split(":secret:", 1)[-1]
+            if re.search(r"-[A-Za-z0-9]{6}$", name) and name not in self._by_name:
+                return secret_id  # already complete, and not a name that ends like a suffix
+            return self._by_name.get(name, secret_id)
+        return self._by_name.get(secret_id, _arn("secretsmanager", f"secret:{secret_id}-AbCdEf"))
+
+
+def _secret_name(arn: str) -> str:
+    return re.sub(r"-[A-Za-z0-9]{6}$", "", arn.split(":secret:", 1)[-1])
+
+
+def _queue_arn(url: str) -> str:
+    return _arn("sqs", urlparse(url).path.rstrip("/").rsplit("/", 1)[-1])
+
+
+def _table_arn(name: str, index: str | None = None) -> str:
+    if name.startswith("arn:"):
+        return name
+    return _arn("dynamodb", f"table/{name}" + (f"/index/{index}" if index else ""))
+
+
+def _bus_arn(name: str | None) -> str:
+    if name and name.startswith("arn:"):
+        return name
+    return _arn("events", f"event-bus/{name or 'default'}")
+
+
+def required_permissions(
+    service: str, operation: str, params: Mapping[str, Any], secrets: SecretArns
+) -> list[Permission]:
+    """The (action, resource) pairs IAM checks for one call, with realistic ARNs."""
+    prefix = _PREFIX.get(service, service)
+    action = _ACTION.get((service, operation), f"{prefix}:{operation}")
+    if service == "dynamodb":
+        if operation in ("BatchWriteItem", "BatchGetItem"):
+            return [Permission(action, _table_arn(t)) for t in params.get("RequestItems") or {}]
+        if operation in ("TransactWriteItems", "TransactGetItems"):
+            found = []
+            for item in params.get("TransactItems") or []:
+                for kind, body in item.items():
+                    found.append(
+                        Permission(_TRANSACT_ITEM_ACTIONS[kind], _table_arn(body["TableName"]))
+                    )
+            return found
+        table = params.get("TableName")
+        if table:
+            return [Permission(action, _table_arn(str(table), params.get("IndexName")))]
+        return [Permission(action, "*")]
+    if service == "sqs":
+        if "QueueUrl" in params:
+            return [Permission(action, _queue_arn(str(params["QueueUrl"])))]
+        if "QueueName" in params:
+            return [Permission(action, _arn("sqs", str(params["QueueName"])))]
+        return [Permission(action, "*")]
+    if service == "s3":
+        bucket = params.get("Bucket")
+        if not bucket:
+            return [Permission(action, "*")]
+        key = params.get("Key")
+        if key is None:
+            return [Permission(action, f"arn:aws:s3:::{bucket}")]
+        if params.get("VersionId") and action in ("s3:GetObject", "s3:DeleteObject"):
+            action += "Version"
+        return [Permission(action, f"arn:aws:s3:::{bucket}/{unquote(str(key))}")]
+    if operation == "PutEvents" and service in ("events", "eventbridgev2"):
+        # One check per bus, source and detail-type: policies may condition on the last two.
+        found = {
+            Permission(
+                action,
+                str(params["EventBusArn"])
+                if service == "eventbridgev2"
+                else _bus_arn(entry.get("EventBusName")),
+                (
+                    ("events:detail-type", str(entry.get("DetailType", ""))),
+                    ("events:source", str(entry.get("Source", ""))),
+                ),
+            )
+            for entry in params.get("Entries") or []
+        }
+        return sorted(found, key=repr) or [Permission(action, _bus_arn(None))]
+    if service == "secretsmanager" and "SecretId" in params:
+        return [Permission(action, secrets.full_arn(str(params["SecretId"])))]
+    if service == "sns" and ("TopicArn" in params or "TargetArn" in params):
+        return [Permission(action, str(params.get("TopicArn") or params.get("TargetArn")))]
+    return [Permission(action, "*")]
+
+
+def _pattern_for_moto(pattern: str) -> str:
+    """An IAM wildcard pattern as moto's matcher wants it.
+
+    moto turns ``*`` into ``.*`` and matches the rest as a regular expression; so every
+    other regex character is escaped and IAM's ``?`` (one character) becomes ``.``.
+    """
+    escaped = re.escape(pattern).replace(r"\*", "*").replace(r"\?", ".")
+    return escaped
+
+
+def _moto_statement(statement: Mapping[str, Any]) -> dict[str, Any]:
+    prepared = {k: v for k, v in statement.items() if k != "Condition"}
+    for key in ("Action", "NotAction"):
+        if key in prepared:
+            values = prepared[key] if isinstance(prepared[key], list) else [prepared[key]]
+            prepared[key] = [_pattern_for_moto(str(v).lower()) for v in values]
+    for key in ("Resource", "NotResource"):
+        if key in prepared:
+            values = prepared[key] if isinstance(prepared[key], list) else [prepared[key]]
+            prepared[key] = [_pattern_for_moto(str(v)) for v in values]
+    return prepared
+
+
+@dataclass
+class RolePolicies:
+    """The resolved identity policies of one function's execution role."""
+
+    function: str  # display name
+    role_name: str
+    documents: list[Mapping[str, Any]]
+    unevaluated_conditions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from moto.iam.access_control import IAMPolicyStatement
+
+        # Each statement: moto's evaluator (action and resource, without the condition) and
+        # the condition, evaluated here (moto's answers DENIED for an Allow whose condition
+        # fails, where IAM would simply not apply the statement).
+        self._statements: list[tuple[Any, Mapping[str, Any]]] = []
+        for document in self.documents:
+            statements = document.get("Statement") or []
+            if isinstance(statements, Mapping):
+                statements = [statements]
+            for statement in statements:
+                condition = statement.get("Condition") or {}
+                if condition and not _evaluable(condition):
+                    self.unevaluated_conditions.append(f"{self.function}: {json.dumps(condition)}")
+                self._statements.append((IAMPolicyStatement(_moto_statement(statement)), condition))
+
+    def decide(self, permission: Permission) -> str:
+        """``allowed``, ``denied`` (explicit Deny) or ``implicit`` (no Allow)."""
+        from moto.iam.access_control import PermissionResult
+
+        results = [
+            statement.is_action_permitted(permission.action.lower(), permission.resource)
+            for statement, condition in self._statements
+            if _condition_holds(condition, dict(permission.context))
+        ]
+        if PermissionResult.DENIED in results:
+            return "denied"
+        if PermissionResult.PERMITTED in results:
+            return "allowed"
+        return "implicit"
+
+    def granted(self) -> list[tuple[str, str]]:
+        """Every (action pattern, resource pattern) an Allow statement grants."""
+        found = []
+        for document in self.documents:
+            statements = document.get("Statement") or []
+            if isinstance(statements, Mapping):
+                statements = [statements]
+            for statement in statements:
+                if statement.get("Effect") != "Allow" or "Action" not in statement:
+                    continue
+                actions = _as_list(statement["Action"])
+                resources = _as_list(statement.get("Resource", "*"))
+                found += [(str(a), str(r)) for a in actions for r in resources]
+        return found
+
+
+#: Condition operators evaluated here (with the request context a call carries).
+_STRING_EQUALS = ("StringEquals", "ForAllValues:StringEquals", "ForAnyValue:StringEquals")
+#: Context keys the local run knows for the calls that carry them.
+KNOWN_CONTEXT_KEYS = frozenset({"events:source", "events:detail-type"})
+
+
+def _evaluable(condition: Mapping[str, Any]) -> bool:
+    return all(
+        operator in _STRING_EQUALS and set(values) <= KNOWN_CONTEXT_KEYS
+        for operator, values in condition.items()
+    )
+
+
+def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, str]) -> bool:
+    """StringEquals on a known key is evaluated; anything else is assumed to hold (and was
+    listed in ``unevaluated_conditions``)."""
+    for operator, values in condition.items():
+        if operator not in _STRING_EQUALS:
+            continue
+        for key, expected in values.items():
+            if key not in context:
+                continue
+            if context[key] not in _as_list(expected):
+                return False
+    return True
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _aws_managed_policy(arn: str) -> Mapping[str, Any] | None:
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+
+    name = arn.rsplit("/", 1)[-1]
+    data = json.loads(aws_managed_policies_data)
+    entry = data.get(name)
+    return entry.get("Document") if isinstance(entry, Mapping) else None
+
+
+def role_policies(
+    assembly: CloudAssembly, resolver: Resolver, function: FunctionSpec
+) -> RolePolicies:
+    """The policies of ``function``'s execution role, resolved (see the module docstring)."""
+    raw = assembly.resources[function.logical_id].properties.get("Role")
+    return policies_of_role(assembly, resolver, raw, function.display_name)
+
+
+def policies_of_role(
+    assembly: CloudAssembly, resolver: Resolver, raw: Any, display_name: str
+) -> RolePolicies:
+    """The resolved policies of the role ``raw`` (a Ref / GetAtt of an ``AWS::IAM::Role``)
+    names; ``display_name`` labels who uses it."""
+    role_id = logical_id_of(raw)
+    documents: list[Mapping[str, Any]] = []
+    role_name = str(resolver.resolve(raw, f"{display_name}.Role")).rsplit("/", 1)[-1]
+    if role_id is None or role_id not in assembly.resources:
+        # An imported role: nothing in the template says what it may do.
+        return RolePolicies(display_name, role_name, documents)
+    role = assembly.resources[role_id].properties
+    where = f"{role_id}"
+    for index, inline in enumerate(role.get("Policies") or []):
+        documents.append(resolver.resolve(inline["PolicyDocument"], f"{where}.Policies[{index}]"))
+    managed_arns = [resolver.resolve(a, where) for a in role.get("ManagedPolicyArns") or []]
+    for resource in assembly.resources.values():
+        if resource.resource_type not in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            continue
+        roles = [logical_id_of(r) for r in resource.properties.get("Roles") or []]
+        if role_id in roles:
+            documents.append(
+                resolver.resolve(
+                    resource.properties["PolicyDocument"], f"{resource.logical_id}.PolicyDocument"
+                )
+            )
+    for arn in managed_arns:
+        local = [
+            r
+            for r in assembly.of_type("AWS::IAM::ManagedPolicy")
+            if resolver.resolve({"Ref": r.logical_id}, where) == arn
+        ]
+        if local:
+            documents.append(resolver.resolve(local[0].properties["PolicyDocument"], where))
+            continue
+        document = _aws_managed_policy(str(arn))
+        if document is not None:
+            documents.append(document)
+    return RolePolicies(display_name, role_name, documents)
+
+
+@dataclass(frozen=True)
+class Denial:
+    """One denied call: who, what, on which resource."""
+
+    function: str
+    action: str
+    resource: str
+
+
+class IamCheck:
+    """Counts and decisions of one run. Open with :meth:`installed`."""
+
+    def __init__(self, roles: Mapping[str, RolePolicies], secrets: SecretArns) -> None:
+        self.roles = dict(roles)  # by function logical id
+        self.secrets = secrets
+        self.calls = 0
+        self.denials: list[Denial] = []
+        self.used: dict[str, Counter[str]] = {lid: Counter() for lid in roles}
+        self._lock = threading.Lock()
+
+    def add_role(self, key: str, role: RolePolicies) -> None:
+        """Evaluate calls made as ``key`` (a service acting with a role) too."""
+        self.roles[key] = role
+        self.used.setdefault(key, Counter())
+
+    @property
+    def unevaluated_conditions(self) -> list[str]:
+        """Conditions in the roles' statements that were assumed to hold."""
+        return [c for role in self.roles.values() for c in role.unevaluated_conditions]
+
+    def evaluate(self, function_id: str, permissions: Sequence[Permission]) -> Permission | None:
+        """Count one call; return the first permission it lacks, else None."""
+        role = self.roles.get(function_id)
+        if role is None:
+            return None
+        with self._lock:
+            self.calls += 1
+        for permission in permissions:
+            if role.decide(permission) != "allowed":
+                with self._lock:
+                    self.denials.append(
+                        Denial(role.function, permission.action, permission.resource)
+                    )
+                return permission
+            with self._lock:
+                self.used[function_id][f"{permission.action}|{permission.resource}"] += 1
+        return None
+
+    def unused_grants(self) -> dict[str, list[str]]:
+        """Per function, granted ``action on resource`` that no evaluated call used.
+
+        Log delivery grants (the Lambda service's) are left out.
+        """
+        from moto.iam.access_control import IAMPolicyStatement, PermissionResult
+
+        found: dict[str, list[str]] = {}
+        for function_id, role in self.roles.items():
+            used = [key.split("|", 1) for key in self.used[function_id]]
+            unused = []
+            for action, resource in role.granted():
+                if action.lower() in PLATFORM_ACTIONS:
+                    continue
+                statement = IAMPolicyStatement(
+                    _moto_statement({"Effect": "Allow", "Action": action, "Resource": resource})
+                )
+                if (
+                    not any(
+                        statement.is_action_permitted(a.lower(), r) == PermissionResult.PERMITTED
+                        for a, r in used
+                    )
+                    and f"{action} on {resource}" not in unused
+                ):
+                    unused.append(f"{action} on {resource}")
+            found[role.function] = unused
+        return found
+
+    # -- the hook ----------------------------------------------------------------------------
+    def _before_call(self, model: Any, context: dict[str, Any], **_: Any) -> Any:
+        function_id = identity.current()
+        if function_id is None or function_id not in self.roles:
+            return None
+        params = context.get(_PARAMS_KEY) or {}
+        service = model.service_model.service_name
+        permissions = required_permissions(service, model.name, params, self.secrets)
+        missing = self.evaluate(function_id, permissions)
+        if missing is None:
+            return None
+        context[DENIED_KEY] = True  # type: ignore[index]  # later hooks must not act
+        role = self.roles[function_id]
+        code = _ACCESS_DENIED_CODE.get(service, "AccessDeniedException")
+        message = (
+            f"User: arn:aws:sts::{LOCAL_ACCOUNT}:assumed-role/{role.role_name}/"
+            f"{role.function} is not authorized to perform: {missing.action} on resource: "
+            f"{missing.resource} because no identity-based policy allows the "
+            f"{missing.action} action"
+        )
+        response = AWSResponse("https://local-iam/", 403 if service == "s3" else 400, {}, None)
+        parsed = {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": response.status_code},
+        }
+        return response, parsed
+
+    @contextmanager
+    def installed(self, *sessions: boto3.session.Session) -> Iterator[IamCheck]:
+        """Evaluate every call made while open: on sessions created meanwhile (as event_bus
+        does), on boto3's default session, and on ``sessions`` (created earlier)."""
+
+        def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
+            context[_PARAMS_KEY] = dict(params)
+
+        hooks = [
+            ("before-parameter-build", remember),
+            ("before-call", self._before_call),
+        ]
+        botocore.handlers.BUILTIN_HANDLERS.extend(hooks)
+        existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
+        for session in existing:
+            for event_name, hook in hooks:
+                session.events.register(event_name, hook)
+        try:
+            with identity.inherit_in_new_threads():
+                yield self
+        finally:
+            for hook in hooks:
+                botocore.handlers.BUILTIN_HANDLERS.remove(hook)
+            for session in existing:
+                for event_name, hook in hooks:
+                    session.events.unregister(event_name, hook)
+
+
+_PARAMS_KEY = "local_engine.iam.params"
+
+
+def iam_check(assembly: CloudAssembly, resolver: Resolver, secret_arns: Iterable[str]) -> IamCheck:
+    """An :class:`IamCheck` over every function of ``assembly``."""
+    roles = {
+        spec.logical_id: role_policies(assembly, resolver, spec) for spec in assembly.functions()
+    }
+    return IamCheck(roles, SecretArns(secret_arns))

@@ -1,0 +1,550 @@
+"""SQS queues that feed a Lambda event source mapping, on the run's compressed clock.
+
+moto's SQS keeps real time: a 540 s visibility timeout or a 900 s ``DelaySeconds`` would hold
+a local run for minutes. So every queue that is the source of an ``AWS::Lambda::
+EventSourceMapping`` is kept here instead, and every SQS call any client in the process
+makes to it (a handler's ``SendMessage`` with ``DelaySeconds``, ``ChangeMessageVisibility``,
+the Lambda on-failure send, ...) is answered by a botocore ``before-call`` hook from this
+queue, after :mod:`.iam` has evaluated it. Times are converted with ``seconds_per_minute``
+(local seconds per minute of AWS time): a delay of 60 s lasts ``seconds_per_minute`` locally.
+
+Emulated, per queue (from the template): ``VisibilityTimeout`` (default 30 s),
+``DelaySeconds``, ``RedrivePolicy`` (``maxReceiveCount``: a receive beyond it moves the
+message to the dead-letter queue instead), message attributes, and the attributes Lambda
+puts in a record (``ApproximateReceiveCount``, ``SentTimestamp``,
+``ApproximateFirstReceiveTimestamp``, ``SenderId``). Per mapping: ``BatchSize``,
+``ReportBatchItemFailures`` and ``ScalingConfig.MaximumConcurrency`` (at most that many
+invocations at once; without it, the engine's ``concurrency``). The poller calls the
+function synchronously, deletes what succeeded, and leaves failures to their visibility
+timeout, as Lambda's does.
+
+Not emulated: retention (a run is minutes long), FIFO, long polling, batching windows, and
+SQS's occasional duplicate receive of a standard queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Executor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import boto3
+import botocore.handlers
+from botocore.awsrequest import AWSResponse
+
+from .iam import DENIED_KEY
+from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
+from .scheduling import Scheduler, WorkTracker
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_VISIBILITY_TIMEOUT = 30
+MAX_DELAY_SECONDS = 900
+MAX_VISIBILITY_TIMEOUT = 43_200
+_PARAMS_KEY = "local_engine.sqs.params"
+
+
+class QueueCallError(Exception):
+    """An SQS call this emulation answers with an error (``code``), as SQS would."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class _Message:
+    message_id: str
+    body: str
+    attributes: dict[str, Any]
+    sent_ms: int
+    visible_at: float  # time.monotonic()
+    receive_count: int = 0
+    first_receive_ms: int | None = None
+    receipt: str | None = None
+    in_flight: bool = False
+
+
+@dataclass
+class QueueStats:
+    """Counters of one queue."""
+
+    sent: int = 0
+    received: int = 0
+    deleted: int = 0
+    redriven: int = 0  # moved to the dead-letter queue by maxReceiveCount
+    visibility_changes: int = 0
+    delayed_sends: int = 0
+
+
+class LocalQueue:
+    """One standard queue on the compressed clock."""
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        arn: str,
+        *,
+        visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
+        delay_seconds: int = 0,
+        max_receive_count: int | None = None,
+        seconds_per_minute: float,
+        scheduler: Scheduler,
+        tracker: WorkTracker,
+    ) -> None:
+        self.name, self.url, self.arn = name, url, arn
+        self.visibility_timeout = visibility_timeout
+        self.delay_seconds = delay_seconds
+        self.max_receive_count = max_receive_count
+        self.dead_letter: LocalQueue | None = None
+        self.stats = QueueStats()
+        self.on_visible: Callable[[], None] = lambda: None
+        self.tracked = False  # a consumer exists: messages count as work in flight
+        self._scale = seconds_per_minute / 60.0
+        self._scheduler = scheduler
+        self._tracker = tracker
+        self._messages: dict[str, _Message] = {}
+        self._by_receipt: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- producers -----------------------------------------------------------------------------
+    def send(
+        self,
+        body: str,
+        *,
+        delay_seconds: int | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> str:
+        """SendMessage; returns the message id. ``delay_seconds`` in AWS seconds (0-900)."""
+        delay = self.delay_seconds if delay_seconds is None else int(delay_seconds)
+        if not 0 <= delay <= MAX_DELAY_SECONDS:
+            raise QueueCallError(
+                "InvalidParameterValue",
+                f"Value {delay} for parameter DelaySeconds is invalid. Reason: must be "
+                f"between 0 and {MAX_DELAY_SECONDS}, if provided.",
+            )
+        message = _Message(
+            message_id=str(uuid.uuid4()),
+            body=body,
+            attributes=dict(attributes or {}),
+            sent_ms=int(time.time() * 1000),
+            visible_at=time.monotonic() + delay * self._scale,
+        )
+        self._add(message)
+        with self._lock:
+            self.stats.sent += 1
+            self.stats.delayed_sends += 1 if delay else 0
+        self._wake_at(message.visible_at)
+        return message.message_id
+
+    def _add(self, message: _Message) -> None:
+        if self.tracked:
+            self._tracker.begin()
+        with self._lock:
+            self._messages[message.message_id] = message
+
+    # -- consumers -----------------------------------------------------------------------------
+    def receive(self, max_messages: int) -> tuple[list[dict[str, Any]], list[_Message]]:
+        """Up to ``max_messages`` visible messages, now in flight for the visibility timeout;
+        also the messages moved to the dead-letter queue by this receive (redrive)."""
+        now = time.monotonic()
+        taken: list[dict[str, Any]] = []
+        redriven: list[_Message] = []
+        with self._lock:
+            for message in sorted(self._messages.values(), key=lambda m: m.visible_at):
+                if len(taken) >= max_messages:
+                    break
+                if message.visible_at > now:
+                    continue  # delayed, or in flight within its visibility timeout
+                if (
+                    self.max_receive_count is not None
+                    and self.dead_letter is not None
+                    and message.receive_count >= self.max_receive_count
+                ):
+                    del self._messages[message.message_id]
+                    redriven.append(message)
+                    continue
+                message.receive_count += 1
+                message.first_receive_ms = message.first_receive_ms or int(time.time() * 1000)
+                if message.receipt:
+                    self._by_receipt.pop(message.receipt, None)
+                message.receipt = uuid.uuid4().hex + message.message_id
+                self._by_receipt[message.receipt] = message.message_id
+                message.in_flight = True
+                message.visible_at = now + self.visibility_timeout * self._scale
+                taken.append(self._view(message))
+                self.stats.received += 1
+            self.stats.redriven += len(redriven)
+        for message in taken:
+            self._wake_at(self._messages_visible_at(message["MessageId"]))
+        for message in redriven:
+            assert self.dead_letter is not None
+            # SQS keeps the message id, body and attributes when it moves a message.
+            message.in_flight, message.receipt = False, None
+            message.visible_at = time.monotonic()
+            self.dead_letter._add(message)
+            self.dead_letter._wake_at(message.visible_at)
+            if self.tracked:
+                self._tracker.end()
+        return taken, redriven
+
+    def _messages_visible_at(self, message_id: str) -> float:
+        with self._lock:
+            message = self._messages.get(message_id)
+            return message.visible_at if message else time.monotonic()
+
+    def _view(self, message: _Message) -> dict[str, Any]:
+        return {
+            "MessageId": message.message_id,
+            "ReceiptHandle": message.receipt,
+            "Body": message.body,
+            "MD5OfBody": hashlib.md5(message.body.encode()).hexdigest(),
+            "MessageAttributes": dict(message.attributes),
+            "Attributes": {
+                "ApproximateReceiveCount": str(message.receive_count),
+                "SentTimestamp": str(message.sent_ms),
+                "ApproximateFirstReceiveTimestamp": str(message.first_receive_ms),
+                "SenderId": LOCAL_ACCOUNT,
+            },
+        }
+
+    def delete(self, receipt: str) -> None:
+        """DeleteMessage (a stale or unknown receipt handle is accepted, as SQS does)."""
+        with self._lock:
+            message_id = self._by_receipt.pop(receipt, None)
+            message = self._messages.pop(message_id, None) if message_id else None
+            if message is not None:
+                self.stats.deleted += 1
+        if message is not None and self.tracked:
+            self._tracker.end()
+
+    def change_visibility(self, receipt: str, timeout: int) -> None:
+        """ChangeMessageVisibility of an in-flight message (``timeout`` in AWS seconds)."""
+        if not 0 <= int(timeout) <= MAX_VISIBILITY_TIMEOUT:
+            raise QueueCallError(
+                "InvalidParameterValue",
+                f"Value {timeout} for parameter VisibilityTimeout is invalid. Reason: must be "
+                f"between 0 and {MAX_VISIBILITY_TIMEOUT}.",
+            )
+        with self._lock:
+            message = self._messages.get(self._by_receipt.get(receipt, ""))
+            if message is None or not message.in_flight:
+                raise QueueCallError(
+                    "MessageNotInflight", "The message referred to isn't in flight."
+                )
+            message.visible_at = time.monotonic() + int(timeout) * self._scale
+            self.stats.visibility_changes += 1
+            visible_at = message.visible_at
+        self._wake_at(visible_at)
+
+    def release(self, message_id: str) -> None:
+        """The consumer is done with an in-flight message it did not delete: it becomes
+        visible again when its visibility timeout ends (nothing to do now but wake then)."""
+        self._wake_at(self._messages_visible_at(message_id))
+
+    def attributes(self) -> dict[str, str]:
+        """GetQueueAttributes: the approximate counts and the settings."""
+        now = time.monotonic()
+        with self._lock:
+            messages = list(self._messages.values())
+        visible = sum(1 for m in messages if m.visible_at <= now)
+        return {
+            "QueueArn": self.arn,
+            "ApproximateNumberOfMessages": str(visible),
+            "ApproximateNumberOfMessagesNotVisible": str(
+                sum(1 for m in messages if m.in_flight and m.visible_at > now)
+            ),
+            "ApproximateNumberOfMessagesDelayed": str(
+                sum(1 for m in messages if not m.in_flight and m.visible_at > now)
+            ),
+            "VisibilityTimeout": str(self.visibility_timeout),
+            "DelaySeconds": str(self.delay_seconds),
+        }
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._messages)
+
+    def _wake_at(self, when: float) -> None:
+        self._scheduler.call_later(max(0.0, when - time.monotonic()), self.on_visible)
+
+
+Invoke = Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class PollerStats:
+    """Counters of one event source mapping."""
+
+    invocations: int = 0
+    records: int = 0
+    first_receives: int = 0  # records with ApproximateReceiveCount 1
+    function_errors: int = 0
+    item_failures: int = 0
+    peak_concurrency: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class MappingPoller:
+    """Lambda's SQS poller for one mapping: at most ``max_concurrency`` invocations at once,
+    each with up to ``batch_size`` records, started as soon as messages are visible."""
+
+    def __init__(
+        self,
+        queue: LocalQueue,
+        invoke: Invoke,
+        *,
+        name: str,
+        batch_size: int,
+        report_batch_item_failures: bool,
+        max_concurrency: int,
+        executor: Executor,
+        tracker: WorkTracker,
+        may_receive: Callable[[], bool] = lambda: True,
+        on_delete: Callable[[int], None] = lambda _n: None,
+    ) -> None:
+        self.queue = queue
+        self.name = name
+        self.stats = PollerStats()
+        self._invoke = invoke
+        self._batch_size = max(1, min(10, batch_size))
+        self._report_failures = report_batch_item_failures
+        self.max_concurrency = self._max = max(1, max_concurrency)
+        self._executor = executor
+        self._tracker = tracker
+        self._may_receive = may_receive
+        self._on_delete = on_delete
+        self._running = 0
+        self._lock = threading.Lock()
+        queue.on_visible = self.kick
+        queue.tracked = True
+
+    def kick(self) -> None:
+        """Start invocations while there is room and visible messages (never blocks)."""
+        while True:
+            with self._lock:
+                if self._running >= self._max:
+                    return
+                self._running += 1
+            started = False
+            try:
+                if not self._may_receive():
+                    return
+                records, _ = self.queue.receive(self._batch_size)
+                if records:
+                    self._tracker.begin()
+                    self._executor.submit(self._run, records)
+                    started = True
+            except RuntimeError:  # the executor is shut down: the run is over
+                return
+            finally:
+                if not started:
+                    with self._lock:
+                        self._running -= 1
+            if not started:
+                return
+            with self._lock:
+                self.stats.peak_concurrency = max(self.stats.peak_concurrency, self._running)
+
+    def _run(self, messages: list[dict[str, Any]]) -> None:
+        try:
+            self._invoke_batch(messages)
+        except BaseException as exc:  # an emulator bug
+            self._tracker.fail(exc)
+        finally:
+            with self._lock:
+                self._running -= 1
+            self._tracker.end()
+            self.kick()
+
+    def _invoke_batch(self, messages: list[dict[str, Any]]) -> None:
+        records = [lambda_sqs_record(message, self.queue.arn) for message in messages]
+        with self._lock:
+            self.stats.invocations += 1
+            self.stats.records += len(records)
+            self.stats.first_receives += sum(
+                1 for m in messages if m["Attributes"]["ApproximateReceiveCount"] == "1"
+            )
+        try:
+            response = self._invoke({"Records": records})
+        except Exception as exc:  # a function error: the whole batch stays
+            with self._lock:
+                self.stats.function_errors += 1
+                name = type(exc).__name__
+                self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
+            for message in messages:
+                self.queue.release(message["MessageId"])
+            return
+        failed: set[str] = set()
+        if self._report_failures and isinstance(response, dict):
+            failed = {
+                str(item.get("itemIdentifier"))
+                for item in response.get("batchItemFailures") or []
+                if isinstance(item, dict)
+            }
+        with self._lock:
+            self.stats.item_failures += len(failed)
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for message in done:
+            self.queue.delete(message["ReceiptHandle"])
+        if done:
+            self._on_delete(len(done))
+        for message in messages:
+            if message["MessageId"] in failed:
+                self.queue.release(message["MessageId"])
+
+
+def lambda_sqs_record(message: Mapping[str, Any], queue_arn: str) -> dict[str, Any]:
+    """One record of the SQS event Lambda sends, from a ReceiveMessage entry."""
+    attributes = {
+        name: {
+            "stringValue": value.get("StringValue"),
+            "binaryValue": value.get("BinaryValue"),
+            "stringListValues": [],
+            "binaryListValues": [],
+            "dataType": value.get("DataType", "String"),
+        }
+        for name, value in (message.get("MessageAttributes") or {}).items()
+    }
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message.get("Body", ""),
+        "attributes": dict(message.get("Attributes") or {}),
+        "messageAttributes": attributes,
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": LOCAL_REGION,
+    }
+
+
+def queue_name_of(url_or_arn: str) -> str:
+    """The queue name in a queue URL or ARN."""
+    if url_or_arn.startswith("arn:"):
+        return url_or_arn.rsplit(":", 1)[-1]
+    return urlparse(url_or_arn).path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class LocalQueues:
+    """The queues kept here, by name, and the botocore hook that answers calls to them."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, LocalQueue] = {}
+        self._batch_ids = itertools.count()
+
+    def add(self, queue: LocalQueue) -> None:
+        """Keep ``queue`` (its name must be unique)."""
+        self.queues[queue.name] = queue
+
+    def by_url_or_arn(self, value: str) -> LocalQueue | None:
+        """The local queue a URL or ARN names, else None (a moto queue)."""
+        return self.queues.get(queue_name_of(value))
+
+    # -- the hook ------------------------------------------------------------------------------
+    def _before_call(self, model: Any, context: Mapping[str, Any], **_: Any) -> Any:
+        if model.service_model.service_name != "sqs" or context.get(DENIED_KEY):
+            return None
+        params = context.get(_PARAMS_KEY) or {}
+        if "QueueUrl" in params:
+            queue = self.by_url_or_arn(str(params["QueueUrl"]))
+        elif "QueueName" in params:
+            queue = self.queues.get(str(params["QueueName"]))
+        else:
+            queue = None
+        if queue is None:
+            return None  # moto answers
+        try:
+            parsed = self._answer(queue, model.name, params)
+        except QueueCallError as exc:
+            response = AWSResponse(queue.url, 400, {}, None)
+            return response, {
+                "Error": {"Code": exc.code, "Message": str(exc)},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            }
+        parsed.setdefault("ResponseMetadata", {"HTTPStatusCode": 200})
+        return AWSResponse(queue.url, 200, {}, None), parsed
+
+    def _answer(self, queue: LocalQueue, operation: str, params: Mapping[str, Any]) -> dict:
+        if operation == "SendMessage":
+            body = str(params["MessageBody"])
+            message_id = queue.send(
+                body,
+                delay_seconds=params.get("DelaySeconds"),
+                attributes=params.get("MessageAttributes"),
+            )
+            return {"MessageId": message_id, "MD5OfMessageBody": _md5(body)}
+        if operation == "SendMessageBatch":
+            successful = []
+            for entry in params.get("Entries") or []:
+                body = str(entry["MessageBody"])
+                message_id = queue.send(
+                    body,
+                    delay_seconds=entry.get("DelaySeconds"),
+                    attributes=entry.get("MessageAttributes"),
+                )
+                successful.append(
+                    {"Id": entry["Id"], "MessageId": message_id, "MD5OfMessageBody": _md5(body)}
+                )
+            return {"Successful": successful, "Failed": []}
+        if operation == "ChangeMessageVisibility":
+            queue.change_visibility(str(params["ReceiptHandle"]), int(params["VisibilityTimeout"]))
+            return {}
+        if operation == "DeleteMessage":
+            queue.delete(str(params["ReceiptHandle"]))
+            return {}
+        if operation == "DeleteMessageBatch":
+            for entry in params.get("Entries") or []:
+                queue.delete(str(entry["ReceiptHandle"]))
+            return {"Successful": [{"Id": e["Id"]} for e in params.get("Entries") or []]}
+        if operation == "ReceiveMessage":
+            messages, _ = queue.receive(int(params.get("MaxNumberOfMessages", 1)))
+            return {"Messages": messages} if messages else {}
+        if operation == "GetQueueAttributes":
+            return {"Attributes": queue.attributes()}
+        if operation == "GetQueueUrl":
+            return {"QueueUrl": queue.url}
+        raise QueueCallError(
+            "UnsupportedOperation", f"{operation} is not emulated on the local queue {queue.name}"
+        )
+
+    @contextmanager
+    def installed(self, *sessions: boto3.session.Session) -> Iterator[LocalQueues]:
+        """Answer SQS calls to the local queues while open (every session, as iam does)."""
+
+        def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
+            context[_PARAMS_KEY] = dict(params)
+
+        hooks = [
+            # Unqualified names, as iam's: botocore calls more specific handlers first, and
+            # iam's decision must come before this hook acts.
+            ("before-parameter-build", remember),
+            ("before-call", self._before_call),
+        ]
+        botocore.handlers.BUILTIN_HANDLERS.extend(hooks)
+        existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
+        for session in existing:
+            for event_name, hook in hooks:
+                session.events.register(event_name, hook)
+        try:
+            yield self
+        finally:
+            for hook in hooks:
+                botocore.handlers.BUILTIN_HANDLERS.remove(hook)
+            for session in existing:
+                for event_name, hook in hooks:
+                    session.events.unregister(event_name, hook)
+
+
+def _md5(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()

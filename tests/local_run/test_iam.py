@@ -1,0 +1,190 @@
+"""Least privilege, checked: every handler call is evaluated against its role in cdk.out."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.local_engine.iam import (
+    Permission,
+    RolePolicies,
+    SecretArns,
+    required_permissions,
+)
+from constructs_lib.prospect_uploader.local_run import RunOptions, check_invariants, run_pipeline
+
+HEADER = "email,first_name,last_name,company,title,country,notes\n"
+STACK = "ProspectUploader"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:anthropic/api-key-AbC123"
+
+
+def _csv(tmp_path: Path) -> Path:
+    path = tmp_path / "two.csv"
+    path.write_text(
+        HEADER
+        + "ada@example.com,Ada,Lovelace,Analytical Engines,CTO,GB,Wants a demo\n"
+        + "not-an-email,Bad,Row,Co,CEO,US,\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _role(*statements: dict) -> RolePolicies:
+    return RolePolicies("Fn", "FnRole", [{"Version": "2012-10-17", "Statement": list(statements)}])
+
+
+def test_operations_become_iam_actions_on_realistic_arns():
+    secrets = SecretArns([SECRET])
+    assert required_permissions("dynamodb", "PutItem", {"TableName": "T"}, secrets) == [
+        Permission("dynamodb:PutItem", "arn:aws:dynamodb:us-east-1:123456789012:table/T")
+    ]
+    assert required_permissions(
+        "sqs", "DeleteMessageBatch", {"QueueUrl": "https://x/123456789012/q"}, secrets
+    ) == [Permission("sqs:DeleteMessage", "arn:aws:sqs:us-east-1:123456789012:q")]
+    # A secret read by name is evaluated on its full ARN, suffix included.
+    assert required_permissions(
+        "secretsmanager", "GetSecretValue", {"SecretId": "anthropic/api-key"}, secrets
+    ) == [Permission("secretsmanager:GetSecretValue", SECRET)]
+    assert required_permissions(
+        "s3", "GetObject", {"Bucket": "b", "Key": "a.csv", "VersionId": "v1"}, secrets
+    ) == [Permission("s3:GetObjectVersion", "arn:aws:s3:::b/a.csv")]
+    bus = "arn:aws:events:us-east-1:123456789012:event-busv2/rows/abcdefghijklmnopqrstuvwxy"
+    entries = [{"Source": "demo", "DetailType": "Row"}] * 3
+    assert required_permissions(
+        "eventbridgev2", "PutEvents", {"EventBusArn": bus, "Entries": entries}, secrets
+    ) == [
+        Permission(
+            "events:PutEvents", bus, (("events:detail-type", "Row"), ("events:source", "demo"))
+        )
+    ]
+
+
+def test_the_evaluator_denies_a_secret_granted_without_its_suffix():
+    name_only = "arn:aws:secretsmanager:us-east-1:123456789012:secret:anthropic/api-key"
+    wrong = _role(
+        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": name_only}
+    )
+    right = _role(
+        {
+            "Effect": "Allow",
+            "Action": "secretsmanager:GetSecretValue",
+            "Resource": name_only + "-??????",
+        }
+    )
+    permission = Permission("secretsmanager:GetSecretValue", SECRET)
+    assert wrong.decide(permission) == "implicit"
+    assert right.decide(permission) == "allowed"
+
+
+def test_an_explicit_deny_wins_and_conditions_are_listed_as_unevaluated():
+    role = _role(
+        {"Effect": "Allow", "Action": "dynamodb:*", "Resource": "*"},
+        {
+            "Effect": "Deny",
+            "Action": "dynamodb:DeleteItem",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"aws:PrincipalTag/team": "x"}},
+        },
+    )
+    assert role.decide(Permission("dynamodb:PutItem", "arn:t")) == "allowed"
+    assert role.decide(Permission("dynamodb:DeleteItem", "arn:t")) == "denied"
+    assert role.unevaluated_conditions and "aws:PrincipalTag/team" in role.unevaluated_conditions[0]
+
+
+def test_put_events_conditions_on_source_and_detail_type_are_evaluated_per_entry():
+    bus = "arn:aws:events:us-east-1:123456789012:event-bus/rows"
+    role = _role(
+        {
+            "Effect": "Allow",
+            "Action": "events:PutEvents",
+            "Resource": bus,
+            "Condition": {
+                "StringEquals": {
+                    "events:source": ["prospect-uploader"],
+                    "events:detail-type": ["Prospect Row Validated"],
+                }
+            },
+        }
+    )
+    assert role.unevaluated_conditions == []
+    entries = [
+        {
+            "EventBusName": bus,
+            "Source": "prospect-uploader",
+            "DetailType": "Prospect Row Validated",
+        },
+        {"EventBusName": bus, "Source": "someone-else", "DetailType": "Prospect Row Validated"},
+    ]
+    allowed, refused = sorted(
+        required_permissions("events", "PutEvents", {"Entries": entries}, SecretArns()),
+        key=lambda p: dict(p.context)["events:source"] != "prospect-uploader",
+    )
+    assert role.decide(allowed) == "allowed"
+    assert role.decide(refused) == "implicit"
+
+
+def _strip_action(template: dict, role_suffix: str, action: str) -> None:
+    for resource in template["Resources"].values():
+        if resource["Type"] != "AWS::IAM::Policy":
+            continue
+        if not resource["Metadata"]["aws:cdk:path"].endswith(role_suffix):
+            continue
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            actions = (
+                statement["Action"]
+                if isinstance(statement["Action"], list)
+                else [statement["Action"]]
+            )
+            statement["Action"] = [a for a in actions if a != action] or ["s3:GetBucketTagging"]
+        return
+    raise AssertionError(f"no policy of {role_suffix}")
+
+
+def test_a_role_missing_one_action_is_reported(cdk_out: Path, tmp_path: Path):
+    copy = tmp_path / "cdk.out"
+    copy.mkdir()
+    shutil.copy(cdk_out / "manifest.json", copy / "manifest.json")
+    template = json.loads((cdk_out / f"{STACK}.template.json").read_text())
+    _strip_action(template, "SplitterServiceRole/DefaultPolicy/Resource", "events:PutEvents")
+    (copy / f"{STACK}.template.json").write_text(json.dumps(template))
+
+    result = run_pipeline(
+        RunOptions(
+            csv_path=_csv(tmp_path),
+            cdk_out=copy,
+            seconds_per_minute=0.05,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    assert result.iam_checked
+    assert result.denied >= 1
+    bus = "arn:aws:events:us-east-1:123456789012:event-bus/"
+    assert any(d.startswith(f"Splitter: events:PutEvents on {bus}") for d in result.denials)
+    assert result.classified == 0  # the row never reached the bus
+    failing = {check.name for check in check_invariants(result) if not check.ok}
+    assert "denied = 0" in failing
+    # The handler saw AWS's answer, not an emulator error.
+    assert "AccessDeniedException" in (tmp_path / "handlers.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def clean_run(cdk_out: Path, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("iam")
+    return run_pipeline(RunOptions(csv_path=_csv(tmp), cdk_out=cdk_out, log_file=tmp / "h.log"))
+
+
+def test_the_real_stack_makes_no_denied_call_and_lists_unused_grants(clean_run):
+    assert clean_run.aws_calls > 0
+    assert clean_run.denied == 0
+    assert set(clean_run.unused_grants) == {
+        "Splitter",
+        "Classify/Function",
+        "FailureRecorder",
+        "Viewer",
+    }
+    # Log delivery is the Lambda service's, never reported; the viewer is not invoked at all.
+    assert not any("logs:" in g for grants in clean_run.unused_grants.values() for g in grants)
+    assert any("events:PutEvents" in g for g in clean_run.unused_grants["Viewer"])

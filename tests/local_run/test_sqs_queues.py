@@ -1,0 +1,154 @@
+"""Mapped SQS queues on the compressed clock: delays, visibility, redrive, the concurrency
+cap, and interception of a real boto3 client's calls."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from constructs_lib.local_engine.scheduling import Scheduler, WorkTracker
+from constructs_lib.local_engine.sqs_queues import LocalQueue, LocalQueues, MappingPoller
+
+URL = "https://sqs.us-east-1.amazonaws.com/123456789012/"
+ARN = "arn:aws:sqs:us-east-1:123456789012:"
+MINUTE = 0.2  # local seconds per minute of AWS time
+
+
+@pytest.fixture
+def clock():
+    scheduler, tracker = Scheduler(), WorkTracker()
+    yield scheduler, tracker
+    scheduler.stop()
+
+
+def _queue(clock, name: str, **kwargs) -> LocalQueue:
+    scheduler, tracker = clock
+    return LocalQueue(
+        name,
+        URL + name,
+        ARN + name,
+        seconds_per_minute=MINUTE,
+        scheduler=scheduler,
+        tracker=tracker,
+        **kwargs,
+    )
+
+
+def test_delay_and_visibility_run_on_the_compressed_clock(clock):
+    queue = _queue(clock, "buffer", visibility_timeout=60)
+    queue.send("a", delay_seconds=120)  # two minutes: 0.4 s locally
+    assert queue.receive(1)[0] == []
+    time.sleep(0.45)
+    (message,), _ = queue.receive(1)
+    assert message["Attributes"]["ApproximateReceiveCount"] == "1"
+    assert queue.receive(1)[0] == []  # in flight for 60 s = 0.2 s
+    queue.change_visibility(message["ReceiptHandle"], 0)
+    (again,), _ = queue.receive(1)
+    assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    queue.delete(again["ReceiptHandle"])
+    assert len(queue) == 0
+
+
+def test_a_message_received_max_receive_count_times_moves_to_the_dead_letter_queue(clock):
+    dlq = _queue(clock, "dlq")
+    queue = _queue(clock, "buffer", visibility_timeout=0, max_receive_count=2)
+    queue.dead_letter = dlq
+    queue.send("poison", attributes={"attempts": {"DataType": "Number", "StringValue": "1"}})
+    assert len(queue.receive(1)[0]) == 1
+    assert len(queue.receive(1)[0]) == 1
+    taken, redriven = queue.receive(1)
+    assert taken == [] and len(redriven) == 1
+    (moved,), _ = dlq.receive(1)
+    assert moved["Body"] == "poison" and moved["MessageAttributes"]["attempts"]["StringValue"]
+    assert queue.stats.redriven == 1
+
+
+def test_the_poller_never_exceeds_maximum_concurrency_and_settles(clock):
+    scheduler, tracker = clock
+    queue = _queue(clock, "buffer", visibility_timeout=30)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def invoke(event):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return {"batchItemFailures": []}
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        poller = MappingPoller(
+            queue,
+            invoke,
+            name="step",
+            batch_size=1,
+            report_batch_item_failures=True,
+            max_concurrency=3,
+            executor=pool,
+            tracker=tracker,
+        )
+        for n in range(30):
+            queue.send(f"row {n}")
+        assert tracker.wait_idle(10)
+    assert peak[0] == poller.stats.peak_concurrency == 3
+    assert poller.stats.invocations == 30 and len(queue) == 0
+
+
+def test_a_reported_item_failure_comes_back_after_the_visibility_timeout(clock):
+    scheduler, tracker = clock
+    queue = _queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
+    seen: list[float] = []
+
+    def invoke(event):
+        seen.append(time.monotonic())
+        (record,) = event["Records"]
+        if record["attributes"]["ApproximateReceiveCount"] == "1":
+            return {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
+        return {"batchItemFailures": []}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        MappingPoller(
+            queue,
+            invoke,
+            name="step",
+            batch_size=1,
+            report_batch_item_failures=True,
+            max_concurrency=2,
+            executor=pool,
+            tracker=tracker,
+        )
+        queue.send("row")
+        assert tracker.wait_idle(10)
+    assert len(seen) == 2 and seen[1] - seen[0] >= 0.18
+
+
+def test_a_real_client_is_answered_by_the_local_queue(clock):
+    queue = _queue(clock, "buffer")
+    queues = LocalQueues()
+    queues.add(queue)
+    with mock_aws(), queues.installed():
+        sqs = boto3.session.Session(region_name="us-east-1").client("sqs")
+        sqs.send_message(
+            QueueUrl=queue.url,
+            MessageBody="{}",
+            DelaySeconds=30,
+            MessageAttributes={"attempts": {"DataType": "Number", "StringValue": "2"}},
+        )
+        assert queue.stats.delayed_sends == 1 and len(queue) == 1
+        with pytest.raises(ClientError) as raised:
+            sqs.send_message(QueueUrl=queue.url, MessageBody="{}", DelaySeconds=901)
+        assert raised.value.response["Error"]["Code"] == "InvalidParameterValue"
+        with pytest.raises(ClientError) as raised:
+            sqs.change_message_visibility(
+                QueueUrl=queue.url, ReceiptHandle="nope", VisibilityTimeout=60
+            )
+        assert raised.value.response["Error"]["Code"] == "MessageNotInflight"
+        attributes = sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=["All"])
+        assert attributes["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"

@@ -1,0 +1,356 @@
+"""The buffer-queue (SQS) path of ``ModelStep.handle`` (issue 8.2, contract 2 and 3).
+
+The buffer queue is a real moto queue: records are sent to it, received with their real
+receipt handles and attributes, and handed to the handler in Lambda's SQS event shape. What
+the runtime sends back to SQS is observed with a botocore ``before-parameter-build`` hook.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.fakes import Reply
+
+from .conftest import FakeLambdaContext, boto3_session, make_event, prospect_detail
+
+
+def now_iso(seconds_ago: float = 0) -> str:
+    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fresh_event(row_number: int = 1, seconds_ago: float = 0, **fields) -> dict:
+    return make_event(prospect_detail(row_number=row_number, **fields), time=now_iso(seconds_ago))
+
+
+@dataclass
+class Buffer:
+    sqs: object
+    url: str
+    arn: str
+    calls: list = field(default_factory=list)
+
+    def batch(
+        self, event: dict | str, *, attempts: int | None = None, receive_count: int | None = None
+    ) -> dict:
+        """Send ``event`` to the buffer queue, receive it, and shape it as Lambda does."""
+        attributes = {}
+        if attempts is not None:
+            attributes["attempts"] = {"DataType": "String", "StringValue": str(attempts)}
+        body = event if isinstance(event, str) else json.dumps(event)
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageAttributes=attributes)
+        [message] = self.sqs.receive_message(
+            QueueUrl=self.url,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            MaxNumberOfMessages=1,
+            VisibilityTimeout=30,
+        )["Messages"]
+        record_attributes = dict(message["Attributes"])
+        if receive_count is not None:
+            record_attributes["ApproximateReceiveCount"] = str(receive_count)
+        return {
+            "Records": [
+                {
+                    "messageId": message["MessageId"],
+                    "receiptHandle": message["ReceiptHandle"],
+                    "body": message["Body"],
+                    "attributes": record_attributes,
+                    "messageAttributes": {
+                        name: {"stringValue": value["StringValue"], "dataType": value["DataType"]}
+                        for name, value in message.get("MessageAttributes", {}).items()
+                    },
+                    "md5OfBody": message["MD5OfBody"],
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": self.arn,
+                    "awsRegion": "us-east-1",
+                }
+            ]
+        }
+
+    def requeued(self) -> list[dict]:
+        return [p for name, p in self.calls if name == "SendMessage" and p["QueueUrl"] == self.url]
+
+    def visibility_changes(self) -> list[dict]:
+        return [p for name, p in self.calls if name == "ChangeMessageVisibility"]
+
+
+@pytest.fixture
+def buffer(model_env, monkeypatch):
+    sqs = model_env.sqs
+    url = sqs.create_queue(QueueName="model-step-buffer")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    monkeypatch.setenv("BUFFER_QUEUE_URL", url)
+    buffer = Buffer(sqs=sqs, url=url, arn=arn)
+
+    def record(model, params, **_kwargs):
+        buffer.calls.append((model.name, dict(params)))
+
+    events = boto3_session().events
+    events.register("before-parameter-build.sqs", record)
+    yield buffer
+    events.unregister("before-parameter-build.sqs", record)
+
+
+@pytest.fixture
+def outcomes():
+    seen: list[tuple[dict, dict]] = []
+
+    def hook(event, outcome):
+        seen.append((event, dict(outcome)))
+
+    hook.seen = seen
+    return hook
+
+
+def test_an_sqs_batch_is_answered_with_batch_item_failures(make_step, fake_api, buffer, outcomes):
+    step = make_step(on_outcome=outcomes)
+    event = fresh_event()
+
+    response = step.handle(buffer.batch(event), FakeLambdaContext())
+    duplicate = step.handle(buffer.batch(event), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    assert duplicate == {"batchItemFailures": []}
+    assert fake_api.request_count == 1
+    [(first_event, first), (_, second)] = outcomes.seen
+    assert first_event == event
+    assert first["status"] == "completed"
+    assert (first["replayed"], first["model_requests"], first["rate_limited"]) == (False, 1, 0)
+    assert first["usage"] == {"input_tokens": 12, "output_tokens": 3}
+    assert first["result"]["answer"] == "warm"
+    assert first["error_code"] is None
+    assert (second["replayed"], second["model_requests"]) == (True, 0)
+    assert second["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert second["result"] == first["result"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "low", "high"),
+    [
+        ({"retry-after-ms": "2500"}, 3, 3),
+        ({"retry-after": "7"}, 7, 7),
+        ({}, 3, 5),  # no header: 5 s x 2^0 with jitter in [0.5, 1]
+    ],
+)
+@pytest.mark.parametrize("status", [429, 529])
+def test_a_rate_limit_re_enqueues_a_delayed_copy_and_is_no_attempt(
+    make_step, fake_api, model_env, buffer, outcomes, capsys, status, headers, low, high
+):
+    fake_api.script = [Reply(status=status, headers=headers)]
+    step = make_step(on_outcome=outcomes)
+    event = fresh_event()
+
+    response = step.handle(buffer.batch(event, receive_count=2), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}  # the original counts as processed
+    [copy] = buffer.requeued()
+    assert json.loads(copy["MessageBody"]) == event
+    assert low <= copy["DelaySeconds"] <= high
+    # One earlier receive was a transient attempt; the rate limit is not one.
+    assert copy["MessageAttributes"]["attempts"] == {"DataType": "String", "StringValue": "1"}
+    assert model_env.dead_letters() == []
+    assert model_env.idempotency_items() == []
+    [(_, outcome)] = outcomes.seen
+    assert outcome["status"] == "rate_limited"
+    assert (outcome["model_requests"], outcome["rate_limited"], outcome["result"]) == (0, 1, None)
+    emf = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"_aws"' in x]
+    assert [{k for k in m if k[0].isupper()} for m in emf] == [{"RateLimited"}]
+
+
+def test_a_rate_limited_row_past_its_max_event_age_is_a_stored_dead_letter(
+    make_step, fake_api, model_env, buffer, outcomes, monkeypatch
+):
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "3600")
+    fake_api.script = [Reply(status=429, headers={"retry-after": "60"})]
+    step = make_step(on_outcome=outcomes)
+    event = fresh_event(seconds_ago=3_570)  # 3570 s old + 60 s wait > 3600 s
+
+    response = step.handle(buffer.batch(event), FakeLambdaContext())
+    step.handle(buffer.batch(event), FakeLambdaContext())  # a duplicate replays it
+
+    assert response == {"batchItemFailures": []}
+    assert buffer.requeued() == []
+    assert fake_api.request_count == 1
+    [message] = model_env.dead_letters()
+    assert message["body"] == event
+    assert message["attributes"]["ERROR_CODE"] == "RateLimitExhausted"
+    assert message["attributes"]["REQUEST_ID"] == fake_api.last_request.request_id
+    assert "still rate limited" in message["attributes"]["ERROR_MESSAGE"]
+    assert [o["status"] for _, o in outcomes.seen] == ["dead_lettered", "dead_lettered"]
+    assert outcomes.seen[0][1]["rate_limited"] == 1
+    assert outcomes.seen[1][1]["replayed"] is True
+
+
+def test_a_transient_failure_below_max_attempts_is_a_spaced_batch_item_failure(
+    make_step, fake_api, model_env, buffer, outcomes
+):
+    fake_api.script = [500]
+    step = make_step(on_outcome=outcomes)
+    batch = buffer.batch(fresh_event(), attempts=1, receive_count=1)
+
+    response = step.handle(batch, FakeLambdaContext())
+
+    message_id = batch["Records"][0]["messageId"]
+    assert response == {"batchItemFailures": [{"itemIdentifier": message_id}]}
+    [change] = buffer.visibility_changes()
+    assert change["VisibilityTimeout"] == 120  # attempt 2: Lambda's 2-minute spacing
+    assert change["ReceiptHandle"] == batch["Records"][0]["receiptHandle"]
+    assert model_env.idempotency_items() == []
+    [(_, outcome)] = outcomes.seen
+    assert (outcome["status"], outcome["error_code"]) == ("retry", "InternalServerError")
+    assert outcome["model_requests"] == 1
+
+
+@pytest.mark.parametrize(
+    ("entry", "error_code"),
+    [(500, "InternalServerError"), ("disconnect", "APIConnectionError")],
+)
+def test_the_last_transient_attempt_is_dead_lettered_by_the_runtime(
+    make_step, fake_api, model_env, buffer, outcomes, entry, error_code
+):
+    fake_api.script = [entry]
+    step = make_step(on_outcome=outcomes)
+    event = fresh_event()
+
+    response = step.handle(buffer.batch(event, attempts=2, receive_count=1), FakeLambdaContext())
+    again = step.handle(buffer.batch(event), FakeLambdaContext())
+
+    assert response == again == {"batchItemFailures": []}
+    assert fake_api.request_count == 1
+    [message] = model_env.dead_letters()
+    assert message["attributes"]["ERROR_CODE"] == error_code
+    assert outcomes.seen[0][1]["status"] == "dead_lettered"
+    assert outcomes.seen[0][1]["result"]["error_code"] == error_code
+
+
+def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
+    make_step, fake_api, model_env, buffer, outcomes
+):
+    fake_api.delay = 1.0
+    step = make_step(on_outcome=outcomes)
+    event = fresh_event()
+    holder_context = FakeLambdaContext(remaining_millis=60_000)
+    holder = threading.Thread(target=step.handle, args=(event, holder_context))
+    holder.start()
+    time.sleep(0.3)
+
+    response = step.handle(buffer.batch(event), FakeLambdaContext())
+    holder.join(timeout=10)
+
+    assert response == {"batchItemFailures": []}
+    [copy] = buffer.requeued()
+    # Until the holder's in-progress expiry (its Lambda deadline, 60 s here).
+    assert 57 <= copy["DelaySeconds"] <= 62
+    assert copy["MessageAttributes"]["attempts"]["StringValue"] == "0"
+    assert fake_api.request_count == 1
+    statuses = [(o["status"], o["error_code"]) for _, o in outcomes.seen]
+    assert ("retry", "IdempotencyAlreadyInProgressError") in statuses
+
+
+def test_an_on_outcome_error_is_a_batch_item_failure_and_the_retry_replays(
+    make_step, fake_api, buffer
+):
+    calls = []
+
+    def flaky(event, outcome):
+        calls.append(outcome["replayed"])
+        if len(calls) == 1:
+            raise RuntimeError("accounting table throttled")
+
+    step = make_step(on_outcome=flaky)
+    batch = buffer.batch(fresh_event())
+    first = step.handle(batch, FakeLambdaContext())
+    second = step.handle(batch, FakeLambdaContext())
+
+    assert first == {"batchItemFailures": [{"itemIdentifier": batch["Records"][0]["messageId"]}]}
+    assert second == {"batchItemFailures": []}
+    assert calls == [False, True]
+    assert fake_api.request_count == 1
+
+
+def test_an_on_outcome_error_raises_on_the_direct_path(make_step, fake_api):
+    def broken(event, outcome):
+        raise RuntimeError("accounting table throttled")
+
+    with pytest.raises(RuntimeError, match="throttled"):
+        make_step(on_outcome=broken).handle(make_event(), FakeLambdaContext())
+
+
+def test_on_outcome_on_the_direct_path_sees_every_status(make_step, fake_api, outcomes):
+    fake_api.script = [200, 400, 529]
+    step = make_step(on_outcome=outcomes)
+    step.handle(make_event(), FakeLambdaContext())
+    step.handle(make_event(), FakeLambdaContext())
+    step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
+    with pytest.raises(Exception):  # noqa: B017 (OverloadedError: Lambda retries it)
+        step.handle(make_event(prospect_detail(row_number=3)), FakeLambdaContext())
+
+    summary = [
+        (o["status"], o["replayed"], o["model_requests"], o["rate_limited"], o["error_code"])
+        for _, o in outcomes.seen
+    ]
+    assert summary == [
+        ("completed", False, 1, 0, None),
+        ("completed", True, 0, 0, None),
+        ("dead_lettered", False, 1, 0, "BadRequestError"),
+        ("rate_limited", False, 0, 1, "OverloadedError"),
+    ]
+
+
+def test_a_body_that_is_not_an_event_is_dead_lettered(make_step, fake_api, model_env, buffer):
+    response = make_step().handle(buffer.batch("not json {"), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    [message] = model_env.sqs.receive_message(
+        QueueUrl=model_env.queue_url, MessageAttributeNames=["All"]
+    )["Messages"]
+    assert message["Body"] == "not json {"
+    assert message["MessageAttributes"]["ERROR_CODE"]["StringValue"] == "InvalidMessageBody"
+    assert fake_api.request_count == 0
+
+
+def test_a_bare_event_with_records_like_fields_stays_on_the_direct_path(make_step, fake_api):
+    event = make_event(prospect_detail(Records=[{"eventSource": "aws:sqs"}]))
+    assert make_step().handle(event, FakeLambdaContext())["status"] == "completed"
+
+
+def test_without_buffer_queue_url_the_queue_is_found_from_the_records_arn(
+    make_step, fake_api, buffer, monkeypatch
+):
+    monkeypatch.delenv("BUFFER_QUEUE_URL")
+    fake_api.script = [Reply(status=429, headers={"retry-after": "5"})]
+
+    response = make_step().handle(buffer.batch(fresh_event()), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    [copy] = buffer.requeued()
+    assert copy["DelaySeconds"] == 5
+
+
+def test_x_should_retry_decides_whether_a_rate_limited_row_waits(
+    make_step, fake_api, model_env, buffer, outcomes
+):
+    fake_api.script = [
+        Reply(status=429, headers={"x-should-retry": "true", "retry-after": "2"}),
+        Reply(status=529, headers={"x-should-retry": "false"}),
+    ]
+    step = make_step(on_outcome=outcomes)
+
+    step.handle(buffer.batch(fresh_event(row_number=1)), FakeLambdaContext())
+    step.handle(buffer.batch(fresh_event(row_number=2)), FakeLambdaContext())
+
+    [copy] = buffer.requeued()  # the first waits...
+    assert json.loads(copy["MessageBody"])["detail"]["row_number"] == 1
+    [message] = model_env.dead_letters()  # ...the second is told not to retry
+    assert message["attributes"]["ERROR_CODE"] == "OverloadedError"
+    summary = [(o["status"], o["model_requests"], o["rate_limited"]) for _, o in outcomes.seen]
+    assert summary == [("rate_limited", 0, 1), ("dead_lettered", 0, 1)]

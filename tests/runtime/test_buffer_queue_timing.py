@@ -1,0 +1,125 @@
+"""The buffer queue's timing arithmetic, on its own (pure functions, no AWS)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+
+import httpx2
+import pytest
+from model_step import buffer_queue
+
+
+class _Rng:
+    """A random source pinned to one value of ``uniform``'s range."""
+
+    def __init__(self, pick: str) -> None:
+        self.pick = pick
+
+    def uniform(self, low: float, high: float) -> float:
+        return high if self.pick == "high" else low
+
+
+class _StatusError(Exception):
+    """Stands in for an SDK status error: what the runtime reads is ``response.headers``."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        super().__init__("rate limited")
+        self.response = httpx2.Response(429, headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "2500"}, 2.5),
+        ({"retry-after-ms": "0"}, 0.0),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),  # the ms header wins
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after": "0"}, 0.0),
+        ({"retry-after-ms": "soon", "retry-after": "4"}, 4.0),
+        ({}, None),
+        ({"retry-after": "later"}, None),
+    ],
+)
+def test_retry_after_headers(headers, expected):
+    assert buffer_queue.retry_after_seconds(_StatusError(headers)) == expected
+
+
+def test_retry_after_as_an_http_date():
+    when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=120)
+    error = _StatusError({"retry-after": email.utils.format_datetime(when, usegmt=True)})
+    assert 115 <= buffer_queue.retry_after_seconds(error) <= 120
+    past = email.utils.format_datetime(when - dt.timedelta(hours=1), usegmt=True)
+    assert buffer_queue.retry_after_seconds(_StatusError({"retry-after": past})) == 0.0
+
+
+def test_an_error_without_a_response_has_no_retry_after():
+    assert buffer_queue.retry_after_seconds(ValueError("no response")) is None
+
+
+@pytest.mark.parametrize(
+    ("waits", "high", "low"),
+    [(0, 5.0, 2.5), (1, 10.0, 5.0), (3, 40.0, 20.0), (7, 640.0, 320.0), (8, 900.0, 450.0)],
+)
+def test_backoff_doubles_from_5_s_with_jitter_and_stops_at_900(waits, high, low):
+    assert buffer_queue.backoff_seconds(waits, _Rng("high")) == high
+    assert buffer_queue.backoff_seconds(waits, _Rng("low")) == low
+
+
+@pytest.mark.parametrize(
+    ("wait", "delay"), [(0, 0), (0.2, 1), (2.5, 3), (900, 900), (901, 900), (-3, 0)]
+)
+def test_delay_seconds_rounds_up_within_sqs_limits(wait, delay):
+    assert buffer_queue.delay_seconds(wait) == delay
+
+
+def test_record_accounting():
+    record = {
+        "messageId": "m-1",
+        "receiptHandle": "rh-1",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:buffer",
+        "attributes": {"ApproximateReceiveCount": "2"},
+        "messageAttributes": {
+            "attempts": {"stringValue": "1", "dataType": "String"},
+            "rate_limited": {"stringValue": "4", "dataType": "String"},
+        },
+    }
+    now = dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC)
+    delivery = buffer_queue.QueueDelivery.from_record(record, {"time": "2026-01-01T00:00:00Z"}, now)
+    assert (delivery.message_id, delivery.receipt_handle) == ("m-1", "rh-1")
+    assert delivery.event_source_arn == record["eventSourceARN"]
+    assert (delivery.attempt, delivery.attempts_used, delivery.rate_limited_before) == (3, 2, 4)
+    assert delivery.event_age_seconds == 60.0
+
+    bare = buffer_queue.QueueDelivery.from_record({}, {}, now)
+    assert (bare.attempt, bare.attempts_used, bare.event_age_seconds) == (1, 0, 0.0)
+
+
+def test_event_age_falls_back_to_the_sent_timestamp():
+    now = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.UTC)
+    sent = int((now - dt.timedelta(seconds=90)).timestamp() * 1000)
+    attributes = {"SentTimestamp": str(sent)}
+    assert buffer_queue.event_age_seconds({"time": "not a time"}, attributes, now) == 90.0
+    assert buffer_queue.event_age_seconds({"time": "2026-01-01T00:20:00Z"}, {}, now) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        ({"Records": [{"eventSource": "aws:sqs"}]}, True),
+        ({"Records": [{"eventSource": "aws:sqs"}, {"eventSource": "aws:s3"}]}, False),
+        ({"Records": []}, False),
+        ({"Records": "nope"}, False),
+        ({"detail-type": "x", "Records": [{"eventSource": "aws:sqs"}]}, False),
+        ({"detail": {}}, False),
+        ("not a mapping", False),
+    ],
+)
+def test_sqs_batch_shape(event, expected):
+    assert buffer_queue.is_sqs_batch(event) is expected
+
+
+def test_queue_name_from_arn():
+    arn = "arn:aws:sqs:us-east-1:123456789012:buffer"
+    assert buffer_queue.queue_url_from_arn(arn) == ("buffer", "123456789012")
+    assert buffer_queue.queue_url_from_arn("arn:aws:sns:us-east-1:1:t") is None
