@@ -38,7 +38,7 @@ from constructs_lib.local_engine.environment import (  # noqa: E402
     patched_environ,
 )
 from constructs_lib.local_engine.moto_fixes import (  # noqa: E402
-    atomic_conditional_put_item,
+    atomic_dynamodb_writes,
 )
 
 REGION = "us-east-1"
@@ -84,7 +84,7 @@ def bench_env(**extra: str) -> Iterator[None]:
     return patched_env({**BASE_ENV, **extra}, CLEARED_ENV)
 
 
-atomic_moto_put_item = atomic_conditional_put_item
+atomic_moto_put_item = atomic_dynamodb_writes
 
 
 @contextmanager

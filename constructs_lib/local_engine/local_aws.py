@@ -19,7 +19,7 @@ import boto3
 
 from .assembly import CloudAssembly, ResourceSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, PhysicalResource, Resolver
-from .moto_fixes import atomic_conditional_put_item
+from .moto_fixes import atomic_dynamodb_writes
 
 # The template property that names each resource type, when the stack sets one.
 _NAME_PROPERTIES = {
@@ -158,7 +158,7 @@ def local_aws(assembly: CloudAssembly, region: str = LOCAL_REGION) -> Iterator[L
 
     with ExitStack() as stack:
         stack.enter_context(mock_aws())
-        stack.enter_context(atomic_conditional_put_item())
+        stack.enter_context(atomic_dynamodb_writes())
         session = boto3.session.Session(region_name=region)
         physical: dict[str, PhysicalResource] = {}
         for spec in assembly.resources.values():

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from model_step import ModelStep, prime_for_snapstart
 
+from . import accounting
 from .prompt import build_prospect_message
 from .store import ProspectStore
 
@@ -21,21 +22,24 @@ if TYPE_CHECKING:
 store = ProspectStore()
 
 
-def upsert_on_completion(event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
-    """The step's ``on_outcome`` hook: upsert a completed classification. A duplicate delivery
-    replays the stored answer and upserts the same values again, so the row converges whichever
-    delivery gets there; a failed upsert is transient (the retry replays and upserts)."""
+def record_delivery(event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
+    """The step's ``on_outcome`` hook: upsert a completed classification, then count the
+    delivery on the upload ledger. A duplicate delivery replays the stored answer and upserts
+    the same values again, so the row converges whichever delivery gets there. Either write
+    failing is transient: the retry replays, upserts again, and the ledger counts the row once.
+    The upsert comes first so an upload never completes before its last label is stored."""
     if outcome["status"] == "completed":
         store.upsert_classification(event["detail"], outcome["result"])
+    accounting.record_outcome(event, outcome)
 
 
 step = ModelStep.from_environment(
-    build_user_message=build_prospect_message, on_outcome=upsert_on_completion
+    build_user_message=build_prospect_message, on_outcome=record_delivery
 )
 prime_for_snapstart()
 
 
 def handler(event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Classify (a bare EventBridge event or a buffer-queue batch), upserting each completed
-    row through ``upsert_on_completion``."""
+    """Classify (a bare EventBridge event or a buffer-queue batch), upserting and counting each
+    delivery through ``record_delivery``."""
     return step.handle(event, context)

@@ -15,6 +15,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
+
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
 FAILURES_TABLE = "prospect-failures"
@@ -182,7 +184,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProspectAws]:
         "PAGE_SIZE",
     ):
         monkeypatch.delenv(name, raising=False)
-    with mock_aws():
+    with mock_aws(), atomic_dynamodb_writes():
         session = boto3.session.Session(region_name=REGION)
         yield ProspectAws(session=session, capture_queue_url=_create_resources(session))
 

@@ -15,6 +15,8 @@ from prospect_viewer.handler import handler
 from prospect_viewer.local_server import serve, to_function_url_event
 from prospect_viewer.store import FailureFilter, encode_page_token
 
+from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
+
 from .viewer_data import seed
 
 
@@ -333,22 +335,11 @@ def test_local_server_answers_on_localhost_too(seeded):
 
 # -- operator retry: one publish per generation ------------------------------------------
 @pytest.fixture
-def atomic_updates(monkeypatch):
+def atomic_updates():
     """DynamoDB applies a conditional UpdateItem atomically; moto 5 checks the condition
-    and writes without a lock, so two threads can both pass it. Serialise moto's
-    update_item as the service does; everything above it stays real."""
-    import threading
-
-    from moto.dynamodb.models import DynamoDBBackend
-
-    lock = threading.Lock()
-    original = DynamoDBBackend.update_item
-
-    def update_item(self, *args, **kwargs):
-        with lock:
-            return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(DynamoDBBackend, "update_item", update_item)
+    and writes without a lock, so two threads can both pass it (see moto_fixes)."""
+    with atomic_dynamodb_writes():
+        yield
 
 
 def test_a_second_press_on_the_same_generation_is_refused_and_publishes_nothing(seeded):

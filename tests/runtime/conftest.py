@@ -18,7 +18,7 @@ import pytest
 from model_step import ModelStep
 from moto import mock_aws
 
-from constructs_lib.local_engine.moto_fixes import atomic_conditional_put_item
+from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests.fakes import FakeMessagesAPI
 
 REGION = "us-east-1"
@@ -152,8 +152,8 @@ def create_resources() -> Aws:
 
 @pytest.fixture
 def atomic_moto_put_item():
-    """moto's conditional PutItem made atomic, as DynamoDB's is (see moto_fixes)."""
-    with atomic_conditional_put_item():
+    """moto's conditional writes made atomic, as DynamoDB's are (see moto_fixes)."""
+    with atomic_dynamodb_writes():
         yield
 
 
