@@ -123,3 +123,16 @@ def test_queue_name_from_arn():
     arn = "arn:aws:sqs:us-east-1:123456789012:buffer"
     assert buffer_queue.queue_url_from_arn(arn) == ("buffer", "123456789012")
     assert buffer_queue.queue_url_from_arn("arn:aws:sns:us-east-1:1:t") is None
+
+
+def test_a_time_without_a_zone_is_utc():
+    now = dt.datetime(2026, 1, 1, 0, 2, tzinfo=dt.UTC)
+    assert buffer_queue.event_age_seconds({"time": "2026-01-01T00:00:00"}, {}, now) == 120.0
+
+
+@pytest.mark.parametrize(
+    ("body", "parsed"),
+    [('{"detail": {}}', {"detail": {}}), ("[1, 2]", None), ("7", None), ("", None), (None, None)],
+)
+def test_only_a_json_object_body_is_an_event(body, parsed):
+    assert buffer_queue.parse_body({"body": body}) == parsed
