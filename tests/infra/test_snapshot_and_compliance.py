@@ -12,16 +12,24 @@ from syrupy.extensions.json import JSONSnapshotExtension
 from .conftest import Synthesized
 
 HASH = re.compile(r"[0-9a-f]{64}")
+# A published version's logical id ends in a hash of the function's code and configuration
+# (``FunctionCurrentVersion`` + 8 hex of the path + 32 hex of the config).
+VERSION_ID = re.compile(r"(CurrentVersion[0-9A-F]{8})[0-9a-f]{32}")
+
+
+def _mask(text: str) -> str:
+    return VERSION_ID.sub(r"\1<version-hash>", HASH.sub("<asset-hash>", text))
 
 
 def mask_asset_hashes(value: Any) -> Any:
-    """Replace asset hashes so that editing handler code does not churn the snapshot."""
+    """Replace asset and version hashes so that editing handler code does not churn the
+    snapshot."""
     if isinstance(value, dict):
-        return {k: mask_asset_hashes(v) for k, v in value.items()}
+        return {_mask(k): mask_asset_hashes(v) for k, v in value.items()}
     if isinstance(value, list):
         return [mask_asset_hashes(v) for v in value]
     if isinstance(value, str):
-        return HASH.sub("<asset-hash>", value)
+        return _mask(value)
     return value
 
 
@@ -41,6 +49,7 @@ def test_demo_v2_stack_matches_snapshot(demo: Synthesized, snapshot_json):
 def test_masking_removes_every_asset_hash(demo: Synthesized):
     text = json.dumps(mask_asset_hashes(demo.templates))
     assert not HASH.search(text) and "<asset-hash>.zip" in text
+    assert not VERSION_ID.search(text) and "CurrentVersion" in text
 
 
 #: Regions the stacks are linted for. Not every region: AWS::Lambda::Url (the
