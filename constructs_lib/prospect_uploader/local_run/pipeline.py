@@ -94,6 +94,11 @@ class LocalPipeline:
         self._stack.close()
 
     @property
+    def model(self) -> LocalMessagesAPI | None:
+        """The local Messages API (None with ``--model anthropic``)."""
+        return self._model
+
+    @property
     def engine(self) -> LocalEngine:
         """The engine running the stack."""
         if self._engine is None:
@@ -266,6 +271,7 @@ class LocalPipeline:
         if self._model is not None:
             result.model_requests = self._model.request_count
             result.model_outcomes = dict(self._model.outcomes)
+            result.requests_per_row = self._model.requests_per_row_by_plan()
             result.rate_limited = self._model.outcomes.get("429", 0)
             result.input_tokens = self._model.input_tokens
             result.output_tokens = self._model.output_tokens
