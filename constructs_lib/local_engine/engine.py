@@ -65,7 +65,10 @@ class EngineSettings:
     [0]: see :class:`~.lambda_async.AsyncSettings`; ``run_timeout_seconds`` [300];
     ``environment`` [none]: variables set over the functions' own (a local model's URL
     and key, for example); ``check_iam`` [True]: evaluate every AWS call a handler makes
-    against its function's role (:mod:`.iam`).
+    against its function's role (:mod:`.iam`); ``redelivery_hooks`` [none]: by function
+    display name, a hook that makes that function's ``duplicates`` copies Lambda re-runs
+    after a failed attempt rather than duplicate deliveries (see
+    :class:`~.targets.LambdaTarget`'s ``before_redelivery``).
     """
 
     duplicates: int = 1
@@ -76,6 +79,9 @@ class EngineSettings:
     run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
     environment: Mapping[str, str] = field(default_factory=dict)
     check_iam: bool = True
+    redelivery_hooks: Mapping[str, Callable[[Mapping[str, Any]], None]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass
@@ -519,7 +525,14 @@ class LocalEngine:
             for target in spec.targets:
                 if target.resource_type == "AWS::Lambda::Function":
                     function = self.functions[str(target.resource_logical_id)]
-                    targets.append(LambdaTarget(function, self.tracker, self.settings.duplicates))
+                    targets.append(
+                        LambdaTarget(
+                            function,
+                            self.tracker,
+                            self.settings.duplicates,
+                            self.settings.redelivery_hooks.get(function.spec.display_name),
+                        )
+                    )
                 elif target.resource_type == "AWS::SQS::Queue":
                     targets.append(self._sqs_target(spec.display_name, target))
                 elif target.resource_type == "AWS::SNS::Topic":

@@ -189,6 +189,27 @@ class LocalMessagesAPI(LoopbackServer):
         with self._lock:
             return sum(self.outcomes.values())
 
+    def requests_by_content(self) -> dict[str, int]:
+        """Requests received per distinct user message (its sha256), so per row."""
+        with self._lock:
+            return dict(self._per_content)
+
+    def plan_of(self, digest: str) -> FaultPlan:
+        """The fault plan of the content with ``digest`` (``healthy`` without faults)."""
+        return fault_plan(digest, self.fault_rate, self.seed)
+
+    def requests_per_row_by_plan(self) -> dict[str, dict[str, int]]:
+        """Per fault plan kind: rows (distinct contents) requested, their requests, and the
+        most requests one row got. Rate-limit 429s refused before a plan are not in it."""
+        found: dict[str, dict[str, int]] = {}
+        for digest, count in self.requests_by_content().items():
+            kind = self.plan_of(digest).kind
+            entry = found.setdefault(kind, {"rows": 0, "requests": 0, "max": 0})
+            entry["rows"] += 1
+            entry["requests"] += count
+            entry["max"] = max(entry["max"], count)
+        return found
+
     # -- request handling --------------------------------------------------------------------
     def throttle(self) -> tuple[float, str] | None:
         """None when the rate limit admits a request; else count a 429 and return its

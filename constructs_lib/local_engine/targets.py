@@ -27,18 +27,36 @@ class LambdaTarget:
     Default 1. With N > 1 the first two copies are invoked at once (concurrent duplicates:
     one of them meets the other's idempotency record IN_PROGRESS) and the remaining N - 2
     one after another once the earlier copies have settled (late redeliveries).
+
+    With ``before_redelivery`` every copy after the first waits for the previous one to
+    end, and the hook is called with the event before it starts: the copies model Lambda
+    re-running the function after an attempt that failed once its work was done (the hook
+    puts the state back as that failure left it, e.g. releases an idempotency record).
     """
 
-    def __init__(self, function: AsyncFunction, tracker: WorkTracker, duplicates: int = 1) -> None:
+    def __init__(
+        self,
+        function: AsyncFunction,
+        tracker: WorkTracker,
+        duplicates: int = 1,
+        before_redelivery: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
         if duplicates < 1:
             raise ValueError("duplicates must be at least 1")
         self.function = function
         self.name = function.spec.display_name
         self._tracker = tracker
         self._duplicates = duplicates
+        self._before_redelivery = before_redelivery
 
     def deliver(self, event: Mapping[str, Any]) -> None:
         """Start the copies of ``event``; returns at once."""
+        if self._before_redelivery is not None and self._duplicates > 1:
+            self._tracker.begin()
+            self.function.invoke(
+                event, on_done=lambda _ok: self._redeliver(event, self._duplicates - 1)
+            )
+            return
         concurrent = min(2, self._duplicates)
         later = self._duplicates - concurrent
         if later == 0:
@@ -59,6 +77,18 @@ class LambdaTarget:
 
         for _ in range(concurrent):
             self.function.invoke(event, on_done=pair_settled)
+
+    def _redeliver(self, event: Mapping[str, Any], count: int) -> None:
+        if count == 0:
+            self._tracker.end()
+            return
+        try:
+            assert self._before_redelivery is not None
+            self._before_redelivery(event)
+        except BaseException:
+            self._tracker.end()
+            raise
+        self.function.invoke(event, on_done=lambda _ok: self._redeliver(event, count - 1))
 
     def _deliver_sequentially(self, event: Mapping[str, Any], count: int) -> None:
         if count == 0:

@@ -23,3 +23,21 @@ def cdk_out() -> Path:
 @pytest.fixture(scope="session")
 def assembly(cdk_out: Path) -> CloudAssembly:
     return load_assembly(cdk_out, "ProspectUploader")
+
+
+@pytest.fixture(scope="session")
+def classic_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stack synthesized with ``-c event_bus=classic`` (in-process, without bundling:
+    the local run reads the template and runs the handlers from lambda_src)."""
+    import aws_cdk as cdk
+
+    import app as app_module
+
+    outdir = tmp_path_factory.mktemp("cdk.out.classic")
+    context = {
+        "aws:cdk:bundling-stacks": [],
+        "aws:cdk:enable-path-metadata": True,
+        "event_bus": "classic",
+    }
+    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    return outdir

@@ -39,10 +39,16 @@ def test_lambda_retry_attempts_come_from_the_template(assembly):
 
 def test_rules_targets_and_event_source_mappings(assembly):
     rules = {rule.display_name: rule for rule in assembly.rules()}
-    assert set(rules) >= {"SplitterRule", "Classify/Rule", "UploadAlertRule"}
+    assert set(rules) >= {"SplitterRule", "UploadAlertRule", "UploadCompletedAlertRule"}
     assert rules["SplitterRule"].event_bus is None  # the default bus
-    # The step's concurrency cap: rule -> buffer queue -> mapping (batch 1) -> function.
-    assert rules["Classify/Rule"].targets[0].resource_type == "AWS::SQS::Queue"
+    # The sweeper's fixed-rate rule has no event pattern: it is not routed.
+    assert not any(name.startswith("UploadSweeper") for name in rules)
+    # Rows ride the v2 RowBus by default: Classify subscribes rather than having a rule.
+    assert "Classify/Rule" not in rules
+    subscribers = {s.display_name: s for s in assembly.subscribers()}
+    # The step's concurrency cap: subscriber -> buffer queue -> mapping (batch 1) -> function.
+    assert subscribers["Classify/Subscriber"].target_type == "AWS::SQS::Queue"
+    assert subscribers["Classify/Subscriber"].on_failure_arn is not None
     alert_target = rules["UploadAlertRule"].targets[0]
     assert alert_target.resource_type == "AWS::SNS::Topic"
     assert "InputTemplate" in alert_target.input_transformer

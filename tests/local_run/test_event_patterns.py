@@ -121,12 +121,25 @@ def test_the_stacks_patterns_once_resolved(assembly):
     s3_event["detail"]["object"]["key"] = "in/p.txt"
     assert not rules["SplitterRule"].matches(s3_event)
     row = {"source": "prospect-uploader", "detail-type": "Prospect Row Validated", "detail": {}}
-    assert rules["Classify/Rule"].matches(row)
+    (subscriber,) = [s for s in assembly.subscribers() if s.display_name == "Classify/Subscriber"]
+    assert any(EventPattern(resolver.resolve(dict(p))).matches(row) for p in subscriber.patterns)
+    # UploadAlertRule mails only rejected splitter summaries.
     summary = {
         "source": "prospect-uploader",
         "detail-type": "Prospect Upload Summarized",
-        "detail": {"invalid": 0, "status": "completed"},
+        "detail": {"invalid": 3, "status": "completed"},
     }
     assert not rules["UploadAlertRule"].matches(summary)
-    summary["detail"]["invalid"] = 3
+    summary["detail"]["status"] = "rejected"
     assert rules["UploadAlertRule"].matches(summary)
+    # UploadCompletedAlertRule: invalid > 0, failed > 0 or incomplete.
+    completed = {
+        "source": "prospect-uploader",
+        "detail-type": "Prospect Upload Completed",
+        "detail": {"status": "completed", "invalid": 0, "failed_total": 0},
+    }
+    assert not rules["UploadCompletedAlertRule"].matches(completed)
+    for change in ({"invalid": 6}, {"failed_total": 1}, {"status": "incomplete"}):
+        assert rules["UploadCompletedAlertRule"].matches(
+            {**completed, "detail": {**completed["detail"], **change}}
+        )

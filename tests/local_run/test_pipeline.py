@@ -44,6 +44,12 @@ def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_ru
     assert result.rows == result.summary_rows == 40
     assert result.valid > 0 and result.invalid > 0
     assert result.model_requests == result.classified == result.valid
+    # --duplicates 3 re-ran the split twice (Lambda retries after a failed attempt), within
+    # RowBus's 300 s window: every repeat was answered DEDUPLICATED and delivered to no one,
+    # so Classify saw only the copies injected downstream of the bus (3 of each row).
+    assert result.split_runs == 3
+    assert result.row_entries_sent == 3 * result.valid
+    assert result.deduplicated == 2 * result.valid
     if result.functions["Splitter"]["overruns"] == 0:
         assert result.deliveries == 3 * result.valid
     else:  # A splitter past its (capped) deadline released its record and ran again.
@@ -104,3 +110,25 @@ def test_a_binding_rate_limit_loses_no_row_and_bills_each_row_once(cdk_out: Path
     assert result.model_requests - result.rate_limited == result.valid == result.classified
     assert result.output_tokens == result.valid and result.input_tokens > 0
     assert result.elapsed_s > 0 and result.run_minutes == pytest.approx(result.elapsed_s * 2)
+
+
+def test_the_classic_bus_has_no_publish_side_dedup_and_the_consumer_key_holds(
+    classic_cdk_out: Path, tmp_path
+):
+    # -c event_bus=classic: the same re-run splits publish every row again, nothing is
+    # deduplicated, Classify gets each publish's copies, and still one request per row.
+    result = run_pipeline(
+        RunOptions(
+            csv_path=SAMPLE,
+            cdk_out=classic_cdk_out,
+            duplicates=2,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    _assert_invariants(result)
+    assert result.status == "completed" and result.alerts == 1
+    assert result.split_runs == 2
+    assert result.deduplicated == 0
+    assert result.row_entries_sent == 2 * result.valid
+    assert result.deliveries == 2 * 2 * result.valid
+    assert result.model_requests == result.classified == result.valid

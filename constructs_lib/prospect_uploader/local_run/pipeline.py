@@ -40,6 +40,10 @@ from .s3_events import s3_object_created_event
 logger = logging.getLogger(__name__)
 
 LOCAL_API_KEY = "sk-ant-local-run-not-a-real-key"
+#: The splitter's Powertools ``key_prefix`` (lambda_src/prospect_splitter/handler.py).
+SPLIT_RECORD_PREFIX = "prospect-splitter.split_upload#"
+SPLITTER_HANDLER = "prospect_splitter.handler.handler"
+ROW_DETAIL_TYPE = "Prospect Row Validated"
 
 
 def _new_log_file() -> Path:
@@ -69,6 +73,8 @@ class LocalPipeline:
         self._model: LocalMessagesAPI | None = None
         self._engine: LocalEngine | None = None
         self._bucket = ""
+        self.split_retries = 0
+        self._splitter_name = ""
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -86,6 +92,11 @@ class LocalPipeline:
         tb: TracebackType | None,
     ) -> None:
         self._stack.close()
+
+    @property
+    def model(self) -> LocalMessagesAPI | None:
+        """The local Messages API (None with ``--model anthropic``)."""
+        return self._model
 
     @property
     def engine(self) -> LocalEngine:
@@ -127,6 +138,7 @@ class LocalPipeline:
             seed=options.seed,
             run_timeout_seconds=options.run_timeout_seconds,
             environment=environment,
+            redelivery_hooks=self._split_retry_hooks(assembly),
         )
         model = self._model
         self._engine = self._stack.enter_context(
@@ -139,6 +151,31 @@ class LocalPipeline:
                 model_request_count=(lambda: model.request_count) if model else None,
             )
         )
+
+    def _split_retry_hooks(self, assembly: CloudAssembly) -> dict[str, Any]:
+        """``--duplicates N`` runs the split N times, as Lambda's retries of an attempt that
+        failed after publishing every row (a PutEvents error on the summary, a timeout on
+        the last write): Powertools releases the record of a failed attempt, so each retry
+        re-splits from row 1, one after another, within the bus's 300 s dedup window. A
+        plain redelivery of the S3 event would only be answered from the splitter's record
+        and publish nothing, so it could not show publish-side dedup."""
+        names = [s.display_name for s in assembly.functions() if s.handler == SPLITTER_HANDLER]
+        self._splitter_name = names[0] if names else ""
+        return dict.fromkeys(names, self._release_split_record)
+
+    def _release_split_record(self, _event: Any) -> None:
+        """Delete the splitter's idempotency records, as a failed attempt leaves them."""
+        engine = self.engine
+        table = engine.aws.session.resource("dynamodb").Table(
+            engine.environment["IDEMPOTENCY_TABLE_NAME"]
+        )
+        released = 0
+        for item in table.scan(ProjectionExpression="id").get("Items", []):
+            if str(item["id"]).startswith(SPLIT_RECORD_PREFIX):
+                table.delete_item(Key={"id": item["id"]})
+                released += 1
+        self.split_retries += 1
+        logger.info("split retry %s: released %s splitter record(s)", self.split_retries, released)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -211,6 +248,10 @@ class LocalPipeline:
             buses = engine.buses_v2.buses.values()
             result.deduplicated = sum(bus.stats.deduplicated for bus in buses)
             result.published = sum(bus.stats.published for bus in buses)
+        result.row_entries_sent = (
+            result.published + result.deduplicated + engine.router.published.get(ROW_DETAIL_TYPE, 0)
+        )
+        result.split_runs = stats.get(self._splitter_name, {}).get("deliveries", 0)
         result.deliveries = stats[model_step.display_name]["deliveries"]
         result.lambda_retries = sum(s["retries"] for s in stats.values())
         result.on_failure_records = sum(s["on_failure"] for s in stats.values())
@@ -230,6 +271,7 @@ class LocalPipeline:
         if self._model is not None:
             result.model_requests = self._model.request_count
             result.model_outcomes = dict(self._model.outcomes)
+            result.requests_per_row = self._model.requests_per_row_by_plan()
             result.rate_limited = self._model.outcomes.get("429", 0)
             result.input_tokens = self._model.input_tokens
             result.output_tokens = self._model.output_tokens

@@ -51,6 +51,10 @@ class RunResult:
     rate_limit: int | None = None  # requests per run-clock minute the local model accepts
     deduplicated: int = 0  # PutEvents entries a v2 bus answered DEDUPLICATED
     published: int = 0  # PutEvents entries a v2 bus published (0 on a classic bus)
+    row_entries_sent: int = 0  # "Prospect Row Validated" PutEvents entries, any bus
+    # Local model: per fault plan (healthy/transient/persistent/invalid), rows, requests, max.
+    requests_per_row: dict[str, dict[str, int]] = field(default_factory=dict)
+    split_runs: int = 0  # splitter runs that split the object (--duplicates N: N)
     rate_limited: int = 0  # 429 answers (the limiter's and injected ones)
     input_tokens: int = 0  # billed (200 answers)
     output_tokens: int = 0

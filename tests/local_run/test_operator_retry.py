@@ -1,0 +1,113 @@
+"""Issue 9.1 end to end: stored dead-letter outcomes and the viewer's operator retry.
+
+A row the local model rejects with 400 (the ``invalid`` fault plan) is dead-lettered by the
+step at once. Its duplicate deliveries replay the stored outcome: no model request and no
+second dead letter. The viewer's Retry (the real handler, in-process, under its own role)
+publishes the row again on RowBus with ``replay_generation`` 1: exactly one new request,
+and its own duplicate deliveries replay that generation's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from constructs_lib.local_engine import identity
+from constructs_lib.prospect_uploader.local_run import RunOptions
+from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
+
+from .conftest import SAMPLE
+
+# Seeded so that the sample has rows on the "invalid" plan (every request a 400).
+FAULT_RATE, SEED = 0.3, 11
+
+
+def _failure_queue(pipeline: LocalPipeline) -> dict:
+    (queue,) = [
+        q for q in pipeline.engine.queue_stats().values() if q.get("consumer") == "FailureRecorder"
+    ]
+    return queue
+
+
+def _viewer(pipeline: LocalPipeline, path: str, body: dict) -> dict:
+    assembly = pipeline.assembly
+    assert assembly is not None
+    resource = assembly.by_path_suffix("/Viewer/Resource", "AWS::Lambda::Function")
+    function = pipeline.engine.functions[resource.logical_id]
+    local_server = pipeline.engine.runtime.module("prospect_viewer.local_server")
+    event = local_server.to_function_url_event(
+        "POST",
+        path,
+        {"host": "viewer.local", "content-type": "application/json", "x-requested-with": "t"},
+        json.dumps(body).encode(),
+        "127.0.0.1",
+    )
+    with identity.acting_as(resource.logical_id):  # its calls are checked against its role
+        answer = function.handler(event, None)
+    return {"status": answer["statusCode"], "body": json.loads(answer.get("body") or "{}")}
+
+
+def test_a_retry_makes_one_request_and_a_dead_letters_duplicates_none(
+    cdk_out: Path, tmp_path: Path
+):
+    options = RunOptions(
+        csv_path=SAMPLE,
+        cdk_out=cdk_out,
+        duplicates=2,
+        fault_rate=FAULT_RATE,
+        seed=SEED,
+        log_file=tmp_path / "handlers.log",
+    )
+    with LocalPipeline(options) as pipeline:
+        result = pipeline.run()
+        model = pipeline.model
+        assert model is not None
+        invalid = {
+            digest: count
+            for digest, count in model.requests_by_content().items()
+            if model.plan_of(digest).kind == "invalid"
+        }
+        assert invalid, "the seed put no row on the invalid plan"
+        # Each rejected row: one request, though the row reached Classify twice.
+        assert set(invalid.values()) == {1}
+        assert result.deliveries >= 2 * result.valid
+        # One dead letter per failed row, whatever the duplicates.
+        assert result.failed == result.dlq > 0
+        sent_before = _failure_queue(pipeline)["sent"]
+        assert sent_before == result.dlq
+
+        table = pipeline.engine.aws.session.resource("dynamodb").Table(
+            pipeline.engine.environment["FAILURES_TABLE_NAME"]
+        )
+        items = table.scan()["Items"]
+        rejected = [
+            item
+            for item in items
+            if item.get("kind") == "model" and item.get("error_code") == "BadRequestError"
+        ]
+        assert rejected
+        item = rejected[0]
+        requests_before = model.request_count
+        by_content_before = model.requests_by_content()
+
+        key = {"upload_id": item["upload_id"], "failure_id": item["failure_id"]}
+        answer = _viewer(pipeline, "/api/retry", {**key, "expected_generation": 0})
+        assert answer["status"] == 200, answer
+        assert answer["body"]["replay_generation"] == 1
+        # The same generation pressed again: refused, nothing published.
+        again = _viewer(pipeline, "/api/retry", {**key, "expected_generation": 0})
+        assert again["status"] == 409, again
+
+        pipeline.engine.wait_until_settled()
+        pipeline.engine.drain_event_sources()
+
+        # Exactly one new model request, for that row (the 400 is deterministic per row).
+        assert model.request_count == requests_before + 1
+        after = model.requests_by_content()
+        changed = {d: n for d, n in after.items() if n != by_content_before.get(d, 0)}
+        assert len(changed) == 1 and set(changed.values()) == {2}
+        assert next(iter(changed)) in invalid
+        # The retry's generation dead-lettered once; its duplicate delivery replayed that.
+        assert _failure_queue(pipeline)["sent"] == sent_before + 1
+        stored = table.get_item(Key=key)["Item"]
+        assert int(stored["replay_generation"]) == 1
