@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-import botocore.handlers
 from botocore.awsrequest import AWSResponse
 
 from . import identity
+from .call_hooks import before_call_hooks
 from .event_patterns import EventPattern
 from .iam import DENIED_KEY
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
@@ -236,23 +236,8 @@ class EventBusesV2:
     def installed(self, *sessions: boto3.session.Session) -> Iterator[EventBusesV2]:
         """Answer ``eventbridgev2`` calls while open (every session, as iam does)."""
 
-        def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
-            context[_PARAMS_KEY] = dict(params)
-
-        hooks = [("before-parameter-build", remember), ("before-call", self._before_call)]
-        botocore.handlers.BUILTIN_HANDLERS.extend(hooks)
-        existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
-        for session in existing:
-            for event_name, hook in hooks:
-                session.events.register(event_name, hook)
-        try:
+        with before_call_hooks(_PARAMS_KEY, self._before_call, *sessions):
             yield self
-        finally:
-            for hook in hooks:
-                botocore.handlers.BUILTIN_HANDLERS.remove(hook)
-            for session in existing:
-                for event_name, hook in hooks:
-                    session.events.unregister(event_name, hook)
 
 
 def _envelope(entry: Mapping[str, Any], event_id: str) -> dict[str, Any]:

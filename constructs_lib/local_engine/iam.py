@@ -50,11 +50,11 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import boto3
-import botocore.handlers
 from botocore.awsrequest import AWSResponse
 
 from . import identity
 from .assembly import CloudAssembly, FunctionSpec
+from .call_hooks import before_call_hooks
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, Resolver, logical_id_of
 
 #: Set in a call's context when the call was denied, so later hooks leave it alone.
@@ -476,27 +476,11 @@ class IamCheck:
         """Evaluate every call made while open: on sessions created meanwhile (as event_bus
         does), on boto3's default session, and on ``sessions`` (created earlier)."""
 
-        def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
-            context[_PARAMS_KEY] = dict(params)
-
-        hooks = [
-            ("before-parameter-build", remember),
-            ("before-call", self._before_call),
-        ]
-        botocore.handlers.BUILTIN_HANDLERS.extend(hooks)
-        existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
-        for session in existing:
-            for event_name, hook in hooks:
-                session.events.register(event_name, hook)
-        try:
-            with identity.inherit_in_new_threads():
-                yield self
-        finally:
-            for hook in hooks:
-                botocore.handlers.BUILTIN_HANDLERS.remove(hook)
-            for session in existing:
-                for event_name, hook in hooks:
-                    session.events.unregister(event_name, hook)
+        with (
+            before_call_hooks(_PARAMS_KEY, self._before_call, *sessions),
+            identity.inherit_in_new_threads(),
+        ):
+            yield self
 
 
 _PARAMS_KEY = "local_engine.iam.params"

@@ -38,9 +38,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import boto3
-import botocore.handlers
 from botocore.awsrequest import AWSResponse
 
+from .call_hooks import before_call_hooks
 from .iam import DENIED_KEY
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
 from .scheduling import Scheduler, WorkTracker
@@ -522,28 +522,8 @@ class LocalQueues:
     def installed(self, *sessions: boto3.session.Session) -> Iterator[LocalQueues]:
         """Answer SQS calls to the local queues while open (every session, as iam does)."""
 
-        def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
-            context[_PARAMS_KEY] = dict(params)
-
-        hooks = [
-            # Unqualified names, as iam's: botocore calls more specific handlers first, and
-            # iam's decision must come before this hook acts.
-            ("before-parameter-build", remember),
-            ("before-call", self._before_call),
-        ]
-        botocore.handlers.BUILTIN_HANDLERS.extend(hooks)
-        existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
-        for session in existing:
-            for event_name, hook in hooks:
-                session.events.register(event_name, hook)
-        try:
+        with before_call_hooks(_PARAMS_KEY, self._before_call, *sessions):
             yield self
-        finally:
-            for hook in hooks:
-                botocore.handlers.BUILTIN_HANDLERS.remove(hook)
-            for session in existing:
-                for event_name, hook in hooks:
-                    session.events.unregister(event_name, hook)
 
 
 def _md5(text: str) -> str:

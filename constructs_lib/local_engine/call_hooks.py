@@ -1,0 +1,45 @@
+"""Hooks on every botocore call made while the engine runs.
+
+The parts of the engine that answer or check a handler's AWS calls (``iam``, ``sqs_queues``,
+``event_bus_v2``) see each call twice: ``before-parameter-build`` keeps the caller's
+parameters in the request context under the part's own key, and ``before-call`` decides
+(check, answer, or let it through). Handlers create their clients whenever they like, so
+the hooks go on botocore's built-in handlers (every session created while open), on
+boto3's default session and on any session created before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import boto3
+import botocore.handlers
+
+
+@contextmanager
+def before_call_hooks(
+    params_key: str, before_call: Callable[..., Any], *sessions: boto3.session.Session
+) -> Iterator[None]:
+    """Register ``before_call`` (and the parameter keeper for ``params_key``) while open."""
+
+    def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
+        context[params_key] = dict(params)
+
+    # Unqualified event names: botocore calls more specific handlers first, so every part
+    # sees every call, in registration order (iam's decision before the others act).
+    hooks = [("before-parameter-build", remember), ("before-call", before_call)]
+    botocore.handlers.BUILTIN_HANDLERS.extend(hooks)
+    existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
+    for session in existing:
+        for event_name, hook in hooks:
+            session.events.register(event_name, hook)
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            botocore.handlers.BUILTIN_HANDLERS.remove(hook)
+        for session in existing:
+            for event_name, hook in hooks:
+                session.events.unregister(event_name, hook)
