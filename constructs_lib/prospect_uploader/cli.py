@@ -22,7 +22,7 @@ from constructs_lib.local_engine.progress import Progress
 
 from .local_run.errors import LocalRunError
 from .local_run.invariants import check_invariants
-from .local_run.options import RunOptions
+from .local_run.options import DEFAULT_RUN_TIMEOUT_SECONDS, RunOptions
 from .local_run.pipeline import LocalPipeline
 from .local_run.report import json_line, render_table
 
@@ -157,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the local model accepts at most RPM requests per minute of the run's clock "
         "(a minute lasts --backoff-minute-ms); beyond that it answers 429 with retry-after",
     )
+    run.add_argument(
+        "--run-timeout",
+        type=_positive_float,
+        default=DEFAULT_RUN_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="wall seconds the pipeline may take to settle before the run fails (default: "
+        "%(default).0f; a few thousand rows with --duplicates need more)",
+    )
     run.add_argument("--key", help="object key of the upload (default: FILE's name)")
     run.add_argument(
         "--log-file",
@@ -218,6 +226,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         seconds_per_minute=args.backoff_minute_ms / 1000,
         rate_limit=args.rate_limit,
         timeout_cap_seconds=args.timeout_cap,
+        run_timeout_seconds=args.run_timeout,
         object_key=args.key,
         log_file=args.log_file,
         progress=Progress(err),

@@ -119,3 +119,29 @@ def test_help_defines_the_counts(capsys):
     assert "deliveries" in out and "retries excluded" in out
     assert "--rate-limit" in out and "rate_limited" in out and "deduplicated" in out
     assert "--duplicates" in out and "--fault-rate" in out
+
+
+def test_run_timeout_bounds_the_run_and_says_so(cdk_out, capsys, tmp_path):
+    # GIVEN a run given far less wall time than the pipeline needs to settle
+    code = main(
+        [
+            "run",
+            str(_small_csv(tmp_path)),
+            "--cdk-out",
+            str(cdk_out),
+            "--run-timeout",
+            "0.01",
+            "--log-file",
+            str(tmp_path / "l"),
+        ]
+    )
+    # THEN it fails with a one-line error naming the limit
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "had not settled after 0 s" in err
+
+
+def test_run_timeout_must_be_positive(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["run", str(_small_csv(tmp_path)), "--run-timeout", "0"])
+    assert "--run-timeout" in capsys.readouterr().err
