@@ -68,7 +68,9 @@ def check_invariants(result: RunResult) -> list[Check]:
                 "model_requests - rate_limited = valid",
                 f"{result.model_requests} - {result.rate_limited} = {result.valid}",
                 result.model_requests - result.rate_limited == result.valid,
-                "some row reached the model more than once (idempotency did not hold), or never",
+                "some row reached the model more than once, or never: idempotency did not hold,"
+                " or a request timed out client-side after the model counted it (a loaded"
+                " machine; raise --timeout-cap) and its transient retry was billed again",
             )
         )
     else:
