@@ -30,7 +30,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from lambda_src.prospect_viewer.loopback import Refusal, check_request, new_token
+from lambda_src.prospect_viewer.loopback import Refusal, check_request, new_token, read_body
 
 _URL_REGION = re.compile(r"\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
 # The only request headers forwarded (all others, cookies included, are dropped).
@@ -192,9 +192,9 @@ class SigningProxy:
                 if isinstance(decision, Refusal):
                     self._refuse(decision)
                     return
-                body = self.rfile.read(decision.body_length) if decision.body_length else b""
-                if len(body) != decision.body_length:
-                    self._refuse(Refusal(400, "request body shorter than its Content-Length"))
+                body = read_body(decision, self.rfile)
+                if isinstance(body, Refusal):
+                    self._refuse(body)
                     return
                 request = proxy.signed_request(
                     self.command, decision.target, dict(self.headers.items()), body

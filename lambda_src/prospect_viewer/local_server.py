@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import handler as lambda_handler
-from .loopback import TOKEN_PREFIX, Refusal, check_request, new_token
+from .loopback import TOKEN_PREFIX, Refusal, check_request, new_token, read_body
 
 LambdaHandler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
@@ -71,9 +71,9 @@ def _request_handler(app: LambdaHandler, guard: _Guard) -> type[BaseHTTPRequestH
             if isinstance(decision, Refusal):
                 self._refuse(decision)
                 return
-            body = self.rfile.read(decision.body_length) if decision.body_length else b""
-            if len(body) != decision.body_length:
-                self._refuse(Refusal(400, "request body shorter than its Content-Length"))
+            body = read_body(decision, self.rfile)
+            if isinstance(body, Refusal):
+                self._refuse(body)
                 return
             event = to_function_url_event(
                 self.command,

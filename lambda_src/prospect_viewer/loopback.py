@@ -25,6 +25,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from email.message import Message
+from typing import BinaryIO
 
 from .routes import ROUTES
 
@@ -119,3 +120,12 @@ def check_request(
     if isinstance(length, Refusal):
         return length
     return Accepted(target=inner, path=path, body_length=length)
+
+
+def read_body(accepted: Accepted, rfile: BinaryIO) -> bytes | Refusal:
+    """The body an accepted request announced, or a Refusal when fewer bytes arrived
+    (the socket's timeout bounds the wait)."""
+    body = rfile.read(accepted.body_length) if accepted.body_length else b""
+    if len(body) != accepted.body_length:
+        return Refusal(400, "request body shorter than its Content-Length")
+    return body
