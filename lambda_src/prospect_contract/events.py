@@ -1,0 +1,132 @@
+"""The pipeline's events: source, detail types, detail shapes and deduplication ids.
+
+``docs/contract.md`` §2 says who publishes and who consumes each event, §5 the keys.
+Standard library only: the CDK app imports this module too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+#: ``Source`` of every event the pipeline publishes.
+EVENT_SOURCE = "prospect-uploader"
+
+#: One valid CSV row, published by the splitter (and re-published by the viewer's Retry);
+#: the classify step consumes it.
+ROW_VALIDATED = "Prospect Row Validated"
+#: The splitter's account of one upload: its counts, or why it was rejected.
+UPLOAD_SUMMARIZED = "Prospect Upload Summarized"
+#: The upload ledger's one summary per upload, once every valid row is accounted for.
+UPLOAD_COMPLETED = "Prospect Upload Completed"
+#: Upload-level detail types: never re-published as rows, filed as kind ``upload``.
+UPLOAD_DETAIL_TYPES = frozenset({UPLOAD_SUMMARIZED, UPLOAD_COMPLETED})
+
+#: What starts the splitter: S3's own event on the default bus.
+S3_SOURCE = "aws.s3"
+OBJECT_CREATED = "Object Created"
+
+#: The prospect fields of a row, in CSV column order (the upload's header).
+PROSPECT_FIELDS: tuple[str, ...] = (
+    "email",
+    "first_name",
+    "last_name",
+    "company",
+    "title",
+    "country",
+    "notes",
+)
+#: The field an operator retry adds to a row's detail: the model step joins it to the
+#: row's idempotency key, so each generation makes one new model request.
+REPLAY_GENERATION = "replay_generation"
+
+#: Counters an ``UploadsTable`` item carries from the start, so a summary always has them.
+UPLOAD_COUNTERS: tuple[str, ...] = (
+    "classified_total",
+    "failed_total",
+    "model_requests",
+    "rate_limited",
+    "duplicates_suppressed",
+    "input_tokens",
+    "output_tokens",
+    "requests_saved",
+    "deduplicated",
+)
+
+SplitStatus = Literal["completed", "rejected"]
+UploadStatus = Literal["completed", "incomplete", "rejected"]
+
+
+class RowValidatedDetail(TypedDict):
+    """Detail of ``Prospect Row Validated``: the business key plus the trimmed fields."""
+
+    upload_id: str
+    row_number: int  # 1-based data row, the header not counted
+    email: str
+    first_name: str
+    last_name: str
+    company: str
+    title: str
+    country: str
+    notes: str
+    replay_generation: NotRequired[int]  # only on an operator retry: 1, 2, ...
+
+
+class UploadSummarizedDetail(TypedDict):
+    """Detail of ``Prospect Upload Summarized``. A rejected upload has all counts 0 and a
+    ``reason``; an event that named no object has an ``unknown-...`` id and empty
+    ``bucket``/``key``."""
+
+    upload_id: str
+    bucket: str
+    key: str
+    rows: int
+    valid: int
+    invalid: int
+    deduplicated: int  # rows a v2 bus answered DEDUPLICATED; always 0 on a classic bus
+    status: SplitStatus
+    reason: NotRequired[str]
+
+
+class UploadCompletedDetail(TypedDict):
+    """Detail of ``Prospect Upload Completed``. ``rows``/``valid``/``invalid``/``missing``
+    are null when the split never finished; ``classified`` maps label -> rows and
+    ``failed`` error code -> rows; ``missing`` counts valid rows never accounted for."""
+
+    upload_id: str
+    bucket: str
+    key: str
+    status: UploadStatus
+    created_at: str
+    completed_at: str
+    reason: NotRequired[str]
+    rows: int | None
+    valid: int | None
+    invalid: int | None
+    classified: dict[str, int]
+    failed: dict[str, int]
+    classified_total: int
+    failed_total: int
+    model_requests: int
+    rate_limited: int
+    duplicates_suppressed: int
+    input_tokens: int
+    output_tokens: int
+    requests_saved: int
+    deduplicated: int
+    missing: int | None
+
+
+def row_deduplication_id(upload_id: str, row_number: int) -> str:
+    """A row's ``DeduplicationId`` on a v2 bus: the same row of the same upload."""
+    return f"{upload_id}#{row_number}"
+
+
+def summary_deduplication_id(upload_id: str) -> str:
+    """The ``DeduplicationId`` of an upload's ``Prospect Upload Summarized``."""
+    return f"{upload_id}#summary"
+
+
+def retry_deduplication_id(upload_id: str, row_number: object, generation: int) -> str:
+    """The ``DeduplicationId`` of one operator-retry generation of one row: a repeat of
+    the same generation is suppressed, a new generation never is."""
+    return f"{upload_id}#{row_number}#r{generation}"
