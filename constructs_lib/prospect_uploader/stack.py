@@ -50,6 +50,14 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+# The pipeline's names, from the package bundled beside its functions (stdlib only).
+from lambda_src.prospect_contract.events import (
+    EVENT_SOURCE,
+    ROW_VALIDATED,
+    UPLOAD_COMPLETED,
+    UPLOAD_SUMMARIZED,
+)
+
 from .. import defaults
 from .._validation import PropValidationError, check_int_range
 from ..alarms import events_rule_metric, occurrence_alarm
@@ -59,10 +67,6 @@ from ..idempotent_model_step import IdempotentModelStep
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
 
-EVENT_SOURCE = "prospect-uploader"
-ROW_VALIDATED = "Prospect Row Validated"
-UPLOAD_SUMMARIZED = "Prospect Upload Summarized"
-UPLOAD_COMPLETED = "Prospect Upload Completed"
 LABELS = ["hot", "warm", "cold"]
 PROMPT_VERSION = "prospect-classifier-2026-11-01"
 SYSTEM_PROMPT = (
@@ -304,7 +308,11 @@ class ProspectUploaderStack(Stack):
         self.splitter = python_function(
             self,
             "Splitter",
-            packages=[src / "prospect_splitter", src / "upload_accounting"],
+            packages=[
+                src / "prospect_splitter",
+                src / "upload_accounting",
+                src / "prospect_contract",
+            ],
             handler="prospect_splitter.handler.handler",
             requirements=[src / "prospect_splitter" / "requirements.txt"],
             description="Streams an uploaded CSV, validates each row, publishes valid rows",
@@ -425,7 +433,12 @@ class ProspectUploaderStack(Stack):
         )
         # The ledger package rides beside the classifier (its on_outcome hook accounts rows).
         classifier = ModelStepHandler(
-            [classifier.packages[0], src / "upload_accounting", *classifier.packages[1:]],
+            [
+                classifier.packages[0],
+                src / "upload_accounting",
+                src / "prospect_contract",
+                *classifier.packages[1:],
+            ],
             classifier.handler,
             classifier.requirements,
         )
@@ -458,7 +471,11 @@ class ProspectUploaderStack(Stack):
         self.recorder = python_function(
             self,
             "FailureRecorder",
-            packages=[src / "failure_recorder", src / "upload_accounting"],
+            packages=[
+                src / "failure_recorder",
+                src / "upload_accounting",
+                src / "prospect_contract",
+            ],
             handler="failure_recorder.handler.handler",
             description="Records every dead-lettered pipeline event in FailuresTable",
             timeout=Duration.seconds(30),
@@ -481,7 +498,7 @@ class ProspectUploaderStack(Stack):
         self.sweeper = python_function(
             self,
             "UploadSweeper",
-            packages=[src / "upload_accounting"],
+            packages=[src / "upload_accounting", src / "prospect_contract"],
             handler="upload_accounting.sweeper.handler",
             description="Closes uploads whose rows were not all accounted for in time",
             timeout=Duration.minutes(5),
@@ -519,7 +536,7 @@ class ProspectUploaderStack(Stack):
         self.viewer = python_function(
             self,
             "Viewer",
-            packages=[src / "prospect_viewer"],
+            packages=[src / "prospect_viewer", src / "prospect_contract"],
             handler="prospect_viewer.handler.handler",
             description="Prospect Viewer: lists uploads, exports and retries recorded failures",
             timeout=Duration.seconds(30),
