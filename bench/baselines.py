@@ -183,8 +183,9 @@ def naive_split(
     (``body.read().decode()``), every record parsed into a list, then each row validated and
     published with the SAME validation and PutEvents batching as the real splitter, so the only
     difference measured is how the object is read. No idempotency, no failure records."""
-    from prospect_splitter.publisher import ClassicBus, EventPublisher
-    from prospect_splitter.service import ROW_DETAIL_TYPE
+    from prospect_contract.events import ROW_VALIDATED
+    from prospect_contract.put_events import ClassicBus
+    from prospect_splitter.publisher import EventPublisher
     from prospect_splitter.validation import header_matches, prospect_detail, validate_row
 
     text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8-sig")
@@ -196,7 +197,7 @@ def naive_split(
     for row_number, fields in enumerate(records[1:], start=1):
         if validate_row(fields) is None:
             valid += 1
-            publisher.add(ROW_DETAIL_TYPE, prospect_detail(key, row_number, fields))
+            publisher.add(ROW_VALIDATED, prospect_detail(key, row_number, fields))
         else:
             invalid += 1
     publisher.flush()

@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-PROSPECT_FIELDS = ("email", "first_name", "last_name", "company", "title", "country")
+from prospect_contract.events import PROSPECT_FIELDS
+
+#: One per line; ``notes`` (free text from a third party) goes inside the fence instead.
+LINE_FIELDS = tuple(name for name in PROSPECT_FIELDS if name != "notes")
 NOTES_OPEN = "<untrusted_notes>"
 NOTES_CLOSE = "</untrusted_notes>"
 
@@ -18,7 +21,7 @@ def build_prospect_message(detail: Mapping[str, Any]) -> str:
     smuggle text outside it.
     """
     lines = ["Classify this prospect as exactly one of: hot, warm, cold.", ""]
-    for name in PROSPECT_FIELDS:
+    for name in LINE_FIELDS:
         lines.append(f"{name}: {_one_line(detail.get(name))}")
     notes = str(detail.get("notes") or "")
     notes = notes.replace(NOTES_OPEN, "").replace(NOTES_CLOSE, "")

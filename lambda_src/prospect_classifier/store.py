@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import boto3
-from model_step import ConfigurationError
+from prospect_contract.errors import ConfigurationError
 
 PROSPECTS_TABLE_ENV = "PROSPECTS_TABLE_NAME"
 

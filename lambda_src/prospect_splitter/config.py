@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-DEFAULT_EVENT_SOURCE = "prospect-uploader"
+from prospect_contract.errors import ConfigurationError
+from prospect_contract.events import EVENT_SOURCE
+
+DEFAULT_EVENT_SOURCE = EVENT_SOURCE
 DEFAULT_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 # S3 redelivers within minutes and Lambda's async queue keeps an event for at most
 # 6 hours, so a day comfortably covers every redelivery of the same object version.
@@ -20,10 +23,6 @@ DEFAULT_MAX_ROWS = 100_000
 DEFAULT_PUBLISH_CONCURRENCY = 4
 MAX_PUBLISH_CONCURRENCY = 64
 BUS_KINDS = ("classic", "v2")
-
-
-class ConfigurationError(RuntimeError):
-    """A required environment variable is missing or malformed."""
 
 
 def _required(name: str) -> str:
@@ -67,7 +66,7 @@ class Settings:
     - EVENT_BUS_NAME (required when classic): bus that receives row events (and summary
       events unless SUMMARY_EVENT_BUS_NAME names another).
     - EVENT_BUS_ARN (required when v2): ARN of the v2 bus (``...:event-busv2/NAME/ID``).
-    - SUMMARY_EVENT_BUS_NAME [unset]: a classic bus for the "Prospect Upload Summarized"
+    - SUMMARY_EVENT_BUS_NAME [unset]: a classic bus for the ``UPLOAD_SUMMARIZED``
       event (boto3 ``events``, no deduplication id). Unset: the summary goes where the
       rows go. The Prospect stack sets it so rows ride a v2 bus while summaries reach
       the classic bus that carries the upload-level alert rules.
@@ -78,7 +77,8 @@ class Settings:
     - MAX_ROWS [100000]: uploads with more data rows are rejected (TooManyRows) before
       any row is published.
     - PUBLISH_CONCURRENCY [4, at most 64]: PutEvents calls in flight at once; 1 = serial.
-    - EVENT_SOURCE ["prospect-uploader"]: Source of every published event.
+    - EVENT_SOURCE [``prospect_contract.events.EVENT_SOURCE``]: Source of every published
+      event.
     - IDEMPOTENCY_EXPIRES_AFTER_SECONDS [86400]: how long a processed upload is remembered.
     """
 

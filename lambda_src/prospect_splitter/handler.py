@@ -21,10 +21,11 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
+from prospect_contract.put_events import Bus, ClassicBus, V2Bus
 from upload_accounting import LedgerSettings, UploadLedger
 
 from .config import Settings
-from .publisher import Bus, ClassicBus, EventPublisher, V2Bus
+from .publisher import EventPublisher
 from .s3_event import MalformedS3Event, UploadRef, parse_s3_event
 from .service import (
     SplitHooks,
@@ -179,7 +180,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Split the uploaded CSV named by ``event`` into row events.
 
     Returns ``{"upload_id","rows","valid","invalid","deduplicated","status"}`` (plus
-    ``reason`` when rejected). Raises only when the upload must be retried (EventPublishError,
+    ``reason`` when rejected). Raises only when the upload must be retried (PutEventsError,
     ObjectChangedDuringProcessing, AWS errors).
     """
     return _splitter_for(Settings.from_env()).process(event, context)

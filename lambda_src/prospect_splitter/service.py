@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from aws_lambda_powertools import Logger
+from prospect_contract.events import (
+    ROW_VALIDATED,
+    UPLOAD_SUMMARIZED,
+    SplitStatus,
+    UploadSummarizedDetail,
+    row_deduplication_id,
+    summary_deduplication_id,
+)
 
 from .config import DEFAULT_MAX_ROWS
 from .csv_stream import UploadRejected, iter_records
@@ -15,9 +23,6 @@ from .objects import ObjectChangedDuringProcessing, iter_object_chunks, object_s
 from .publisher import EventPublisher
 from .s3_event import UploadRef, malformed_upload_id
 from .validation import prospect_detail, raw_row_text, validate_row
-
-ROW_DETAIL_TYPE = "Prospect Row Validated"
-SUMMARY_DETAIL_TYPE = "Prospect Upload Summarized"
 
 logger = Logger(service="prospect-splitter", child=True)
 
@@ -30,7 +35,7 @@ class SplitResult:
     rows: int
     valid: int
     invalid: int
-    status: str  # "completed" or "rejected"
+    status: SplitStatus
     reason: str | None = None
     # Rows a v2 bus answered DEDUPLICATED (already published within its 300 s window);
     # they count in ``valid`` too. Always 0 on a classic bus.
@@ -51,6 +56,10 @@ class SplitResult:
         if self.reason is not None:
             result["reason"] = self.reason
         return result
+
+    def summary_detail(self, bucket: str, key: str) -> UploadSummarizedDetail:
+        """The ``Prospect Upload Summarized`` detail: ``as_dict`` plus the object."""
+        return cast(UploadSummarizedDetail, {**self.as_dict(), "bucket": bucket, "key": key})
 
 
 @dataclass(frozen=True)
@@ -87,15 +96,6 @@ class SplitterPorts:
         return (self.new_summary_publisher or self.new_publisher)()
 
 
-def row_deduplication_id(upload_id: str, row_number: int) -> str:
-    """A row's publish-side dedup id on a v2 bus: the same row of the same upload."""
-    return f"{upload_id}#{row_number}"
-
-
-def summary_deduplication_id(upload_id: str) -> str:
-    return f"{upload_id}#summary"
-
-
 def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
     """Pass 1: decode and parse the whole file without publishing anything.
 
@@ -121,12 +121,15 @@ def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
     return count
 
 
-def _summarise(ports: SplitterPorts, ref: UploadRef, result: SplitResult) -> None:
-    summary = {**result.as_dict(), "bucket": ref.bucket, "key": ref.key}
-    put_summary(ports.failures_table, ref, result.as_dict())
+def _publish_summary(ports: SplitterPorts, summary: UploadSummarizedDetail) -> None:
     with ports.summary_publisher() as publisher:
-        publisher.add(SUMMARY_DETAIL_TYPE, summary, summary_deduplication_id(ref.upload_id))
+        publisher.add(UPLOAD_SUMMARIZED, summary, summary_deduplication_id(summary["upload_id"]))
         publisher.flush()
+
+
+def _summarise(ports: SplitterPorts, ref: UploadRef, result: SplitResult) -> None:
+    put_summary(ports.failures_table, ref, result.as_dict())
+    _publish_summary(ports, result.summary_detail(ref.bucket, ref.key))
 
 
 def _reject(ports: SplitterPorts, ref: UploadRef, rejection: UploadRejected) -> SplitResult:
@@ -155,7 +158,7 @@ def _publish_rows(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
                 if error is None:
                     valid += 1
                     publisher.add(
-                        ROW_DETAIL_TYPE,
+                        ROW_VALIDATED,
                         prospect_detail(upload_id, record.row_number, record.fields),
                         row_deduplication_id(upload_id, record.row_number),
                     )
@@ -174,7 +177,7 @@ def _publish_rows(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
 def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
     """Split one upload into row events; record invalid rows; publish a summary.
 
-    Returns normally for rejected uploads (status "rejected"). Raises EventPublishError
+    Returns normally for rejected uploads (status "rejected"). Raises ``PutEventsError``
     or ObjectChangedDuringProcessing when the upload must be retried as a whole.
     """
     try:
@@ -214,11 +217,5 @@ def record_malformed_event(ports: SplitterPorts, event: object, problem: str) ->
     put_upload_failure(ports.failures_table, upload_id, "MalformedEvent", reason, event)
     result = SplitResult(upload_id, 0, 0, 0, "rejected", reason, error_code="MalformedEvent")
     put_summary(ports.failures_table, None, result.as_dict())
-    with ports.summary_publisher() as publisher:
-        publisher.add(
-            SUMMARY_DETAIL_TYPE,
-            {**result.as_dict(), "bucket": "", "key": ""},
-            summary_deduplication_id(upload_id),
-        )
-        publisher.flush()
+    _publish_summary(ports, result.summary_detail("", ""))
     return result

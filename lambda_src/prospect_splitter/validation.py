@@ -7,16 +7,12 @@ import io
 import string
 import unicodedata
 from dataclasses import dataclass
+from typing import cast
 
-HEADER: tuple[str, ...] = (
-    "email",
-    "first_name",
-    "last_name",
-    "company",
-    "title",
-    "country",
-    "notes",
-)
+from prospect_contract.events import PROSPECT_FIELDS, RowValidatedDetail
+
+#: The upload's header: the row detail's prospect fields, in column order.
+HEADER = PROSPECT_FIELDS
 MAX_FIELD_CHARS = 1000
 RAW_ROW_MAX_CHARS = 2000
 # RFC 5321 limits, counted in UTF-8 octets as RFC 6531 does for internationalised addresses.
@@ -119,11 +115,11 @@ def validate_row(fields: list[str]) -> RowError | None:
     return None
 
 
-def prospect_detail(upload_id: str, row_number: int, fields: list[str]) -> dict[str, object]:
+def prospect_detail(upload_id: str, row_number: int, fields: list[str]) -> RowValidatedDetail:
     """The Detail of a "Prospect Row Validated" event for a valid row (values trimmed)."""
     detail: dict[str, object] = {"upload_id": upload_id, "row_number": row_number}
     detail.update({name: value.strip() for name, value in zip(HEADER, fields, strict=True)})
-    return detail
+    return cast(RowValidatedDetail, detail)
 
 
 def raw_row_text(fields: list[str], limit: int = RAW_ROW_MAX_CHARS) -> str:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from prospect_contract.errors import ConfigurationError
+from prospect_contract.events import EVENT_SOURCE
+
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
-DEFAULT_EVENT_SOURCE = "prospect-uploader"
+DEFAULT_EVENT_SOURCE = EVENT_SOURCE
 BUS_KINDS = ("classic", "v2")
-
-
-class ConfigurationError(RuntimeError):
-    """A required environment variable is missing or malformed."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,8 @@ class Settings:
     - EVENT_BUS_NAME (required for the classic bus): bus retries are re-published to.
     - UPLOADS_TABLE_NAME [unset]: the uploads table; unset, the page lists no uploads.
     - PAGE_SIZE [50, at most 500]: failures per page.
-    - EVENT_SOURCE ["prospect-uploader"]: the only event Source a retry may re-publish.
+    - EVENT_SOURCE [``prospect_contract.events.EVENT_SOURCE``]: the only event Source a
+      retry may re-publish, and the Source it publishes under.
     - EVENT_BUS_KIND ["classic"]: ``classic`` (events PutEvents to EVENT_BUS_NAME) or
       ``v2`` (eventbridgev2 PutEvents to EVENT_BUS_ARN, with a deduplication id).
     - EVENT_BUS_ARN (required when EVENT_BUS_KIND is v2).

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import boto3
+from prospect_contract.put_events import ClassicBus, V2Bus
 
 from .app import ViewerApp
 from .config import Settings
@@ -24,9 +25,11 @@ def build_app(settings: Settings, session: boto3.session.Session | None = None) 
     session = session or boto3.session.Session()
     dynamodb = session.resource("dynamodb")
     if settings.event_bus_kind == "v2":
-        publisher = Publisher(session.client("eventbridgev2"), bus_arn=settings.event_bus_arn)
+        bus: ClassicBus | V2Bus = V2Bus(
+            session.client("eventbridgev2"), settings.event_bus_arn, settings.event_source
+        )
     else:
-        publisher = Publisher(session.client("events"), bus_name=settings.event_bus_name)
+        bus = ClassicBus(session.client("events"), settings.event_bus_name, settings.event_source)
     uploads = (
         UploadStore(dynamodb.Table(settings.uploads_table_name))
         if settings.uploads_table_name
@@ -34,7 +37,7 @@ def build_app(settings: Settings, session: boto3.session.Session | None = None) 
     )
     return ViewerApp(
         store=FailureStore(dynamodb.Table(settings.failures_table_name), settings.page_size),
-        publisher=publisher,
+        publisher=Publisher(bus),
         event_source=settings.event_source,
         uploads=uploads,
     )

@@ -1,103 +1,38 @@
-"""Publishing operator retries: the classic EventBridge bus, or an EventBridge v2 bus.
+"""Publishing operator retries onto the row bus: the classic bus, or an EventBridge v2 bus.
 
 ``EVENT_BUS_KIND`` selects it: ``classic`` (default; ``events`` PutEvents on
 ``EVENT_BUS_NAME``) or ``v2`` (``eventbridgev2`` PutEvents on ``EVENT_BUS_ARN``, with
 ``SystemMetadata.DeduplicationId = "{upload_id}#{row_number}#r{generation}"``, so a
-repeated publish of the same generation is suppressed by the bus too).
+repeated publish of the same generation is suppressed by the bus too). Requests, limits and
+retries are ``prospect_contract.put_events``'s.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Callable, Sequence
 
-from botocore.exceptions import BotoCoreError, ClientError
+from prospect_contract.put_events import Bus, Event, RetryPolicy, V2Bus, put_events
 
-BATCH = 10  # PutEvents entries per call
-RETRYABLE_CODES = frozenset({"ThrottlingException", "InternalFailure", "InternalException"})
-ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One event to publish."""
-
-    source: str
-    detail_type: str
-    detail: dict[str, Any]
-    dedup_id: str
-
-
-def dedup_id(upload_id: str, row_number: object, generation: int) -> str:
-    """The v2 bus deduplication id of one retry generation of one row."""
-    return f"{upload_id}#{row_number}#r{generation}"
+#: An operator waits for the answer, and the function has 30 s: three rounds, with at most
+#: a second of backoff between them.
+RETRY = RetryPolicy(max_attempts=3, base_delay=0.2, max_delay=1.0)
 
 
 class Publisher:
-    """``publish(entries)`` -> one error string (or None when published) per entry."""
+    """``publish(events)`` -> one error string (or None when published) per event."""
 
-    def __init__(self, client: Any, *, bus_name: str = "", bus_arn: str = "") -> None:
-        self._client = client
-        self._bus_name = bus_name
-        self._bus_arn = bus_arn
+    def __init__(self, bus: Bus, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.bus = bus
+        self._sleep = sleep
 
     @property
     def v2(self) -> bool:
-        return bool(self._bus_arn)
+        """True on an EventBridge v2 bus (entries carry a deduplication id)."""
+        return isinstance(self.bus, V2Bus)
 
-    def _request(self, entries: list[Entry]) -> dict[str, Any]:
-        if self.v2:
-            return self._client.put_events(
-                EventBusArn=self._bus_arn,
-                Entries=[
-                    {
-                        "Source": e.source,
-                        "DetailType": e.detail_type,
-                        "Detail": json.dumps(e.detail, ensure_ascii=False),
-                        "SystemMetadata": {"DeduplicationId": e.dedup_id},
-                    }
-                    for e in entries
-                ],
-            )
-        return self._client.put_events(
-            Entries=[
-                {
-                    "EventBusName": self._bus_name,
-                    "Source": e.source,
-                    "DetailType": e.detail_type,
-                    "Detail": json.dumps(e.detail, ensure_ascii=False),
-                }
-                for e in entries
-            ]
-        )
-
-    def publish(self, entries: list[Entry]) -> list[str | None]:
-        """Publish in batches of 10, re-sending only entries failed with a retryable code."""
-        errors: list[str | None] = [None] * len(entries)
-        for start in range(0, len(entries), BATCH):
-            pending = list(range(start, min(start + BATCH, len(entries))))
-            for attempt in range(ATTEMPTS):
-                try:
-                    response = self._request([entries[i] for i in pending])
-                except (BotoCoreError, ClientError) as exc:
-                    # The whole call failed (no such bus, denied, network): none went out.
-                    for index in pending:
-                        errors[index] = f"{type(exc).__name__}: {exc}"
-                    break
-                results = response.get("Entries", [])
-                retry: list[int] = []
-                for index, result in zip(pending, results, strict=False):
-                    code = result.get("ErrorCode")
-                    if not code:
-                        errors[index] = None
-                        continue
-                    errors[index] = f"{code}: {result.get('ErrorMessage', '')}".strip(": ")
-                    if code in RETRYABLE_CODES and attempt + 1 < ATTEMPTS:
-                        retry.append(index)
-                for index in pending[len(results) :]:
-                    errors[index] = "NoResult: PutEvents returned fewer entries than sent"
-                pending = retry
-                if not pending:
-                    break
-        return errors
+    def publish(self, events: Sequence[Event]) -> list[str | None]:
+        """Publish in as few calls as the bus allows, re-sending only entries that failed
+        with a retryable code; ``"Code: message"`` for each event that was not accepted."""
+        failures = put_events(self.bus, events, retry=RETRY, sleep=self._sleep)
+        return [None if failure is None else failure.describe() for failure in failures]

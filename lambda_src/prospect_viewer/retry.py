@@ -16,13 +16,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .publish import Entry, Publisher, dedup_id
+from prospect_contract.events import REPLAY_GENERATION, ROW_VALIDATED, retry_deduplication_id
+from prospect_contract.failures import KIND_MODEL
+from prospect_contract.put_events import Event
+
+from .publish import Publisher
 from .store import FailureFilter, FailureStore
 
 # Only row events the model step consumes are ever re-published; anything else a
 # recorder filed (e.g. an upload summary that reached a DLQ) is not retryable.
-RETRYABLE_DETAIL_TYPES = frozenset({"Prospect Row Validated"})
-RETRYABLE_KINDS = frozenset({"model"})
+RETRYABLE_DETAIL_TYPES = frozenset({ROW_VALIDATED})
+RETRYABLE_KINDS = frozenset({KIND_MODEL})
 # "Retry all retryable" claims and publishes at most this many rows per request (the
 # Lambda has 30 s); the page repeats the request while the answer says ``more``.
 MAX_BULK_RETRY = 100
@@ -46,7 +50,7 @@ def utc_now() -> str:
 def generation_of(item: dict[str, Any]) -> int:
     """The item's current replay generation (0 when never retried)."""
     try:
-        return max(int(item.get("replay_generation") or 0), 0)
+        return max(int(item.get(REPLAY_GENERATION) or 0), 0)
     except (TypeError, ValueError):
         return 0
 
@@ -112,7 +116,7 @@ def retried_since_recorded(item: dict[str, Any]) -> bool:
 class _Claim:
     item: dict[str, Any]
     generation: int
-    entry: Entry
+    entry: Event
 
 
 def _claim(
@@ -123,13 +127,12 @@ def _claim(
     generation = previous + 1
     if not store.claim_generation(item["upload_id"], item["failure_id"], expected, generation, at):
         return None
-    detail["replay_generation"] = generation
+    detail[REPLAY_GENERATION] = generation
     row = detail.get("row_number", item.get("row_number", item["failure_id"]))
-    entry = Entry(
-        source=event["source"],
+    entry = Event(
         detail_type=event["detail-type"],
         detail=detail,
-        dedup_id=dedup_id(str(item["upload_id"]), row, generation),
+        deduplication_id=retry_deduplication_id(str(item["upload_id"]), row, generation),
     )
     return _Claim(item, generation, entry)
 

@@ -1,8 +1,8 @@
 """Per-upload accounting: one ``UploadsTable`` item per upload, each row counted once,
 exactly one "Prospect Upload Completed" event when every valid row is accounted for.
 
-Bundled into every function that reports on an upload (splitter, classifier, failure
-recorder, sweeper)::
+Bundled, with ``prospect_contract``, into every function that reports on an upload
+(splitter, classifier, failure recorder, sweeper)::
 
     ledger = UploadLedger.from_environment()
     ledger.begin("u-1", bucket="uploads", key="in/today.csv")
@@ -14,11 +14,10 @@ Sweeper handler string: ``upload_accounting.sweeper.handler``.
 """
 
 from .config import LedgerSettings
-from .errors import LedgerConfigurationError, SummaryPublishError
+from .errors import SummaryPublishError
 from .ledger import RowAccounted, UploadLedger
 
 __all__ = [
-    "LedgerConfigurationError",
     "LedgerSettings",
     "RowAccounted",
     "SummaryPublishError",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import LedgerConfigurationError
+from prospect_contract.errors import ConfigurationError
+from prospect_contract.events import EVENT_SOURCE
 
-DEFAULT_EVENT_SOURCE = "prospect-uploader"
+DEFAULT_EVENT_SOURCE = EVENT_SOURCE
 #: The classify step's default max event age (24 h) plus an hour for the DLQ and the
 #: failure recorder: a row not accounted for by then will not be.
 DEFAULT_DEADLINE_SECONDS = 25 * 60 * 60
@@ -23,9 +24,9 @@ def _positive_int(name: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError as exc:
-        raise LedgerConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
     if value <= 0:
-        raise LedgerConfigurationError(f"{name} must be positive, got {value}")
+        raise ConfigurationError(f"{name} must be positive, got {value}")
     return value
 
 
@@ -37,8 +38,8 @@ class LedgerSettings:
     - UPLOADS_TABLE_NAME (required): one item per upload (pk ``upload_id``).
     - UPLOAD_ROWS_TABLE_NAME (required): one marker per accounted row (pk ``upload_id``,
       sk ``row_number`` N), so a row counts once whatever its deliveries.
-    - EVENT_BUS_NAME (required): where "Prospect Upload Completed" is published.
-    - EVENT_SOURCE ["prospect-uploader"]
+    - EVENT_BUS_NAME (required): the classic bus ``UPLOAD_COMPLETED`` is published on.
+    - EVENT_SOURCE [``prospect_contract.events.EVENT_SOURCE``]
     - UPLOAD_DEADLINE_SECONDS [90000]: after the split finished, how long rows may still
       arrive before the sweeper closes the upload as incomplete.
     - UPLOAD_SPLIT_DEADLINE_SECONDS [25200]: how long a split may take before the sweeper
@@ -61,12 +62,12 @@ class LedgerSettings:
 
     @classmethod
     def from_env(cls) -> LedgerSettings:
-        """Read the settings; raises LedgerConfigurationError when incomplete."""
+        """Read the settings; raises ConfigurationError when incomplete."""
         required = {}
         for name in ("UPLOADS_TABLE_NAME", "UPLOAD_ROWS_TABLE_NAME", "EVENT_BUS_NAME"):
             value = os.environ.get(name, "").strip()
             if not value:
-                raise LedgerConfigurationError(f"environment variable {name} is required")
+                raise ConfigurationError(f"environment variable {name} is required")
             required[name] = value
         return cls(
             uploads_table_name=required["UPLOADS_TABLE_NAME"],

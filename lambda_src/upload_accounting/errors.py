@@ -1,12 +1,14 @@
-"""Exceptions a caller of the ledger must tell apart."""
+"""Exceptions a caller of the ledger must tell apart.
+
+A missing or malformed setting raises ``prospect_contract.errors.ConfigurationError``, as in
+every Prospect function.
+"""
 
 from __future__ import annotations
 
-
-class LedgerConfigurationError(RuntimeError):
-    """A required environment variable is missing or malformed."""
+from prospect_contract.put_events import PutEventsError
 
 
-class SummaryPublishError(RuntimeError):
+class SummaryPublishError(PutEventsError):
     """EventBridge did not accept the completion event; the caller's retry (or the
     sweeper, once the publish lease lapses) publishes it again."""

@@ -18,7 +18,6 @@ index, and the caller's retry or the sweeper publishes it once the lease lapses.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -30,10 +29,12 @@ from typing import Any
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
+from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
+from prospect_contract.put_events import ClassicBus, detail_json, send_batch
 
 from .config import LedgerSettings
 from .errors import SummaryPublishError
-from .summary import COMPLETED_DETAIL_TYPE, COUNTERS, summary_detail
+from .summary import summary_detail
 
 logger = logging.getLogger(__name__)
 
@@ -167,11 +168,13 @@ class UploadLedger:
         dynamodb: Any,
         events: Any,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
         self._dynamodb = dynamodb
         self._events = events
         self._clock = clock
+        self._sleep = sleep
 
     @classmethod
     def from_environment(cls, session: boto3.session.Session | None = None) -> UploadLedger:
@@ -196,7 +199,7 @@ class UploadLedger:
             "created_at": utc_now_iso(now),
             "classified": {},
             "failed": {},
-            **dict.fromkeys(COUNTERS, 0),
+            **dict.fromkeys(UPLOAD_COUNTERS, 0),
             "sweep_shard": OPEN_SHARD,
             "sweep_after": int(
                 now + self.settings.split_deadline_seconds + self.settings.deadline_seconds
@@ -256,7 +259,7 @@ class UploadLedger:
                 update.sets.append(
                     f"{placeholder} = if_not_exists({placeholder}, {update.value({})})"
                 )
-            for name in COUNTERS:
+            for name in UPLOAD_COUNTERS:
                 if name != "deduplicated":
                     update.add(name, 0)
             condition = f"attribute_not_exists(upload_id) OR {status} = {splitting}"
@@ -596,22 +599,18 @@ class UploadLedger:
         )
         return True
 
-    def _put_completed_event(self, detail: dict[str, Any]) -> None:
-        response = self._events.put_events(
-            Entries=[
-                {
-                    "EventBusName": self.settings.event_bus_name,
-                    "Source": self.settings.event_source,
-                    "DetailType": COMPLETED_DETAIL_TYPE,
-                    "Detail": json.dumps(detail, ensure_ascii=False),
-                }
-            ]
-        )
-        if response.get("FailedEntryCount"):
-            entry = response["Entries"][0]
+    def _put_completed_event(self, detail: UploadCompletedDetail) -> None:
+        """One PutEvents entry, its throttles re-sent; raises when it was not accepted."""
+        bus = ClassicBus(self._events, self.settings.event_bus_name, self.settings.event_source)
+        entry = bus.entry(UPLOAD_COMPLETED, detail_json(detail), None)
+        result = send_batch(bus, [entry], sleep=self._sleep)
+        if result.call_error is not None:
+            raise result.call_error
+        if result.failures:
+            [failure] = result.failures
             raise SummaryPublishError(
-                f"{COMPLETED_DETAIL_TYPE} for {detail['upload_id']} not accepted: "
-                f"{entry.get('ErrorCode')}: {entry.get('ErrorMessage', '')}"
+                f"{UPLOAD_COMPLETED} for {detail['upload_id']} not accepted: {failure.describe()}",
+                [(failure.error_code, failure.error_message)],
             )
 
     def _due_uploads(self, now: float) -> list[str]:

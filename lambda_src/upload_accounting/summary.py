@@ -1,24 +1,15 @@
-"""The "Prospect Upload Completed" event: what it carries and how it is built."""
+"""The "Prospect Upload Completed" event: how its detail is built from an upload item.
+
+Its shape is ``prospect_contract.events.UploadCompletedDetail``.
+"""
 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
-COMPLETED_DETAIL_TYPE = "Prospect Upload Completed"
+from prospect_contract.events import UPLOAD_COUNTERS, UploadCompletedDetail
 
-#: Counters every upload item carries from ``begin`` on, so the event always has them.
-COUNTERS = (
-    "classified_total",
-    "failed_total",
-    "model_requests",
-    "rate_limited",
-    "duplicates_suppressed",
-    "input_tokens",
-    "output_tokens",
-    "requests_saved",
-    "deduplicated",
-)
 SPLIT_COUNTS = ("rows", "valid", "invalid")
 TEXT_FIELDS = ("upload_id", "bucket", "key", "status", "created_at", "completed_at", "reason")
 
@@ -33,10 +24,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def summary_detail(item: dict[str, Any]) -> dict[str, Any]:
-    """The event detail for one upload item (contract: counts + upload_id, bucket, key,
-    status). ``rows``/``valid``/``invalid``/``missing`` are null when the split never
-    finished; ``classified`` and ``failed`` are maps label -> n and error_code -> n."""
+def summary_detail(item: dict[str, Any]) -> UploadCompletedDetail:
+    """The event detail for one upload item (``docs/contract.md`` §2). ``rows``/``valid``/
+    ``invalid``/``missing`` are null when the split never finished; ``classified`` and
+    ``failed`` are maps label -> n and error_code -> n."""
     detail: dict[str, Any] = {name: _plain(item.get(name)) for name in TEXT_FIELDS}
     if detail["reason"] is None:
         del detail["reason"]
@@ -44,7 +35,7 @@ def summary_detail(item: dict[str, Any]) -> dict[str, Any]:
         detail[name] = _plain(item.get(name))
     detail["classified"] = _plain(item.get("classified") or {})
     detail["failed"] = _plain(item.get("failed") or {})
-    for name in COUNTERS:
+    for name in UPLOAD_COUNTERS:
         detail[name] = _plain(item.get(name) or 0)
     detail["missing"] = _plain(item.get("missing"))
-    return detail
+    return cast(UploadCompletedDetail, detail)

@@ -9,10 +9,10 @@ import random
 import tracemalloc
 
 import pytest
+from prospect_contract.put_events import PutEventsError
 from prospect_splitter.config import Settings
 from prospect_splitter.csv_stream import UploadRejected, iter_records
 from prospect_splitter.handler import build_splitter, handler
-from prospect_splitter.publisher import EventPublishError
 from prospect_splitter.validation import is_valid_email
 
 from .conftest import BUCKET, BUS, HEADER, s3_event
@@ -253,7 +253,7 @@ def test_non_retryable_entry_failure_raises_and_the_upload_can_be_retried(aws, l
     splitter = build_splitter(Settings.from_env(), session=aws.session, sleep=sleeps.append)
     event = aws.put_csv("nonretry.csv", _csv(VALID, VALID))
 
-    with pytest.raises(EventPublishError) as raised:
+    with pytest.raises(PutEventsError) as raised:
         splitter.process(event, lambda_context)
     assert raised.value.failures == [("MalformedDetail", "injected by test")]
     assert sleeps == []  # a permanent error is not retried entry by entry
@@ -267,7 +267,7 @@ def test_retries_are_bounded(aws, lambda_context):
     sleeps: list[float] = []
     splitter = build_splitter(Settings.from_env(), session=aws.session, sleep=sleeps.append)
 
-    with pytest.raises(EventPublishError, match="after 5 attempts"):
+    with pytest.raises(PutEventsError, match="after 5 attempts"):
         splitter.process(aws.put_csv("always.csv", _csv(VALID, VALID)), lambda_context)
     assert len(sleeps) == 4
     assert all(0 <= s <= 5.0 for s in sleeps)

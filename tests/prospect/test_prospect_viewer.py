@@ -745,7 +745,7 @@ def test_v2_bus_publishes_with_a_deduplication_id_per_generation(seeded, monkeyp
     monkeypatch.delenv("EVENT_BUS_NAME")
     app = build_app(Settings.from_env(), boto3.session.Session(region_name="us-east-1"))
     assert app.publisher.v2
-    client = app.publisher._client
+    client = app.publisher.bus.client
     assert client.meta.service_model.service_name == "eventbridgev2"
     with Stubber(client) as stub:
         stub.add_response(
@@ -759,7 +759,7 @@ def test_v2_bus_publishes_with_a_deduplication_id_per_generation(seeded, monkeyp
                         "DetailType": "Prospect Row Validated",
                         "Detail": json.dumps(
                             {"upload_id": "alpha", "row_number": 2, "email": "a@example.com",
-                             "replay_generation": 1}
+                             "replay_generation": 1}, separators=(",", ":"),
                         ),
                         "SystemMetadata": {"DeduplicationId": "alpha#2#r1"},
                     }
@@ -775,7 +775,8 @@ def test_v2_bus_publishes_with_a_deduplication_id_per_generation(seeded, monkeyp
 
 
 def test_v2_bus_needs_its_arn(monkeypatch, seeded):
-    from prospect_viewer.config import ConfigurationError, Settings
+    from prospect_contract.errors import ConfigurationError
+    from prospect_viewer.config import Settings
 
     monkeypatch.setenv("EVENT_BUS_KIND", "v2")
     with pytest.raises(ConfigurationError, match="EVENT_BUS_ARN"):

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from prospect_splitter.config import ConfigurationError, Settings
+from prospect_contract.errors import ConfigurationError
+from prospect_contract.put_events import PutEventsError
+from prospect_splitter.config import Settings
 from prospect_splitter.handler import build_splitter
-from prospect_splitter.publisher import EventPublishError
 
 from .conftest import BUS, HEADER
 
@@ -159,7 +160,7 @@ def test_a_permanent_entry_error_stops_the_upload_early_and_a_retry_completes_it
     splitter = build_splitter(Settings.from_env(), session=quiet_bus.session, sleep=sleeps.append)
     event = quiet_bus.put_csv("poison.csv", _csv(2000))
 
-    with pytest.raises(EventPublishError) as raised:
+    with pytest.raises(PutEventsError) as raised:
         splitter.process(event, lambda_context)
 
     assert raised.value.failures == [("MalformedDetail", "injected by test")]

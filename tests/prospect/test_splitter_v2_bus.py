@@ -14,9 +14,10 @@ import uuid
 from typing import Any
 
 import pytest
-from prospect_splitter.config import ConfigurationError, Settings
+from prospect_contract.errors import ConfigurationError
+from prospect_contract.put_events import PutEventsError
+from prospect_splitter.config import Settings
 from prospect_splitter.handler import build_splitter
-from prospect_splitter.publisher import EventPublishError
 
 from .conftest import BUS, HEADER
 
@@ -160,7 +161,7 @@ def test_a_rerun_within_the_window_is_deduplicated_and_counted(v2, lambda_contex
     splitter = _splitter(v2)
     event = v2.put_csv("rerun.csv", _csv(300))
 
-    with pytest.raises(EventPublishError):
+    with pytest.raises(PutEventsError):
         splitter.process(event, lambda_context)
     first_run = len(bus.rows())
     assert 0 < first_run < 300

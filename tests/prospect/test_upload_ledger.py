@@ -7,10 +7,12 @@ import time
 
 import pytest
 from botocore.exceptions import ClientError
-from upload_accounting import LedgerSettings, RowAccounted, UploadLedger
+from prospect_contract.errors import ConfigurationError
+from upload_accounting import LedgerSettings, RowAccounted, SummaryPublishError, UploadLedger
 from upload_accounting.ledger import PUBLISH_LEASE_SECONDS
 
 from .conftest import BUS
+from .fault_injection import FlakyPutEvents
 from .upload_tables import (
     UPLOAD_ROWS_TABLE,
     UPLOADS_TABLE,
@@ -36,9 +38,8 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def ledger(aws, clock):
-    create_upload_tables(aws.session)
+def new_ledger(aws, clock, **options):
+    """A ledger whose clients come from ``aws.session`` now (after any hooks on it)."""
     settings = LedgerSettings(
         uploads_table_name=UPLOADS_TABLE,
         upload_rows_table_name=UPLOAD_ROWS_TABLE,
@@ -51,7 +52,14 @@ def ledger(aws, clock):
         dynamodb=aws.session.client("dynamodb"),
         events=aws.session.client("events"),
         clock=clock,
+        **options,
     )
+
+
+@pytest.fixture
+def ledger(aws, clock):
+    create_upload_tables(aws.session)
+    return new_ledger(aws, clock)
 
 
 def billed(input_tokens=100, output_tokens=2, **extra):
@@ -286,6 +294,39 @@ def test_a_failed_publish_is_retried_by_the_sweeper_after_the_lease(aws, ledger,
     assert len(completed_events(aws.drain_published())) == 1
 
 
+def test_a_throttled_completion_event_is_sent_again(aws, clock):
+    # GIVEN the bus throttles the first completion entry it sees
+    create_upload_tables(aws.session)
+    flaky = FlakyPutEvents(lambda call, entries: {0} if call == 1 else set()).install(aws.session)
+    sleeps: list[float] = []
+    ledger = new_ledger(aws, clock, sleep=sleeps.append)
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    # WHEN the last row completes the upload
+    ledger.row_classified("u-1", 1, "hot", billed())
+    # THEN the entry was re-sent after one backoff, published once and marked sent
+    assert (flaky.calls, len(sleeps)) == (2, 1)
+    assert len(completed_events(aws.drain_published())) == 1
+    assert upload_item(aws.session, "u-1")["summary_published_at"]
+
+
+def test_a_rejected_completion_event_raises_at_once_and_is_published_later(aws, clock):
+    create_upload_tables(aws.session)
+    FlakyPutEvents(lambda call, entries: {0} if call == 1 else set(), "MalformedDetail").install(
+        aws.session
+    )
+    sleeps: list[float] = []
+    ledger = new_ledger(aws, clock, sleep=sleeps.append)
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    with pytest.raises(SummaryPublishError, match="not accepted: MalformedDetail") as raised:
+        ledger.row_classified("u-1", 1, "hot", billed())
+    assert sleeps == [] and raised.value.failures[0][0] == "MalformedDetail"
+    clock.now += PUBLISH_LEASE_SECONDS + 1
+    assert ledger.sweep() == {"u-1": "published"}
+    assert len(completed_events(aws.drain_published())) == 1
+
+
 def test_settings_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("UPLOADS_TABLE_NAME", "u")
     monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", "r")
@@ -294,7 +335,7 @@ def test_settings_come_from_the_environment(monkeypatch):
     settings = LedgerSettings.from_env()
     assert (settings.deadline_seconds, settings.retention_days) == (7200, 90)
     monkeypatch.setenv("UPLOAD_RETENTION_DAYS", "-1")
-    with pytest.raises(Exception, match="UPLOAD_RETENTION_DAYS must be positive"):
+    with pytest.raises(ConfigurationError, match="UPLOAD_RETENTION_DAYS must be positive"):
         LedgerSettings.from_env()
 
 
