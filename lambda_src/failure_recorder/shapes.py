@@ -12,15 +12,25 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any, cast
+
+from prospect_contract import dead_letters as dl
+from prospect_contract.events import (
+    EVENT_SOURCE,
+    PROSPECT_FIELDS,
+    ROW_VALIDATED,
+    S3_SOURCE,
+    UPLOAD_DETAIL_TYPES,
+)
+from prospect_contract.failures import KIND_DUPLICATE, KIND_MODEL, KIND_OTHER, KIND_UPLOAD
 
 RAW_ROW_MAX_CHARS = 2000
 # The item limit is 400 KB; an SQS body is at most 256 KiB, so characters beyond this
 # would only come from multi-byte text and are not worth risking a failed write.
 RAW_BODY_MAX_CHARS = 100_000
 UNATTRIBUTED_UPLOAD_ID = "unattributed"
-PROSPECT_FIELDS = ("email", "first_name", "last_name", "company", "title", "country", "notes")
 
 SHAPE_EVENTBRIDGE_DLQ = "eventbridge-dlq"
 SHAPE_LAMBDA_ON_FAILURE = "lambda-on-failure"
@@ -30,16 +40,8 @@ SHAPE_LAMBDA_DLQ = "lambda-dlq"
 #: attributes, the body is the EventBridge event, and the function crashed or timed out.
 SHAPE_BUFFER_REDRIVE = "buffer-redrive"
 SHAPE_UNRECOGNISED = "unrecognised"
-BUFFER_REDRIVE_ERROR = "MaxReceiveCountExceeded"
-
-EVENT_SOURCE = "prospect-uploader"
-ROW_VALIDATED = "Prospect Row Validated"
-#: Upload-level events of our own source: summaries, completions. Never re-published as rows.
-UPLOAD_DETAIL_TYPES = frozenset({"Prospect Upload Summarized", "Prospect Upload Completed"})
-KIND_MODEL = "model"
-KIND_UPLOAD = "upload"
-KIND_OTHER = "other"
-KIND_DUPLICATE = "duplicate"
+#: The model step's dead-letter id (``dead_letter.id``, ``DEAD_LETTER_ID``).
+DEAD_LETTER_ID_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 #: Error codes of a row that ran out of time or attempts on a passing condition (rate
 #: limits, provider errors, timeouts, crashes), not of a row the model refused. A retry
@@ -57,7 +59,7 @@ TRANSIENT_ERROR_CODES = frozenset(
         "RetriesExhausted",
         "SDK_CLIENT_ERROR",
         "Sandbox.Timedout",
-        BUFFER_REDRIVE_ERROR,
+        dl.RECEIVES_EXHAUSTED,
     }
 )
 
@@ -122,7 +124,7 @@ def event_kind(event: object) -> str:
     source, detail_type = cast(dict[str, Any], event)["source"], cast(dict, event)["detail-type"]
     if source == EVENT_SOURCE and detail_type == ROW_VALIDATED:
         return KIND_MODEL
-    if (source == EVENT_SOURCE and detail_type in UPLOAD_DETAIL_TYPES) or source == "aws.s3":
+    if (source == EVENT_SOURCE and detail_type in UPLOAD_DETAIL_TYPES) or source == S3_SOURCE:
         return KIND_UPLOAD
     return KIND_OTHER
 
@@ -131,9 +133,9 @@ def _classify(
     body: dict[str, Any], attrs: dict[str, str], receive_count: str | None = None
 ) -> tuple[str, object, str, str]:
     """Return (source_shape, original_event, error_code, reason)."""
-    if isinstance(body.get("requestContext"), dict) and "requestPayload" in body:
-        context = body["requestContext"]
-        response = body.get("responsePayload")
+    context = body.get(dl.ON_FAILURE_CONTEXT)
+    if isinstance(context, dict) and dl.ON_FAILURE_PAYLOAD in body:
+        response = body.get(dl.ON_FAILURE_RESPONSE)
         response = response if isinstance(response, dict) else {}
         condition = str(context.get("condition") or "Unknown")
         error_type = response.get("errorType")
@@ -142,25 +144,46 @@ def _classify(
         reason = f"{condition} after {invokes} invocation(s)"
         if error_message:
             reason += f": {error_message}"
-        return SHAPE_LAMBDA_ON_FAILURE, body["requestPayload"], str(error_type or condition), reason
-    if "RULE_ARN" in attrs:
-        code = attrs.get("ERROR_CODE", "Unknown")
-        return SHAPE_EVENTBRIDGE_DLQ, body, code, attrs.get("ERROR_MESSAGE", code)
-    if "ERROR_CODE" in attrs:
-        code = attrs["ERROR_CODE"]
-        return SHAPE_MODEL_STEP, body, code, attrs.get("ERROR_MESSAGE", code)
-    if "ErrorCode" in attrs or "RequestID" in attrs:
+        payload = body[dl.ON_FAILURE_PAYLOAD]
+        return SHAPE_LAMBDA_ON_FAILURE, payload, str(error_type or condition), reason
+    if dl.RULE_ARN in attrs:
+        code = attrs.get(dl.ERROR_CODE, "Unknown")
+        return SHAPE_EVENTBRIDGE_DLQ, body, code, attrs.get(dl.ERROR_MESSAGE, code)
+    if dl.ERROR_CODE in attrs:
+        code = attrs[dl.ERROR_CODE]
+        return SHAPE_MODEL_STEP, body, code, attrs.get(dl.ERROR_MESSAGE, code)
+    if dl.LAMBDA_ERROR_CODE in attrs or dl.LAMBDA_REQUEST_ID in attrs:
         # A Lambda function DLQ (not an on-failure destination) uses these names.
-        code = attrs.get("ErrorCode", "Unknown")
-        return SHAPE_LAMBDA_DLQ, body, code, attrs.get("ErrorMessage", code)
+        code = attrs.get(dl.LAMBDA_ERROR_CODE, "Unknown")
+        return SHAPE_LAMBDA_DLQ, body, code, attrs.get(dl.LAMBDA_ERROR_MESSAGE, code)
     if _is_eventbridge_event(body):
         receives = receive_count if receive_count is not None else "?"
         reason = (
             f"the buffer queue gave up after {receives} receive(s): the function crashed or "
             "timed out on every one"
         )
-        return SHAPE_BUFFER_REDRIVE, body, BUFFER_REDRIVE_ERROR, reason
-    return SHAPE_UNRECOGNISED, body, "UnrecognisedDeadLetter", "dead letter of an unknown shape"
+        return SHAPE_BUFFER_REDRIVE, body, dl.RECEIVES_EXHAUSTED, reason
+    return SHAPE_UNRECOGNISED, body, dl.UNRECOGNISED_DEAD_LETTER, "dead letter of an unknown shape"
+
+
+def _without_dead_letter(event: object) -> object:
+    """The original event: the model step's ``dead_letter`` member is not part of it, and
+    a viewer retry must re-publish the event as it was."""
+    if isinstance(event, dict) and dl.DEAD_LETTER_MEMBER in event:
+        return {name: value for name, value in event.items() if name != dl.DEAD_LETTER_MEMBER}
+    return event
+
+
+def dead_letter_id(body: object, attrs: dict[str, str]) -> str | None:
+    """The model step's dead-letter id: ``dead_letter.id`` in the body (it travels with the
+    event even where attributes are lost), else the ``DEAD_LETTER_ID`` attribute. None when
+    neither is a 64-hex id."""
+    member = body.get(dl.DEAD_LETTER_MEMBER) if isinstance(body, dict) else None
+    from_body = member.get("id") if isinstance(member, dict) else None
+    for candidate in (from_body, attrs.get(dl.DEAD_LETTER_ID)):
+        if isinstance(candidate, str) and DEAD_LETTER_ID_PATTERN.fullmatch(candidate):
+            return candidate
+    return None
 
 
 def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
@@ -172,8 +195,9 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     ``unattributed``). A concurrent duplicate that gave up on an in-progress record is
     kind ``duplicate`` under ``duplicate#%08d``, so it never overwrites the row's real
     failure. ``retryable`` is True for a row whose error is transient
-    (TRANSIENT_ERROR_CODES). Never raises on bad input: a body that is not a JSON object
-    is stored raw with error_code ``UnparseableDeadLetter``.
+    (TRANSIENT_ERROR_CODES). The model step's ``dead_letter`` member is stored as
+    ``dead_letter_id`` and left out of ``original_event``. Never raises on bad input: a
+    body that is not a JSON object is stored raw with error_code ``UnparseableDeadLetter``.
     """
     message_id = str(record.get("messageId", ""))
     body_text = record.get("body") or ""
@@ -184,8 +208,8 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
         "recorded_at": recorded_at or utc_now(),
         "retryable": False,
     }
-    if attrs.get("REQUEST_ID"):
-        item["request_id"] = attrs["REQUEST_ID"]
+    if attrs.get(dl.REQUEST_ID):
+        item["request_id"] = attrs[dl.REQUEST_ID]
     try:
         body = json.loads(body_text)
     except (json.JSONDecodeError, TypeError):
@@ -194,8 +218,8 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
         item.update(
             upload_id=UNATTRIBUTED_UPLOAD_ID,
             failure_id=f"message#{message_id}",
-            error_code="UnparseableDeadLetter",
-            reason=attrs.get("ERROR_MESSAGE") or "dead-letter body is not a JSON object",
+            error_code=dl.UNPARSEABLE_DEAD_LETTER,
+            reason=attrs.get(dl.ERROR_MESSAGE) or "dead-letter body is not a JSON object",
             source_shape=SHAPE_UNRECOGNISED,
             raw_body=str(body_text)[:RAW_BODY_MAX_CHARS],
             raw_row=str(body_text)[:RAW_ROW_MAX_CHARS],
@@ -203,6 +227,10 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
         return item
     receive_count = (record.get("attributes") or {}).get("ApproximateReceiveCount")
     shape, original_event, error_code, reason = _classify(body, attrs, receive_count)
+    letter_id = dead_letter_id(original_event, attrs)
+    if letter_id is not None:
+        item["dead_letter_id"] = letter_id
+    original_event = _without_dead_letter(original_event)
     upload_id, row_number, detail = _attribution(original_event)
     kind = event_kind(original_event)
     if kind == KIND_MODEL and error_code == IN_PROGRESS_ERROR:
@@ -231,7 +259,7 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     raw_row = _raw_row(detail) if kind in (KIND_MODEL, KIND_DUPLICATE) else None
     if raw_row is not None:
         item["raw_row"] = raw_row
-    for name in ("RULE_ARN", "TARGET_ARN"):
+    for name in (dl.RULE_ARN, dl.TARGET_ARN):
         if name in attrs:
             item[name.lower()] = attrs[name]
     return item

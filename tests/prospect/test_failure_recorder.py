@@ -282,12 +282,66 @@ def test_buffer_queue_redrive_shape_is_recognised(aws):
     record["attributes"]["ApproximateReceiveCount"] = "4"
     handler({"Records": [record]}, None)
     item = aws.failures("u-123")["model#00000009"]
-    assert (item["source_shape"], item["error_code"]) == (
-        "buffer-redrive",
-        "MaxReceiveCountExceeded",
-    )
+    assert (item["source_shape"], item["error_code"]) == ("buffer-redrive", "ReceivesExhausted")
     assert "after 4 receive(s)" in item["reason"]
     assert (item["kind"], item["retryable"]) == ("model", True)
+
+
+def test_a_row_the_model_step_sends_as_receives_exhausted_is_filed_as_a_redrive_is(aws):
+    # GIVEN the runtime itself dead-letters a row its buffer queue gave up on
+    record = _record("m-exhausted", _row_event(row_number=9), ERROR_CODE="ReceivesExhausted",
+                     ERROR_MESSAGE="no receives left")  # fmt: skip
+    handler({"Records": [record]}, None)
+    item = aws.failures("u-123")["model#00000009"]
+    # THEN it has the same code as SQS's own redrive, and stays retryable from the viewer
+    assert (item["source_shape"], item["error_code"]) == ("model-step", "ReceivesExhausted")
+    assert (item["kind"], item["retryable"]) == ("model", True)
+
+
+# ------------------------------------------------------------- the model step's dead-letter id
+LETTER_A = "a" * 64
+LETTER_B = "0123456789abcdef" * 4
+
+
+def _dead_letter(message_id, letter_id, row_number=3, code="ModelRejectedInput", **attributes):
+    """The model step's dead letter: the event plus a ``dead_letter`` member, and the id
+    again as the DEAD_LETTER_ID attribute."""
+    body = {**_row_event(row_number=row_number),
+            "dead_letter": {"id": letter_id, "error_code": code}}  # fmt: skip
+    attributes = {"ERROR_CODE": code, "ERROR_MESSAGE": "refused", "DEAD_LETTER_ID": letter_id,
+                  **attributes}  # fmt: skip
+    return _record(message_id, body, **attributes)
+
+
+def test_a_dead_letter_id_is_stored_and_the_original_event_is_kept_without_it(aws):
+    handler({"Records": [_dead_letter("m-dl", LETTER_A)]}, None)
+    item = aws.failures("u-123")["model#00000003"]
+    assert item["dead_letter_id"] == LETTER_A
+    # A viewer retry re-publishes original_event: it must be the event as published.
+    assert json.loads(item["original_event"]) == _row_event(row_number=3)
+    assert (item["source_shape"], item["error_code"]) == ("model-step", "ModelRejectedInput")
+
+
+def test_the_dead_letter_id_attribute_alone_is_enough(aws):
+    handler({"Records": [_record("m-attr", _row_event(row_number=3), ERROR_CODE="X",
+                                 DEAD_LETTER_ID=LETTER_B)]}, None)  # fmt: skip
+    assert aws.failures("u-123")["model#00000003"]["dead_letter_id"] == LETTER_B
+
+
+def test_a_malformed_dead_letter_id_is_not_stored_but_the_member_is_still_dropped(aws):
+    handler({"Records": [_dead_letter("m-bad", "not-hex")]}, None)
+    item = aws.failures("u-123")["model#00000003"]
+    assert "dead_letter_id" not in item
+    assert "dead_letter" not in json.loads(item["original_event"])
+
+
+def test_a_dead_letter_member_without_error_attributes_is_still_a_redrive(aws):
+    # GIVEN SQS redrove a message that carried the member, and its attributes are gone
+    body = {**_row_event(row_number=9), "dead_letter": {"id": LETTER_A, "error_code": "X"}}
+    handler({"Records": [_record("m-redriven", body)]}, None)
+    item = aws.failures("u-123")["model#00000009"]
+    assert (item["error_code"], item["dead_letter_id"]) == ("ReceivesExhausted", LETTER_A)
+    assert json.loads(item["original_event"]) == _row_event(row_number=9)
 
 
 @pytest.mark.parametrize(
@@ -338,6 +392,27 @@ def test_row_failures_are_counted_once_on_their_upload(aws, ledger):
     item = upload_item(aws.session, "u-123")
     assert item["failed"] == {"ModelRejectedInput": 1} and item["failed_total"] == 1
     assert completed_events(aws.drain_published()) == []
+
+
+@pytest.mark.parametrize(
+    "letter_ids",
+    [
+        (LETTER_A, LETTER_A),  # the model step sent its dead letter twice (a kill in between)
+        (LETTER_A, LETTER_B),  # two dead-lettered records for one row
+    ],
+)
+def test_a_row_failure_counts_once_however_many_dead_letters_arrive(aws, ledger, letter_ids):
+    # WHEN two DLQ messages arrive for row 3, in one batch and then again in another
+    first, second = (_dead_letter(f"m-{n}", letter_id) for n, letter_id in enumerate(letter_ids))
+    assert record_batch([first, second], aws.failures_table, ledger=ledger) == {
+        "batchItemFailures": []
+    }
+    record_batch([second], aws.failures_table, ledger=ledger)
+    # THEN the upload counts the row's failure once, and one item holds the latest id
+    item = upload_item(aws.session, "u-123")
+    assert item["failed"] == {"ModelRejectedInput": 1} and item["failed_total"] == 1
+    [failure] = aws.failures("u-123").values()
+    assert failure["dead_letter_id"] == letter_ids[1]
 
 
 def test_the_last_failed_row_completes_the_upload(aws, ledger):
