@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from typing import Any
 
 import boto3
+from prospect_contract.settings import positive_int, required
 from upload_accounting import LedgerSettings, UploadLedger
 
 from .shapes import normalise, row_attribution
@@ -70,20 +70,14 @@ def _ledger() -> UploadLedger | None:
 
 
 def _retention_days() -> int:
-    raw = os.environ.get("FAILURE_RETENTION_DAYS", "").strip()
-    if not raw:
-        return DEFAULT_RETENTION_DAYS
-    value = int(raw)
-    if value <= 0:
-        raise ValueError(f"FAILURE_RETENTION_DAYS must be positive, got {value}")
-    return value
+    return positive_int("FAILURE_RETENTION_DAYS", DEFAULT_RETENTION_DAYS)
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, list[dict[str, str]]]:
     """Record each dead-lettered message; report the ones that could not be stored."""
     return record_batch(
         event.get("Records", []),
-        _table(os.environ["FAILURES_TABLE_NAME"]),
+        _table(required("FAILURES_TABLE_NAME")),
         ledger=_ledger(),
         retention_days=_retention_days(),
     )

@@ -10,6 +10,7 @@ each of them. ``docs/contract.md`` describes the contract; the modules hold it:
   messages, and the error codes the failure recorder files by shape;
 - ``failures``: the kinds of failures-table item;
 - ``errors``: ``ConfigurationError``, for a missing or malformed environment variable;
+- ``settings``: reading a setting from the environment, failing with that error;
 - ``put_events``: PutEvents with retries, for a classic or an EventBridge v2 bus.
 
 Every module uses the standard library only (the bus clients are passed in), so the CDK app

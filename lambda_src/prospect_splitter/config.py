@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from prospect_contract.errors import ConfigurationError
 from prospect_contract.events import EVENT_SOURCE
+from prospect_contract.settings import positive_int, required
 
 DEFAULT_EVENT_SOURCE = EVENT_SOURCE
 DEFAULT_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -23,28 +24,6 @@ DEFAULT_MAX_ROWS = 100_000
 DEFAULT_PUBLISH_CONCURRENCY = 4
 MAX_PUBLISH_CONCURRENCY = 64
 BUS_KINDS = ("classic", "v2")
-
-
-def _required(name: str) -> str:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        raise ConfigurationError(f"environment variable {name} is required")
-    return value
-
-
-def _positive_int(name: str, default: int, maximum: int | None = None) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
-    if value <= 0:
-        raise ConfigurationError(f"{name} must be positive, got {value}")
-    if maximum is not None and value > maximum:
-        raise ConfigurationError(f"{name} must be at most {maximum}, got {value}")
-    return value
 
 
 def _bus_kind() -> str:
@@ -100,18 +79,18 @@ class Settings:
         kind = _bus_kind()
         return cls(
             event_bus_kind=kind,
-            event_bus_name=_required("EVENT_BUS_NAME") if kind == "classic" else "",
-            event_bus_arn=_required("EVENT_BUS_ARN") if kind == "v2" else "",
+            event_bus_name=required("EVENT_BUS_NAME") if kind == "classic" else "",
+            event_bus_arn=required("EVENT_BUS_ARN") if kind == "v2" else "",
             summary_event_bus_name=os.environ.get("SUMMARY_EVENT_BUS_NAME", "").strip(),
-            failures_table_name=_required("FAILURES_TABLE_NAME"),
-            idempotency_table_name=_required("IDEMPOTENCY_TABLE_NAME"),
-            max_upload_bytes=_positive_int("MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),
-            max_rows=_positive_int("MAX_ROWS", DEFAULT_MAX_ROWS),
-            publish_concurrency=_positive_int(
+            failures_table_name=required("FAILURES_TABLE_NAME"),
+            idempotency_table_name=required("IDEMPOTENCY_TABLE_NAME"),
+            max_upload_bytes=positive_int("MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),
+            max_rows=positive_int("MAX_ROWS", DEFAULT_MAX_ROWS),
+            publish_concurrency=positive_int(
                 "PUBLISH_CONCURRENCY", DEFAULT_PUBLISH_CONCURRENCY, MAX_PUBLISH_CONCURRENCY
             ),
             event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
-            idempotency_expires_after_seconds=_positive_int(
+            idempotency_expires_after_seconds=positive_int(
                 "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", DEFAULT_IDEMPOTENCY_EXPIRES_AFTER_SECONDS
             ),
         )

@@ -6,10 +6,12 @@ Every item key is deterministic, so a retried upload overwrites rather than dupl
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import UTC, datetime
 from typing import Any
+
+from prospect_contract.failures import KIND_SUMMARY, KIND_UPLOAD, KIND_VALIDATION
+from prospect_contract.settings import positive_int
 
 from .s3_event import UploadRef
 from .validation import RAW_ROW_MAX_CHARS, RowError
@@ -25,7 +27,7 @@ def utc_now() -> str:
 
 def expires_at() -> int:
     """TTL of a failures-table item: now + FAILURE_RETENTION_DAYS (default 90) days."""
-    return int(time.time() + int(os.environ.get("FAILURE_RETENTION_DAYS") or 90) * 86400)
+    return int(time.time() + positive_int("FAILURE_RETENTION_DAYS", 90) * 86400)
 
 
 def row_failure_id(row_number: int) -> str:
@@ -56,7 +58,7 @@ class FailureWriter:
             Item={
                 "upload_id": upload_id,
                 "failure_id": row_failure_id(row_number),
-                "kind": "validation",
+                "kind": KIND_VALIDATION,
                 "error_code": error.error_code,
                 "reason": error.reason,
                 "row_number": row_number,
@@ -78,7 +80,7 @@ def put_upload_failure(
     item: dict[str, Any] = {
         "upload_id": upload_id,
         "failure_id": "upload",
-        "kind": "upload",
+        "kind": KIND_UPLOAD,
         "error_code": error_code,
         "reason": reason,
         "recorded_at": utc_now(),
@@ -96,7 +98,7 @@ def put_summary(table: Any, ref: UploadRef | None, summary: dict[str, Any]) -> N
     now = utc_now()
     item: dict[str, Any] = {
         "failure_id": "summary",
-        "kind": "summary",
+        "kind": KIND_SUMMARY,
         "bucket": ref.bucket if ref else "",
         "key": ref.key if ref else "",
         "created_at": now,

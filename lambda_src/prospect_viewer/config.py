@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from prospect_contract.errors import ConfigurationError
 from prospect_contract.events import EVENT_SOURCE
+from prospect_contract.settings import positive_int
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -48,17 +49,10 @@ class Settings:
         missing = [n for n in required if not os.environ.get(n)]
         if missing:
             raise ConfigurationError("missing environment variables: " + ", ".join(missing))
-        raw_page_size = os.environ.get("PAGE_SIZE", "").strip() or str(DEFAULT_PAGE_SIZE)
-        try:
-            page_size = int(raw_page_size)
-        except ValueError as exc:
-            raise ConfigurationError(f"PAGE_SIZE must be an integer: {raw_page_size!r}") from exc
-        if not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise ConfigurationError(f"PAGE_SIZE must be 1..{MAX_PAGE_SIZE}, got {page_size}")
         return cls(
             failures_table_name=os.environ["FAILURES_TABLE_NAME"],
             event_bus_name=os.environ.get("EVENT_BUS_NAME", ""),
-            page_size=page_size,
+            page_size=positive_int("PAGE_SIZE", DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE),
             event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
             uploads_table_name=os.environ.get("UPLOADS_TABLE_NAME", "").strip(),
             event_bus_kind=kind,

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
+from prospect_contract.failures import KIND_SUMMARY
 
 KEY_NAMES = ("upload_id", "failure_id")
 # Fields sent to the browser; original_event stays server-side (it can be large).
@@ -53,7 +54,7 @@ class FailureFilter:
 
     def matches(self, item: dict[str, Any]) -> bool:
         """True when ``item`` is a failure that passes this filter."""
-        if item.get("kind") == "summary":
+        if item.get("kind") == KIND_SUMMARY:
             return False
         if self.kind and str(item.get("kind", "")) != self.kind:
             return False

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from prospect_contract.errors import ConfigurationError
 from prospect_contract.events import EVENT_SOURCE
+from prospect_contract.settings import positive_int, required
 
 DEFAULT_EVENT_SOURCE = EVENT_SOURCE
 #: The classify step's default max event age (24 h) plus an hour for the DLQ and the
@@ -15,19 +15,6 @@ DEFAULT_DEADLINE_SECONDS = 25 * 60 * 60
 #: The splitter's async max event age (6 h) plus its 15-minute timeout, rounded up.
 DEFAULT_SPLIT_DEADLINE_SECONDS = 7 * 60 * 60
 DEFAULT_RETENTION_DAYS = 90
-
-
-def _positive_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
-    if value <= 0:
-        raise ConfigurationError(f"{name} must be positive, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -63,20 +50,14 @@ class LedgerSettings:
     @classmethod
     def from_env(cls) -> LedgerSettings:
         """Read the settings; raises ConfigurationError when incomplete."""
-        required = {}
-        for name in ("UPLOADS_TABLE_NAME", "UPLOAD_ROWS_TABLE_NAME", "EVENT_BUS_NAME"):
-            value = os.environ.get(name, "").strip()
-            if not value:
-                raise ConfigurationError(f"environment variable {name} is required")
-            required[name] = value
         return cls(
-            uploads_table_name=required["UPLOADS_TABLE_NAME"],
-            upload_rows_table_name=required["UPLOAD_ROWS_TABLE_NAME"],
-            event_bus_name=required["EVENT_BUS_NAME"],
+            uploads_table_name=required("UPLOADS_TABLE_NAME"),
+            upload_rows_table_name=required("UPLOAD_ROWS_TABLE_NAME"),
+            event_bus_name=required("EVENT_BUS_NAME"),
             event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
-            deadline_seconds=_positive_int("UPLOAD_DEADLINE_SECONDS", DEFAULT_DEADLINE_SECONDS),
-            split_deadline_seconds=_positive_int(
+            deadline_seconds=positive_int("UPLOAD_DEADLINE_SECONDS", DEFAULT_DEADLINE_SECONDS),
+            split_deadline_seconds=positive_int(
                 "UPLOAD_SPLIT_DEADLINE_SECONDS", DEFAULT_SPLIT_DEADLINE_SECONDS
             ),
-            retention_days=_positive_int("UPLOAD_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+            retention_days=positive_int("UPLOAD_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
         )

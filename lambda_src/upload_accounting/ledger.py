@@ -263,16 +263,8 @@ class UploadLedger:
                 if name != "deduplicated":
                     update.add(name, 0)
             condition = f"attribute_not_exists(upload_id) OR {status} = {splitting}"
-        try:
-            self._dynamodb.update_item(
-                TableName=self.settings.uploads_table_name,
-                Key={"upload_id": _av(upload_id)},
-                **update.request(condition),
-            )
-        except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
-                raise
-            # Already past splitting: a retried splitter. Fall through, idempotently.
+        # False when already past splitting: a retried splitter. Fall through, idempotently.
+        self._update_upload(upload_id, update, condition)
         if rejected_reason is None:
             self._complete_if_accounted(upload_id)
         else:
@@ -479,15 +471,7 @@ class UploadLedger:
         update = _Update()
         for counter, amount in increments.items():
             update.add(counter, amount)
-        try:
-            self._dynamodb.update_item(
-                TableName=self.settings.uploads_table_name,
-                Key={"upload_id": _av(upload_id)},
-                **update.request("attribute_exists(upload_id)"),
-            )
-        except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
-                raise
+        if self._update_upload(upload_id, update, "attribute_exists(upload_id)") is None:
             logger.warning("no upload item for %s; delivery counters dropped", upload_id)
 
     def _get_upload(self, upload_id: str) -> dict[str, Any] | None:
@@ -551,17 +535,26 @@ class UploadLedger:
             # missing was computed from these counts: a row that arrived since wins.
             for name in ("classified_total", "failed_total"):
                 condition += f" AND {update.name(name)} = {update.value(int(seen.get(name) or 0))}"
+        return self._update_upload(upload_id, update, condition) is not None
+
+    def _update_upload(
+        self, upload_id: str, update: _Update, condition: str, **request: Any
+    ) -> dict[str, Any] | None:
+        """A conditional UpdateItem on the upload item: its response, or None when the
+        condition did not hold (another writer got there first, or there is no item)."""
         try:
-            self._dynamodb.update_item(
-                TableName=self.settings.uploads_table_name,
-                Key={"upload_id": _av(upload_id)},
-                **update.request(condition),
+            return dict(
+                self._dynamodb.update_item(
+                    TableName=self.settings.uploads_table_name,
+                    Key={"upload_id": _av(upload_id)},
+                    **request,
+                    **update.request(condition),
+                )
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
-                return False
+                return None
             raise
-        return True
 
     def _publish_if_due(self, upload_id: str) -> bool:
         """Publish the completion event under a lease; True when this call published."""
@@ -577,17 +570,9 @@ class UploadLedger:
             f"{status} IN ({closed}) AND attribute_not_exists({published}) AND "
             f"(attribute_not_exists({lease}) OR {lease} < {update.value(int(now))})"
         )
-        try:
-            response = self._dynamodb.update_item(
-                TableName=self.settings.uploads_table_name,
-                Key={"upload_id": _av(upload_id)},
-                ReturnValues="ALL_NEW",
-                **update.request(condition),
-            )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
+        response = self._update_upload(upload_id, update, condition, ReturnValues="ALL_NEW")
+        if response is None:
+            return False
         detail = summary_detail(_plain_item(response["Attributes"]))
         self._put_completed_event(detail)
         done = _Update().set("summary_published_at", utc_now_iso(self._clock()))
