@@ -67,7 +67,7 @@ def test_the_contract_needs_only_the_standard_library():
         sys.meta_path.insert(0, Refuse())
         import prospect_contract.dead_letters, prospect_contract.errors
         import prospect_contract.events, prospect_contract.failures
-        import prospect_contract.put_events
+        import prospect_contract.put_events, prospect_contract.settings
         print("ok")
         """
     )
@@ -91,4 +91,30 @@ def test_every_prospect_setting_error_is_the_one_configuration_error(monkeypatch
         monkeypatch.delenv(name, raising=False)
     for read in (SplitterSettings.from_env, ViewerSettings.from_env, LedgerSettings.from_env):
         with pytest.raises(ConfigurationError):
+            read()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("FAILURE_RETENTION_DAYS", "0", "FAILURE_RETENTION_DAYS must be positive, got 0"),
+        ("FAILURE_RETENTION_DAYS", "ninety", "FAILURE_RETENTION_DAYS must be an integer"),
+        ("PAGE_SIZE", "501", "PAGE_SIZE must be at most 500, got 501"),
+    ],
+)
+def test_a_bad_number_names_the_variable_and_the_value(monkeypatch, name, value, message):
+    from failure_recorder.handler import _retention_days
+    from prospect_splitter.failures import expires_at
+    from prospect_viewer.config import Settings as ViewerSettings
+
+    monkeypatch.setenv("FAILURES_TABLE_NAME", "failures")
+    monkeypatch.setenv("EVENT_BUS_NAME", "bus")
+    monkeypatch.setenv(name, value)
+    readers = (
+        [_retention_days, expires_at]
+        if name == "FAILURE_RETENTION_DAYS"
+        else [ViewerSettings.from_env]
+    )
+    for read in readers:
+        with pytest.raises(ConfigurationError, match=message):
             read()
