@@ -81,7 +81,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rng: Callable[[], float]) -> float:
         """Seconds to sleep before round ``attempt + 1``."""
-        return rng() * min(self.max_delay, self.base_delay * 2 ** (attempt - 1))
+        return rng() * min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
 
 
 def detail_json(detail: Mapping[str, Any]) -> str:
