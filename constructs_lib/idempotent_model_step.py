@@ -34,6 +34,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import defaults
+from ._runtime_environment import runtime_environment as env
 from ._validation import (
     PropValidationError,
     check_duration_range,
@@ -50,32 +51,10 @@ from .event_bus_v2 import EventBusV2Base
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 
-#: Environment names the runtime reads; a user's ``environment`` may not set them.
-#: Every name starting with one of ``RESERVED_ENVIRONMENT_PREFIXES`` is refused too.
-RESERVED_ENVIRONMENT = frozenset(
-    {
-        "IDEMPOTENCY_TABLE_NAME",
-        "IDEMPOTENCY_RECORD_PREFIX",
-        "DEAD_LETTER_QUEUE_URL",
-        "BUFFER_QUEUE_URL",
-        "IDEMPOTENCY_KEY",
-        "IDEMPOTENCY_EXPIRES_AFTER_SECONDS",
-        "PROMPT_VERSION",
-        "SYSTEM_PROMPT",
-        "MODEL_ID",
-        "MAX_TOKENS",
-        "MODEL_PROVIDER",
-        "MODEL_TIMEOUT_SECONDS",
-        "MAX_EVENT_AGE_SECONDS",
-        "MAX_ATTEMPTS",
-        "ALLOWED_LABELS",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_API_KEY_SECRET_ARN",
-        "API_KEY_MAX_AGE_SECONDS",
-        "POWERTOOLS_SERVICE_NAME",
-        "POWERTOOLS_METRICS_NAMESPACE",
-    }
-)
+#: Environment names the runtime reads that a user's ``environment`` may not set: every
+#: reserved name of ``lambda_src/model_step/environment.py``. Every name starting with one
+#: of ``RESERVED_ENVIRONMENT_PREFIXES`` is refused too.
+RESERVED_ENVIRONMENT: frozenset[str] = frozenset(env.RESERVED_NAMES)
 
 #: Prefixes no user variable may start with: ``POWERTOOLS_*`` would let a caller
 #: switch idempotency off (``POWERTOOLS_IDEMPOTENCY_DISABLED``) or redirect
@@ -337,32 +316,32 @@ class IdempotentModelStep(Construct):
             log_retention=log_retention,
             description="Idempotent model step: one model request per business key",
             environment={
-                "IDEMPOTENCY_TABLE_NAME": self.table.table_name,
+                env.IDEMPOTENCY_TABLE_NAME: self.table.table_name,
                 # The construct path, never the generated function name: a replaced
                 # function keeps its records, two steps sharing a table never collide.
-                "IDEMPOTENCY_RECORD_PREFIX": self.node.path,
-                "DEAD_LETTER_QUEUE_URL": self.dead_letter_queue.queue_url,
-                "BUFFER_QUEUE_URL": self.buffer_queue.queue_url,
-                "IDEMPOTENCY_KEY": idempotency_key,
-                "IDEMPOTENCY_EXPIRES_AFTER_SECONDS": str(int(expires_after.to_seconds())),
-                "PROMPT_VERSION": prompt_version,
-                "SYSTEM_PROMPT": system_prompt,
-                "MODEL_ID": model_id,
-                "MAX_TOKENS": str(max_tokens),
-                "MODEL_PROVIDER": model_provider.value,
-                "MODEL_TIMEOUT_SECONDS": str(
+                env.IDEMPOTENCY_RECORD_PREFIX: self.node.path,
+                env.DEAD_LETTER_QUEUE_URL: self.dead_letter_queue.queue_url,
+                env.BUFFER_QUEUE_URL: self.buffer_queue.queue_url,
+                env.IDEMPOTENCY_KEY: idempotency_key,
+                env.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: str(int(expires_after.to_seconds())),
+                env.PROMPT_VERSION: prompt_version,
+                env.SYSTEM_PROMPT: system_prompt,
+                env.MODEL_ID: model_id,
+                env.MAX_TOKENS: str(max_tokens),
+                env.MODEL_PROVIDER: model_provider.value,
+                env.MODEL_TIMEOUT_SECONDS: str(
                     int(timeout.to_seconds() - defaults.MODEL_TIMEOUT_MARGIN.to_seconds())
                 ),
-                "MAX_EVENT_AGE_SECONDS": str(int(max_event_age.to_seconds())),
-                "MAX_ATTEMPTS": str(self.max_attempts),
-                "POWERTOOLS_SERVICE_NAME": self.node.path,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                **({"ALLOWED_LABELS": ",".join(allowed_labels)} if allowed_labels else {}),
+                env.MAX_EVENT_AGE_SECONDS: str(int(max_event_age.to_seconds())),
+                env.MAX_ATTEMPTS: str(self.max_attempts),
+                env.POWERTOOLS_SERVICE_NAME: self.node.path,
+                env.POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+                **({env.ALLOWED_LABELS: ",".join(allowed_labels)} if allowed_labels else {}),
                 **(
                     {
-                        "ANTHROPIC_API_KEY_SECRET_ARN": api_key_secret.secret_full_arn
+                        env.ANTHROPIC_API_KEY_SECRET_ARN: api_key_secret.secret_full_arn
                         or api_key_secret.secret_arn,
-                        "API_KEY_MAX_AGE_SECONDS": str(int(api_key_max_age.to_seconds())),
+                        env.API_KEY_MAX_AGE_SECONDS: str(int(api_key_max_age.to_seconds())),
                     }
                     if api_key_secret is not None
                     else {}
