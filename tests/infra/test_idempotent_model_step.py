@@ -489,6 +489,23 @@ def variants(tmp_path_factory) -> dict:
     return synth(app).templates["Variants"]
 
 
+def test_extra_packages_are_bundled_beside_the_handler_before_the_runtime():
+    # GIVEN a custom handler with one extra package  WHEN it is made
+    # THEN the asset holds the handler's package, the extra one, then the runtime
+    from constructs_lib import ModelStepHandler
+    from constructs_lib.bundling import lambda_src_root
+
+    src = lambda_src_root()
+    handler = ModelStepHandler.from_package(
+        src / "prospect_classifier",
+        handler="prospect_classifier.handler.handler",
+        extra_packages=[src / "upload_accounting"],
+    )
+    assert [p.name for p in handler.packages] == [
+        "prospect_classifier", "upload_accounting", "model_step"
+    ]  # fmt: skip
+
+
 def _fn(raw: dict, prefix: str) -> dict:
     return next(
         v["Properties"] for k, v in raw["Resources"].items()
