@@ -721,7 +721,7 @@ class IdempotentModelStep(Construct):
         """
         if self.subscriber is not None:
             return self._v2_metric("OnFailureDestinationDelivered", period)
-        return events_rule_metric(self._rule(), "InvocationsSentToDlq", self.event_bus, period)
+        return self._rule_metric("InvocationsSentToDlq", period)
 
     def metric_invocations_failed_to_be_sent_to_dlq(
         self, period: Duration | None = None
@@ -732,9 +732,7 @@ class IdempotentModelStep(Construct):
         """
         if self.subscriber is not None:
             return self._v2_metric("EventsDropped", period)
-        return events_rule_metric(
-            self._rule(), "InvocationsFailedToBeSentToDlq", self.event_bus, period
-        )
+        return self._rule_metric("InvocationsFailedToBeSentToDlq", period)
 
     def metric_buffer_age(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Age of the oldest row waiting in the buffer queue (seconds, Maximum, 1 minute)."""
@@ -760,8 +758,10 @@ class IdempotentModelStep(Construct):
         """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
-    def _rule(self) -> events.IRule:
-        return cast(events.IRule, self.rule)
+    def _rule_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
+        # Only a step on a classic bus has a rule; a v2 step's metrics are its subscriber's.
+        bus = None if isinstance(self.event_bus, EventBusV2Base) else self.event_bus
+        return events_rule_metric(cast(events.IRule, self.rule), name, bus, period)
 
     def _v2_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
         bus = cast(EventBusV2Base, self.event_bus)

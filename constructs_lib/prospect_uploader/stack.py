@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import jsii
 from aws_cdk import (
@@ -49,6 +49,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
+from aws_cdk.interfaces import aws_events as events_refs
 from constructs import Construct
 
 from .. import defaults
@@ -118,8 +119,8 @@ class AlertTopicTarget:
         self.message = message
         self.dead_letter_queue = dead_letter_queue
 
-    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:
-        source = {"ArnEquals": {"aws:SourceArn": rule.rule_arn}}
+    def bind(self, rule: events_refs.IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
+        source = {"ArnEquals": {"aws:SourceArn": rule.rule_ref.rule_arn}}
         events_principal = iam.ServicePrincipal("events.amazonaws.com")
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
@@ -180,6 +181,7 @@ class ProspectUploaderStack(Stack):
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
     :param lambda_retry_attempts: the classify step's Lambda retries, default 2.
+    :param kwargs: the ``Stack`` props (``env``, ``description``, ...), passed on as they are.
     """
 
     def __init__(
@@ -189,7 +191,7 @@ class ProspectUploaderStack(Stack):
         *,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         lambda_retry_attempts: int = defaults.DEFAULT_LAMBDA_RETRY_ATTEMPTS,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
         # Grant log delivery through the bucket policy, not legacy ACLs (which
