@@ -215,7 +215,8 @@ class _StepProps:
             raise PropValidationError(
                 f"{owner}: dead_letter_queue must be a standard SQS queue, got the FIFO "
                 f"queue {queue.node.path!r}. EventBridge dead-letter queues and "
-                "the buffer queue's redrive (a standard queue) do not accept FIFO queues."
+                "the redrive queue's redrive policy (a standard queue) do not accept FIFO "
+                "queues."
             )
 
     def _check_environment(self, owner: str) -> None:
@@ -249,16 +250,8 @@ class _StepProps:
 
     @property
     def buffer_max_receive_count(self) -> int:
-        """Receives after which SQS itself moves a buffered row to the DLQ.
-
-        ``MAX_ATTEMPTS`` receives are the runtime's own; one more lets it re-send a stored
-        dead-letter outcome whose DLQ send failed. With a cap of 1, throttled receives
-        count too, hence the headroom.
-        """
-        count = self.max_attempts + 1
-        if self.max_concurrency == 1:
-            count += defaults.THROTTLE_RECEIVE_HEADROOM
-        return count
+        """Receives after which SQS moves a buffered row to the redrive queue."""
+        return defaults.buffer_queue_max_receive_count(self.max_attempts)
 
 
 class IdempotentModelStep(Construct):
@@ -271,18 +264,28 @@ class IdempotentModelStep(Construct):
       retry policy (``event_retry_attempts``, ``max_event_age``) and failed
       deliveries dead-lettered to ``dead_letter_queue``;
     - ``buffer_queue``: a standard, encrypted, TLS-only queue that holds rows
-      behind the concurrency cap for up to 14 days; its redrive policy moves a
-      message the runtime never answered for to ``dead_letter_queue``;
+      behind the concurrency cap for up to 14 days, visibility 6 x ``timeout``; its
+      redrive policy moves a row received ``buffer_max_receive_count`` times
+      (``MAX_ATTEMPTS + 1 + 5``, 9 by default) without an answer to ``redrive_queue``;
+    - ``redrive_queue``: the same kind of queue, for the rows SQS gave up on; the
+      function consumes it too, and puts each row back on ``buffer_queue`` (a fresh
+      receive count) while its key has attempts and ``max_event_age`` left, or
+      dead-letters it as ``ReceivesExhausted``. Its own redrive policy moves a row to
+      ``dead_letter_queue`` after 5 receives;
     - ``function``: Python 3.13, the runtime in ``lambda_src/model_step``, its own
       log group, consuming ``buffer_queue`` through an event source mapping (batch
-      size 1, partial batch responses, at most ``max_concurrency`` concurrent);
-    - ``alias``: with ``snap_start=True``, the alias the mapping invokes;
+      size 1, partial batch responses, at most ``max_concurrency`` concurrent) and
+      ``redrive_queue`` through a second one (batch size 1, at most 2 concurrent);
+      ``REDRIVE_QUEUE_ARN`` tells the runtime which queue a record came from;
+    - ``alias``: with ``snap_start=True``, the alias both mappings invoke;
     - ``table``: the Powertools idempotency table (``id`` / TTL ``expiration``);
     - ``dead_letter_queue``: a standard, encrypted, TLS-only queue;
     - ``alarms``: delivery failures (EventBridge ``InvocationsSentToDlq`` /
       ``InvocationsFailedToBeSentToDlq``, or on a v2 bus ``OnFailureDestinationDelivered``
-      / ``EventsDropped``), any message arriving on the DLQ, and the buffer's oldest
-      message approaching ``max_event_age``; each notifies ``alarm_topic`` if given.
+      / ``EventsDropped``); messages on the DLQ (its depth, and every receive from it,
+      so SQS's own redrives and messages a DLQ consumer took are both seen); any row
+      reaching ``redrive_queue``; and the buffer's oldest message approaching
+      ``max_event_age``. Each notifies ``alarm_topic`` if given.
 
     Example::
 
@@ -349,7 +352,7 @@ class IdempotentModelStep(Construct):
         (a redelivery after expiry would call the model again), at most 30 days,
         default 24 hours.
     :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
-        The SDK's timeout is kept 5 seconds below it; the buffer queue's
+        The SDK's timeout is kept 5 seconds below it; the buffer and redrive queues'
         visibility timeout is 6x it.
     :param memory_size: 128-10,240 MB, default 512.
     :param architecture: default ``X86_64``; wheels are bundled for it.
@@ -441,7 +444,8 @@ class IdempotentModelStep(Construct):
         self.max_model_requests_per_delivery = (
             defaults.SDK_ATTEMPTS_PER_INVOCATION * self.max_attempts
         )
-        #: Receives after which SQS itself moves a buffered row to the DLQ.
+        #: Receives after which SQS moves a buffered row to ``redrive_queue``:
+        #: ``MAX_ATTEMPTS + 1 + THROTTLE_RECEIVE_HEADROOM`` (9 by default).
         self.buffer_max_receive_count = props.buffer_max_receive_count
 
         self._storage(props)
@@ -459,15 +463,21 @@ class IdempotentModelStep(Construct):
         )
 
     def _queues(self, props: _StepProps) -> None:
-        """The DLQ (the caller's, or a new one) and the buffer queue in front of the function."""
+        """The DLQ (the caller's, or a new one), the redrive queue in front of it and the
+        buffer queue in front of the function: buffer -> redrive -> DLQ."""
         self.dead_letter_queue: sqs.IQueue = props.dead_letter_queue or sqs.Queue(
             self, "DeadLetterQueue", **defaults.dead_letter_queue_props()
+        )
+        self.redrive_queue: sqs.Queue = sqs.Queue(
+            self,
+            "RedriveQueue",
+            **defaults.redrive_queue_props(props.timeout, self.dead_letter_queue),
         )
         self.buffer_queue: sqs.Queue = sqs.Queue(
             self,
             "BufferQueue",
             **defaults.buffer_queue_props(
-                props.timeout, self.dead_letter_queue, self.buffer_max_receive_count
+                props.timeout, self.redrive_queue, self.buffer_max_receive_count
             ),
         )
 
@@ -501,6 +511,8 @@ class IdempotentModelStep(Construct):
             env.IDEMPOTENCY_RECORD_PREFIX: self.node.path,
             env.DEAD_LETTER_QUEUE_URL: self.dead_letter_queue.queue_url,
             env.BUFFER_QUEUE_URL: self.buffer_queue.queue_url,
+            # Records carry their queue's ARN (eventSourceARN), not its URL.
+            env.REDRIVE_QUEUE_ARN: self.redrive_queue.queue_arn,
             env.IDEMPOTENCY_KEY: props.idempotency_key,
             env.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: str(int(props.expires_after.to_seconds())),
             env.PROMPT_VERSION: props.prompt_version,
@@ -528,7 +540,7 @@ class IdempotentModelStep(Construct):
         }
 
     def _consume(self, props: _StepProps) -> None:
-        """The concurrency cap and the event source mapping that drains the buffer queue."""
+        """The concurrency cap and the event source mappings of the buffer and redrive queues."""
         cfn_function = cast(lambda_.CfnFunction, self.function.node.default_child)
         if props.max_concurrency == 1:
             # MaximumConcurrency cannot be 1; the function's own reserved
@@ -555,6 +567,14 @@ class IdempotentModelStep(Construct):
                 max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
             )
         )
+        consumer.add_event_source(
+            event_sources.SqsEventSource(
+                self.redrive_queue,
+                batch_size=1,
+                report_batch_item_failures=True,
+                max_concurrency=defaults.REDRIVE_QUEUE_MAX_CONCURRENCY,
+            )
+        )
 
     def _snap_start_alias(self, cfn_function: lambda_.CfnFunction) -> lambda_.Alias:
         # python_function builds every function of the library and takes no
@@ -572,7 +592,7 @@ class IdempotentModelStep(Construct):
             SNAP_START_ALIAS_ID,
             alias_name=SNAP_START_ALIAS_NAME,
             version=version,
-            description="SnapStart version the buffer queue's event source mapping invokes",
+            description="SnapStart version the step's event source mappings invoke",
         )
 
     def _subscribe(self, props: _StepProps) -> None:
@@ -671,8 +691,8 @@ class IdempotentModelStep(Construct):
                 Acknowledgment(
                     id="AwsSolutions-SQS3",
                     reason="This queue is itself the dead-letter queue of the step's "
-                    "EventBridge delivery and of its buffer queue's redrive; a DLQ of a "
-                    "DLQ would only move the same messages one hop further.",
+                    "EventBridge delivery and of its redrive queue's redrive policy; a DLQ "
+                    "of a DLQ would only move the same messages one hop further.",
                 )
             )
 
@@ -688,9 +708,9 @@ class IdempotentModelStep(Construct):
         )
         # The handler dead-letters non-retryable failures itself (KMS included).
         self.dead_letter_queue.grant_send_messages(role)
-        # A rate-limited row is re-enqueued as a delayed copy on the buffer queue;
-        # ChangeMessageVisibility (spacing transient retries) comes with the event
-        # source mapping's consume grant.
+        # A rate-limited row is re-enqueued as a delayed copy on the buffer queue, and a
+        # row from the redrive queue is put back there; ChangeMessageVisibility (spacing
+        # transient retries) comes with each event source mapping's consume grant.
         self.buffer_queue.grant_send_messages(role)
         if props.api_key_secret is not None:
             # grant_read appends "-??????" to a secret imported by name or partial
@@ -745,8 +765,38 @@ class IdempotentModelStep(Construct):
         return self._runtime_metric("RateLimited", period)
 
     def metric_dead_letter_messages(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum, 1 minute)."""
+        """Messages sent to the DLQ by a client (SQS ``NumberOfMessagesSent``, Sum, 1 minute).
+
+        Counts the runtime's own dead letters and EventBridge's failed deliveries, but NOT
+        a message SQS moved there by a redrive policy (SQS does not count those as sent):
+        alarm on :meth:`metric_dead_letter_visible` and :meth:`metric_dead_letter_received`
+        to see every message.
+        """
         return self.dead_letter_queue.metric_number_of_messages_sent(
+            period=period or Duration.minutes(1), statistic="Sum"
+        )
+
+    def metric_dead_letter_visible(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Messages waiting on the DLQ, from any path, SQS redrives included
+        (``ApproximateNumberOfMessagesVisible``, Maximum, 1 minute)."""
+        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+            period=period or Duration.minutes(1), statistic="Maximum"
+        )
+
+    def metric_dead_letter_received(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Receives of DLQ messages by any consumer (``NumberOfMessagesReceived``, Sum,
+        1 minute): sees a message a DLQ consumer took before the depth was sampled."""
+        return self.dead_letter_queue.metric_number_of_messages_received(
+            period=period or Duration.minutes(1), statistic="Sum"
+        )
+
+    def metric_redrive_received(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Receives from the redrive queue (``NumberOfMessagesReceived``, Sum, 1 minute).
+
+        The function receives every row that arrives there, so this counts the rows SQS
+        gave up on after ``buffer_max_receive_count`` receives (and their re-receives).
+        """
+        return self.redrive_queue.metric_number_of_messages_received(
             period=period or Duration.minutes(1), statistic="Sum"
         )
 
@@ -796,9 +846,28 @@ class IdempotentModelStep(Construct):
             ),
             (
                 "DeadLetterMessagesAlarm",
-                self.metric_dead_letter_messages(),
-                "A message arrived on the model step's DLQ (non-retryable model error, "
-                "exhausted attempts, rate limit past max_event_age, or failed delivery).",
+                self.metric_dead_letter_visible(),
+                "Messages wait on the model step's DLQ (a non-retryable model error, "
+                "exhausted attempts or receives, a rate limit past max_event_age, or a failed "
+                "delivery). Read each message's ERROR_CODE attribute, fix the cause, then "
+                "redrive the DLQ to the buffer queue (each key gets one new request) or "
+                "delete what should not run again.",
+            ),
+            (
+                "DeadLetterReceivedAlarm",
+                self.metric_dead_letter_received(),
+                "A message was received from the model step's DLQ: a dead letter arrived, "
+                "even if a consumer (a failure recorder) took it before the depth alarm "
+                "sampled the queue. Look for it where that consumer records failures, by "
+                "its ERROR_CODE.",
+            ),
+            (
+                "RedriveQueueAlarm",
+                self.metric_redrive_received(),
+                "A row was received maxReceiveCount times without an answer (crashes, "
+                "timeouts or throttles); the step re-queued or dead-lettered it. Check the "
+                "function's Errors, Throttles and Duration against its timeout; a row "
+                "dead-lettered this way carries ERROR_CODE ReceivesExhausted.",
             ),
         ]
         alarms = [

@@ -64,6 +64,7 @@ IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"
 IDEMPOTENCY_EXPIRES_AFTER_SECONDS: Final = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS"
 DEAD_LETTER_QUEUE_URL: Final = "DEAD_LETTER_QUEUE_URL"
 BUFFER_QUEUE_URL: Final = "BUFFER_QUEUE_URL"
+REDRIVE_QUEUE_ARN: Final = "REDRIVE_QUEUE_ARN"
 PROMPT_VERSION: Final = "PROMPT_VERSION"
 SYSTEM_PROMPT: Final = "SYSTEM_PROMPT"
 MODEL_ID: Final = "MODEL_ID"
@@ -171,6 +172,11 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         BUFFER_QUEUE_URL,
         "buffer queue: where rate-limited and in-progress rows are re-enqueued with a delay "
         "(unset on the direct path)",
+    ),
+    EnvironmentVariable(
+        REDRIVE_QUEUE_ARN,
+        "the redrive queue's ARN; a record from it (its eventSourceARN) is a row SQS gave "
+        "up on after maxReceiveCount receives",
     ),
     EnvironmentVariable(
         POWERTOOLS_SERVICE_NAME, "logger service and metrics dimension", "model-step"
