@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from constructs_lib.local_engine.engine import DEFAULT_RUN_TIMEOUT_SECONDS
 from constructs_lib.local_engine.lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
     DEFAULT_TIMEOUT_CAP_SECONDS,
@@ -22,7 +23,7 @@ from constructs_lib.local_engine.progress import Progress
 
 from .local_run.errors import LocalRunError
 from .local_run.invariants import check_invariants
-from .local_run.options import DEFAULT_RUN_TIMEOUT_SECONDS, RunOptions
+from .local_run.options import RunOptions
 from .local_run.pipeline import LocalPipeline
 from .local_run.report import json_line, render_table
 
