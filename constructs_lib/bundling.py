@@ -221,7 +221,8 @@ class LocalPipBundling:
             log = Path(work) / "pip.log"
             command = [
                 sys.executable, "-m", "pip", "install",
-                "--quiet", "--disable-pip-version-check", "--no-compile", "--no-warn-conflicts",
+                "--quiet", "--no-color", "--disable-pip-version-check", "--no-compile",
+                "--no-warn-conflicts",
                 "--log", str(log),
                 "--target", str(output_dir),
                 "--platform", self.platform,

@@ -84,7 +84,7 @@ def explain_pip_failure(output: str, log: str, target: LockTarget) -> LocalBundl
         )
     if any(marker in both for marker in NETWORK_MARKERS):
         urls = _FETCH_FAILED.findall(log) + _IGNORED_HOST.findall(both)
-        urls += _CONNECTION_TO.findall(both)
+        urls = urls or _CONNECTION_TO.findall(both)  # a file host, not an index page
         where = ", ".join(dict.fromkeys(urls)) or "the package index"
         return PackageIndexUnreachableError(
             f"local bundling: pip could not reach {where}, so it could not fetch {what}. "

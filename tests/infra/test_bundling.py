@@ -402,6 +402,7 @@ def test_an_unreachable_index_says_so(tmp_path, runtime_copy, isolated_pip):
     assert "could not reach http://127.0.0.1:9/simple/" in message
     assert "needs network access to a package index" in message
     assert "manylinux2014_aarch64 wheels for CPython 3.13" in message
+    assert "\x1b[" not in message  # pip's own lines, quoted without terminal colours
 
 
 def test_a_wheel_missing_from_a_reachable_index_is_not_called_a_network_problem(
