@@ -37,7 +37,7 @@ $(NODE_STAMP): package.json package-lock.json $(PY_STAMP)
 # Everything that can change a template or an asset. Staged assets are keyed by
 # a hash of their inputs, so a warm synth reuses them instead of re-running pip.
 SYNTH_INPUTS := app.py cdk.json $(shell find constructs_lib lambda_src -type f \
-	\( -name '*.py' -o -name '*.txt' -o -name '*.html' \) -not -path '*/__pycache__/*')
+	\( -name '*.py' -o -name '*.txt' -o -name '*.lock' -o -name '*.html' \) -not -path '*/__pycache__/*')
 
 synth: setup
 	@# Staged assets (asset.*) are a cache keyed by input hash; stale templates are not.
@@ -107,8 +107,11 @@ mutate: setup
 	cd $(MUTATE_DIR) && $(BIN)/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
 	cd $(MUTATE_DIR) && $(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
 
+# The dev lock, then every bundled function's runtime lock (lambda_src/*/requirements-<machine>.lock:
+# CPython 3.13 on manylinux2014 x86_64 and aarch64, hashes included; see docs/bundling.md).
 lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
+	$(BIN)/python -m constructs_lib.lock_requirements --library
 
 clean:
 	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate

@@ -59,8 +59,14 @@ class ModelStepHandler:
 
         :param path: the package directory; it is copied to the asset root under its own name.
         :param handler: ``"<package>.<module>.<function>"``, inside that package.
-        :param requirements: an extra pinned requirements file. Default: none; the
-            runtime's own pins (anthropic, aws-lambda-powertools) are always installed.
+        :param requirements: your extra requirements file. Default: None, nothing beyond
+            the runtime's lock (anthropic, aws-lambda-powertools and their dependencies).
+            Bundling installs it through its hash-pinned locks beside it
+            (``requirements-x86_64.lock``, ``requirements-aarch64.lock``), which
+            ``python -m constructs_lib.lock_requirements <file>`` writes, resolved with
+            the runtime's lock as constraints; or the file is itself a complete lock
+            (every package ``==`` with ``--hash``). A package at another version than the
+            runtime's lock fails synth with both versions named.
         :param extra_packages: more package directories your handler imports (a shared
             library of yours, say), each copied to the asset root under its own name beside
             yours. Default: none.
@@ -87,7 +93,16 @@ class ModelStepHandler:
         runtime = cls._runtime()
         reqs = [runtime / "requirements.txt"]
         if requirements is not None:
-            reqs.append(Path(requirements).resolve())
+            extra = Path(requirements).resolve()
+            if not extra.is_file():
+                raise PropValidationError(
+                    f"ModelStepHandler: requirements must be an existing requirements file, "
+                    f"got {str(requirements)!r} ({extra} "
+                    f"{'is a directory' if extra.is_dir() else 'does not exist'}); "
+                    "leave it out (default None) when the handler needs nothing beyond the "
+                    "runtime's packages"
+                )
+            reqs.append(extra)
         return cls([package, *extras, runtime], handler, reqs)
 
 
