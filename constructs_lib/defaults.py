@@ -59,9 +59,12 @@ BUFFER_RETENTION = Duration.days(14)
 #: least 2 pollers meets reserved concurrency 1). AWS advises a redrive
 #: ``maxReceiveCount`` of at least 5 for throttle tolerance.
 THROTTLE_RECEIVE_HEADROOM = 5
-#: ``maxReceiveCount`` of the redrive queue's own redrive policy to the DLQ: the
-#: same throttle tolerance AWS advises for any Lambda SQS source.
-REDRIVE_QUEUE_MAX_RECEIVE_COUNT = 5
+#: Receives the redrive queue's consumer gets before the redrive queue's own redrive
+#: policy moves a row on to the DLQ: the throttle tolerance AWS advises for any
+#: Lambda SQS source (5). They come ON TOP of the buffer queue's count, because a
+#: message a redrive policy moves may keep its ``ApproximateReceiveCount`` (moto keeps
+#: it; SQS does not document either way): see ``redrive_queue_max_receive_count``.
+REDRIVE_QUEUE_RECEIVE_HEADROOM = 5
 #: ``ScalingConfig.MaximumConcurrency`` of the redrive queue's mapping: Lambda's
 #: minimum. Its rows are the rare ones SQS gave up on; the runtime re-queues them on
 #: the buffer queue (behind the step's cap) or dead-letters them, without a model call.
@@ -109,6 +112,18 @@ def buffer_queue_max_receive_count(max_attempts: int) -> int:
     return max_attempts + 1 + THROTTLE_RECEIVE_HEADROOM
 
 
+def redrive_queue_max_receive_count(buffer_max_receive_count: int) -> int:
+    """Receives after which SQS moves a row from the redrive queue to the DLQ.
+
+    ``buffer_max_receive_count + REDRIVE_QUEUE_RECEIVE_HEADROOM`` (9 + 5 = 14 by
+    default): if the receive count a row brings from the buffer queue is kept, the
+    consumer still gets 5 receives of it; if it is reset, it gets 14. A flat 5 would
+    send a row that brings a count of 9 straight on to the DLQ, uncoded, at its first
+    receive there.
+    """
+    return buffer_max_receive_count + REDRIVE_QUEUE_RECEIVE_HEADROOM
+
+
 def buffer_queue_props(
     function_timeout: Duration, redrive_queue: sqs.IQueue, max_receive_count: int
 ) -> dict[str, Any]:
@@ -131,19 +146,20 @@ def buffer_queue_props(
 
 
 def redrive_queue_props(
-    function_timeout: Duration, dead_letter_queue: sqs.IQueue
+    function_timeout: Duration, dead_letter_queue: sqs.IQueue, max_receive_count: int
 ) -> dict[str, Any]:
     """The step's redrive queue: where the buffer queue's redrive policy moves a row.
 
     Standard, SQS-managed encryption, TLS only, 14 days, visibility 6 x the function
     timeout, like the buffer queue; its own redrive policy moves a row to the DLQ after
-    ``REDRIVE_QUEUE_MAX_RECEIVE_COUNT`` (5) receives, so a consumer that cannot run
-    (throttled, or crashing on that row) still leaves it on the DLQ, never lost.
+    ``max_receive_count`` receives (``redrive_queue_max_receive_count``), so a consumer
+    that cannot run (throttled, or crashing on that row) still leaves it on the DLQ,
+    never lost.
     """
     return {
         **_step_queue_props(function_timeout),
         "dead_letter_queue": sqs.DeadLetterQueue(
-            queue=dead_letter_queue, max_receive_count=REDRIVE_QUEUE_MAX_RECEIVE_COUNT
+            queue=dead_letter_queue, max_receive_count=max_receive_count
         ),
     }
 

@@ -447,6 +447,11 @@ class IdempotentModelStep(Construct):
         #: Receives after which SQS moves a buffered row to ``redrive_queue``:
         #: ``MAX_ATTEMPTS + 1 + THROTTLE_RECEIVE_HEADROOM`` (9 by default).
         self.buffer_max_receive_count = props.buffer_max_receive_count
+        #: Receives after which SQS moves a row from ``redrive_queue`` to the DLQ:
+        #: ``buffer_max_receive_count + REDRIVE_QUEUE_RECEIVE_HEADROOM`` (14 by default).
+        self.redrive_max_receive_count = defaults.redrive_queue_max_receive_count(
+            self.buffer_max_receive_count
+        )
 
         self._storage(props)
         self._queues(props)
@@ -471,7 +476,9 @@ class IdempotentModelStep(Construct):
         self.redrive_queue: sqs.Queue = sqs.Queue(
             self,
             "RedriveQueue",
-            **defaults.redrive_queue_props(props.timeout, self.dead_letter_queue),
+            **defaults.redrive_queue_props(
+                props.timeout, self.dead_letter_queue, self.redrive_max_receive_count
+            ),
         )
         self.buffer_queue: sqs.Queue = sqs.Queue(
             self,
