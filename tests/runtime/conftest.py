@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,19 @@ class FakeLambdaContext:
         return self.remaining_millis
 
 
+class ShiftedClock:
+    """Moves the runtime's wall clock (``model_step.clock.now``) ahead of real time."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import model_step.clock
+
+        self.offset = 0.0
+        monkeypatch.setattr(model_step.clock, "now", lambda: time.time() + self.offset)
+
+    def shift(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @dataclass
 class Aws:
     """The mocked AWS resources of one test."""
@@ -71,7 +85,8 @@ class Aws:
     secret_arn: str
 
     def dead_letters(self) -> list[dict]:
-        """Every message on the DLQ: {"body": parsed JSON, "attributes": {name: value}}."""
+        """Every message on the DLQ: {"body": the event, "marker": the runtime's
+        ``dead_letter`` member of the body (or None), "attributes": {name: value}}."""
         found = []
         while True:
             response = self.sqs.receive_message(
@@ -84,9 +99,12 @@ class Aws:
             if not messages:
                 return found
             for message in messages:
+                body = json.loads(message["Body"])
+                marker = body.pop("dead_letter", None) if isinstance(body, dict) else None
                 found.append(
                     {
-                        "body": json.loads(message["Body"]),
+                        "body": body,
+                        "marker": marker,
                         "attributes": {
                             name: value["StringValue"]
                             for name, value in message.get("MessageAttributes", {}).items()
@@ -98,7 +116,23 @@ class Aws:
                 )
 
     def idempotency_items(self) -> list[dict]:
-        return self.dynamodb.scan(TableName=TABLE)["Items"]
+        """Powertools' records (the keys' budget items left out: see ``budgets``)."""
+        return [item for item in self._table_items() if not _is_budget(item)]
+
+    def budgets(self) -> dict[str, dict]:
+        """The keys' attempt-budget items, by record id."""
+        return {
+            item["id"]["S"].removesuffix("#budget"): item
+            for item in self._table_items()
+            if _is_budget(item)
+        }
+
+    def _table_items(self) -> list[dict]:
+        return self.dynamodb.scan(TableName=TABLE, ConsistentRead=True)["Items"]
+
+
+def _is_budget(item: dict) -> bool:
+    return item["id"]["S"].endswith("#budget")
 
 
 @pytest.fixture
