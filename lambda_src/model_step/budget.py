@@ -175,24 +175,33 @@ class AttemptBudget:
 
     def count_dead_letter_once(self) -> bool:
         """True for the first caller only: the key's dead letter is counted once, however many
-        deliveries send it (a kill between the DLQ send and its record sends it again)."""
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key=self._key,
-                UpdateExpression="SET #counted = :true, #exp = if_not_exists(#exp, :exp)",
-                ConditionExpression="attribute_not_exists(#counted)",
-                ExpressionAttributeNames={"#counted": "counted", "#exp": "expiration"},
-                ExpressionAttributeValues={
-                    ":true": {"BOOL": True},
-                    ":exp": {"N": str(int(clock.now()) + self._expires_after)},
-                },
-            )
-        except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        deliveries send it (a kill between the DLQ send and its record sends it again).
+
+        The write carries this caller's token, and an error is retried once with the same
+        token: a write that DynamoDB applied but whose answer was lost (a timeout) is then
+        recognised as this caller's win, not as another delivery's."""
+        token = uuid.uuid4().hex
+        for attempt in (1, 2):
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key,
+                    UpdateExpression="SET #counted = :token, #exp = if_not_exists(#exp, :exp)",
+                    ConditionExpression="attribute_not_exists(#counted) OR #counted = :token",
+                    ExpressionAttributeNames={"#counted": "counted", "#exp": "expiration"},
+                    ExpressionAttributeValues={
+                        ":token": {"S": token},
+                        ":exp": {"N": str(int(clock.now()) + self._expires_after)},
+                    },
+                )
+            except ClientError as error:
+                if _code(error) == "ConditionalCheckFailedException":
+                    return False
+                if attempt == 2:
+                    raise
+                continue
+            return True
+        return False  # not reached: the second attempt returns or raises
 
     def _update(
         self, expression: str, values: dict[str, Any], *, returns: bool = False

@@ -29,6 +29,8 @@ class DeliveryLog:
 
     def __init__(self, settings: Settings, logger: Logger, context: Any) -> None:
         self._logger = logger
+        self._namespace = settings.metrics_namespace
+        self._service = settings.service_name
         self._metrics = EphemeralMetrics(
             namespace=settings.metrics_namespace, service=settings.service_name
         )
@@ -40,6 +42,14 @@ class DeliveryLog:
 
     def _count(self, name: str, value: int = 1) -> None:
         self._metrics.add_metric(name, MetricUnit.Count, value)
+
+    def counted_dead_letter(self) -> None:
+        """This delivery won the key's one count of its dead letter: the metric is written
+        NOW, right after the conditional write that won it, not at the end of the delivery,
+        so a kill later in the delivery (while its record is saved) cannot lose it."""
+        metrics = EphemeralMetrics(namespace=self._namespace, service=self._service)
+        metrics.add_metric("NonRetryableFailures", MetricUnit.Count, 1)
+        metrics.flush_metrics()
 
     def spent(self, spend: Spend) -> None:
         if spend.requests:
@@ -99,7 +109,6 @@ class DeliveryLog:
             "dead_letter_id": result.get("dead_letter_id"),
         }
         if counted:
-            self._count("NonRetryableFailures")
             self._logger.error(
                 "non-retryable failure sent to dead-letter queue",
                 extra={

@@ -467,7 +467,9 @@ class ModelStep:
             request_id=request.get("request_id"),
         )
         delivery.sent_dead_letter = True
-        delivery.counted_dead_letter = parts.hand_off_counter(request).count_dead_letter_once()
+        if parts.hand_off_counter(request).count_dead_letter_once():
+            delivery.counted_dead_letter = True
+            delivery.log.counted_dead_letter()
         return {"dead_letter_message_id": message_id}
 
     # -- results -----------------------------------------------------------------------------------
