@@ -135,7 +135,7 @@ class LambdaContext:
 
 
 #: What the fake Messages API does with one request.
-API_BEHAVIOURS = ("ok", "500", "429", "529", "disconnect", "slow", "400")
+API_BEHAVIOURS = ("ok", "500", "429", "529", "disconnect", "slow", "400", "lukewarm")
 #: Answers that are not billed: the provider did not serve the request.
 UNBILLED = {"429", "529"}
 
@@ -150,6 +150,8 @@ def _reply(behaviour: str) -> Any:
         return Reply(chunks=3, chunk_delay=0.2)
     if behaviour == "disconnect":
         return "disconnect"
+    if behaviour == "lukewarm":  # a complete answer that is not an allowed label
+        return Reply(text="lukewarm")
     return int(behaviour)
 
 
@@ -301,7 +303,9 @@ class FaultLab:
                 extra: dict[str, Any] = {}
                 if keep_attributes and message.get("MessageAttributes"):
                     extra["MessageAttributes"] = message["MessageAttributes"]
-                self.sqs.send_message(QueueUrl=self.buffer_url, MessageBody=message["Body"], **extra)
+                self.sqs.send_message(
+                    QueueUrl=self.buffer_url, MessageBody=message["Body"], **extra
+                )
                 self.sqs.delete_message(
                     QueueUrl=self.dlq_url, ReceiptHandle=message["ReceiptHandle"]
                 )
@@ -559,4 +563,3 @@ def _dlq_view(message: dict[str, Any]) -> dict[str, Any]:
             for name, value in message.get("MessageAttributes", {}).items()
         },
     }
-

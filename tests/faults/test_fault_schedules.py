@@ -153,9 +153,17 @@ class FaultSchedule(RuleBasedStateMachine):
     def poll_redrive(self, fault: Fault) -> None:
         self.lab.poll("redrive", fault)
 
-    @rule(seconds=st.sampled_from([1, 25, 61, 130, 900, 4_000]))
+    @rule(seconds=st.sampled_from([1, 25, 61, 130, 900, 4_000, 50_000]))
     def time_passes(self, seconds: int) -> None:
         self.lab.clock.advance(seconds)
+
+    @rule(polls=st.integers(min_value=4, max_value=12))
+    def throttle_storm(self, polls: int) -> None:
+        """Lambda throttles the function for a while: every receive of the buffer queue in
+        that time fails before the function runs (each visibility timeout, once more)."""
+        for _ in range(polls):
+            self.lab.poll("buffer", Fault(throttle=True))
+            self.lab.clock.advance(self.lab.settings.visibility_timeout + 1)
 
     @rule(keep_attributes=st.booleans(), keep_receive_count=st.booleans())
     def operator_redrives_the_dlq(self, keep_attributes: bool, keep_receive_count: bool) -> None:
@@ -202,7 +210,9 @@ def check_invariants(lab: FaultLab) -> None:
         stored = lab.stored(scope)
         assert stored is not None, f"{scope}: no stored result after the queues drained"
         terminal = [
-            o["result"] for o in observed.outcomes[scope] if o["status"] in ("completed", "dead_lettered")
+            o["result"]
+            for o in observed.outcomes[scope]
+            if o["status"] in ("completed", "dead_lettered")
         ]
         assert terminal, f"{scope}: no terminal outcome was reported"
         assert all(_same(result, stored) for result in terminal), f"{scope}: results differ"

@@ -7,110 +7,15 @@ the runtime sends back to SQS is observed with a botocore ``before-parameter-bui
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
 from tests.fakes import Reply
 
-from .conftest import (
-    FakeLambdaContext,
-    ShiftedClock,
-    boto3_session,
-    make_event,
-    prospect_detail,
-)
-
-
-def now_iso(seconds_ago: float = 0) -> str:
-    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def fresh_event(row_number: int = 1, seconds_ago: float = 0, **fields) -> dict:
-    return make_event(prospect_detail(row_number=row_number, **fields), time=now_iso(seconds_ago))
-
-
-@dataclass
-class Buffer:
-    sqs: object
-    url: str
-    arn: str
-    calls: list = field(default_factory=list)
-
-    def batch(self, event: dict | str, *, receive_count: int | None = None) -> dict:
-        """Send ``event`` to the buffer queue, receive it, and shape it as Lambda does."""
-        attributes: dict = {}
-        body = event if isinstance(event, str) else json.dumps(event)
-        self.sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageAttributes=attributes)
-        [message] = self.sqs.receive_message(
-            QueueUrl=self.url,
-            AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-            MaxNumberOfMessages=1,
-            VisibilityTimeout=30,
-        )["Messages"]
-        record_attributes = dict(message["Attributes"])
-        if receive_count is not None:
-            record_attributes["ApproximateReceiveCount"] = str(receive_count)
-        return {
-            "Records": [
-                {
-                    "messageId": message["MessageId"],
-                    "receiptHandle": message["ReceiptHandle"],
-                    "body": message["Body"],
-                    "attributes": record_attributes,
-                    "messageAttributes": {
-                        name: {"stringValue": value["StringValue"], "dataType": value["DataType"]}
-                        for name, value in message.get("MessageAttributes", {}).items()
-                    },
-                    "md5OfBody": message["MD5OfBody"],
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": self.arn,
-                    "awsRegion": "us-east-1",
-                }
-            ]
-        }
-
-    def requeued(self) -> list[dict]:
-        return [p for name, p in self.calls if name == "SendMessage" and p["QueueUrl"] == self.url]
-
-    def visibility_changes(self) -> list[dict]:
-        return [p for name, p in self.calls if name == "ChangeMessageVisibility"]
-
-
-@pytest.fixture
-def buffer(model_env, monkeypatch):
-    sqs = model_env.sqs
-    url = sqs.create_queue(QueueName="model-step-buffer")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    monkeypatch.setenv("BUFFER_QUEUE_URL", url)
-    buffer = Buffer(sqs=sqs, url=url, arn=arn)
-
-    def record(model, params, **_kwargs):
-        buffer.calls.append((model.name, dict(params)))
-
-    events = boto3_session().events
-    events.register("before-parameter-build.sqs", record)
-    yield buffer
-    events.unregister("before-parameter-build.sqs", record)
-
-
-@pytest.fixture
-def outcomes():
-    seen: list[tuple[dict, dict]] = []
-
-    def hook(event, outcome):
-        seen.append((event, dict(outcome)))
-
-    hook.seen = seen
-    return hook
+from .conftest import FakeLambdaContext, ShiftedClock, fresh_event, make_event, prospect_detail
 
 
 def test_an_sqs_batch_is_answered_with_batch_item_failures(make_step, fake_api, buffer, outcomes):

@@ -22,8 +22,15 @@ from model_step import InvalidAnswerError
 
 from tests.fakes import Reply
 
-from .conftest import FakeLambdaContext, ShiftedClock, boto3_session, make_event, prospect_detail
-from .test_buffer_queue import Buffer, buffer, fresh_event, outcomes  # noqa: F401 (fixtures)
+from .conftest import (
+    Buffer,
+    FakeLambdaContext,
+    ShiftedClock,
+    boto3_session,
+    fresh_event,
+    make_event,
+    prospect_detail,
+)
 
 
 class LambdaKilled(BaseException):
@@ -394,14 +401,18 @@ def test_9_a_parser_error_quoting_control_characters_is_sent_escaped(
 def test_10_an_old_producer_time_does_not_start_the_window(
     make_step, fake_api, model_env, buffer, outcomes
 ):
+    # An archive replay, or a producer that set Time two days ago: the step sees it now.
     fake_api.script = [Reply(status=429, headers={"retry-after": "30"})]
     step = make_step(on_outcome=outcomes)
     two_days_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = make_event(prospect_detail(), time=two_days_ago)
 
-    step.handle(buffer.batch(fresh_event(time=two_days_ago) | {}), FakeLambdaContext())
-    step.handle(buffer.batch(make_event(time=two_days_ago)), FakeLambdaContext())
+    response = step.handle(buffer.batch(event), FakeLambdaContext())
 
-    assert [o["status"] for _, o in outcomes.seen][:1] == ["rate_limited"]
+    assert response == {"batchItemFailures": []}
+    assert [o["status"] for _, o in outcomes.seen] == ["rate_limited"]
+    [copy] = buffer.requeued()
+    assert copy["DelaySeconds"] == 30
     assert model_env.dead_letters() == []
 
 

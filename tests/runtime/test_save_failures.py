@@ -17,8 +17,8 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
 from botocore.exceptions import ClientError
-from model_step.persistence import ReleasingDynamoDBPersistenceLayer
 from model_step.model_call import MAX_STORED_ANSWER_BYTES
+from model_step.persistence import ReleasingDynamoDBPersistenceLayer
 
 from .conftest import TABLE, FakeLambdaContext, boto3_session, make_event, prospect_detail
 
