@@ -63,7 +63,8 @@ class QueueSettings:
 
     visibility_timeout: int = 6 * FUNCTION_TIMEOUT
     buffer_max_receive_count: int = 3 + 1 + 5  # MAX_ATTEMPTS + 1 + throttle headroom
-    redrive_max_receive_count: int = 5
+    #: Above the buffer's: moto (and maybe SQS) keeps the receive count when it moves a message.
+    redrive_max_receive_count: int = 3 + 1 + 5 + 5
     max_attempts: int = 3
     max_event_age: int = 86_400
 
