@@ -31,12 +31,17 @@ Environment variables (name: default; meaning):
   (stripped, lower-cased) must be one of them, else the event is dead-lettered.
 - ``MODEL_TIMEOUT_SECONDS``: ``60``. Upper bound of the SDK timeout. The timeout actually used is
   ``min(MODEL_TIMEOUT_SECONDS, remaining Lambda time - 3 s)`` so the SDK gives up first.
-- ``MAX_EVENT_AGE_SECONDS``: ``86400``. Buffer-queue path: how long a rate-limited row may
-  wait (measured from ``event["time"]``) before it is dead-lettered as ``RateLimitExhausted``.
-- ``MAX_ATTEMPTS``: ``3``. Buffer-queue path: transient-failure attempts per event (the
-  construct sets ``lambda_retry_attempts + 1``); the last one is dead-lettered by the runtime.
+- ``MAX_EVENT_AGE_SECONDS``: ``86400``. How long a rate-limited row may wait, measured from
+  when the step first saw the row (never the producer's ``time``), before it is
+  dead-lettered as ``RateLimitExhausted``.
+- ``MAX_ATTEMPTS``: ``3``. Billed model requests per record key, whatever the number of
+  copies, kills and redrives (the construct sets ``lambda_retry_attempts + 1``); a key whose
+  budget is spent is dead-lettered by the runtime.
 - ``BUFFER_QUEUE_URL``: none. Buffer-queue path: where rate-limited and in-progress rows are
   re-enqueued with a delay (absent on the direct path).
+- ``REDRIVE_QUEUE_ARN``: none. Buffer-queue path: the step's redrive queue, where SQS moves a
+  row after ``maxReceiveCount`` receives without an answer; its records are told apart by
+  ``eventSourceARN`` and never call the model.
 - ``POWERTOOLS_SERVICE_NAME``: ``model-step``. Logger service and metrics dimension.
 - ``POWERTOOLS_METRICS_NAMESPACE``: ``IdempotentModelStep``. CloudWatch metrics namespace.
 - ``POWERTOOLS_LOG_LEVEL``: Powertools' default (``INFO``). Log level.
@@ -92,6 +97,7 @@ class Settings:
     max_event_age_seconds: int = DEFAULT_MAX_EVENT_AGE_SECONDS
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     buffer_queue_url: str | None = None
+    redrive_queue_arn: str | None = None
     api_key_max_age_seconds: int = DEFAULT_API_KEY_MAX_AGE_SECONDS
 
     @classmethod
@@ -138,6 +144,7 @@ class Settings:
             ),
             max_attempts=_positive(env, "MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS, int),
             buffer_queue_url=env.get("BUFFER_QUEUE_URL", "").strip() or None,
+            redrive_queue_arn=env.get("REDRIVE_QUEUE_ARN", "").strip() or None,
             api_key_max_age_seconds=_positive(
                 env, "API_KEY_MAX_AGE_SECONDS", DEFAULT_API_KEY_MAX_AGE_SECONDS, int
             ),
