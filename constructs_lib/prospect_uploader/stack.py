@@ -524,7 +524,10 @@ class ProspectUploaderStack(Stack):
         """The classify step: one model request per row, hot, warm or cold."""
         self.api_key_secret = self._api_key_secret()
         classifier = ModelStepHandler.from_package(
-            packages=[_src("upload_accounting"), _src("prospect_contract")],
+            _src("prospect_classifier"),
+            handler="prospect_classifier.handler.handler",
+            # The ledger rides beside the classifier (its on_outcome hook accounts rows).
+            extra_packages=[_src("upload_accounting"), _src("prospect_contract")],
         )
         self.classify = IdempotentModelStep(
             self,

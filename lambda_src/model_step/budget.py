@@ -126,7 +126,7 @@ class AttemptBudget:
         except ClientError as error:
             if _code(error) != "ConditionalCheckFailedException":
                 raise
-            found: dict[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
+            found: dict[str, Any] | None = error.response.get("Item")
             return Claim(False, BudgetState.from_item(found))
         old = BudgetState.from_item(response.get("Attributes"))
         self._token = token

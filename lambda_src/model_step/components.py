@@ -115,7 +115,7 @@ class StepComponents:
         with _CLIENT_LOCK:
             if service_name not in self._clients:
                 session = self._session or shared_session()
-                self._clients[service_name] = session.client(service_name)  # type: ignore[call-overload]
+                self._clients[service_name] = session.client(service_name)
             return self._clients[service_name]
 
     def register_context(self, context: Any) -> None:
