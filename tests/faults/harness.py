@@ -1,9 +1,11 @@
 """A fault lab for the model step: the real handler behind moto's SQS, on a movable clock.
 
 What is real: the runtime (``model_step``), Powertools idempotency, the Anthropic SDK talking
-HTTP to the fake Messages API on 127.0.0.1, moto's DynamoDB and SQS with the buffer queue's
-settings (visibility timeout, redrive to the redrive queue after ``maxReceiveCount``
-receives, the redrive queue's own redrive to the DLQ, ``DelaySeconds``).
+HTTP to the fake Messages API on 127.0.0.1, moto's DynamoDB and SQS with the step's own
+settings read from the synthesized template (cdk.out: the buffer queue's visibility timeout
+and redrive to the redrive queue after ``maxReceiveCount`` receives, the redrive queue's
+own redrive to the DLQ, the function's timeout, ``MAX_ATTEMPTS``, ``MAX_EVENT_AGE_SECONDS``),
+and ``DelaySeconds``.
 
 What is emulated, as AWS does it:
 
@@ -53,20 +55,43 @@ from tests.fakes import FakeMessagesAPI, Reply
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 TABLE = "fault-lab-idempotency"
-#: The function timeout the lab's queue settings are derived from (the construct's minimum).
-FUNCTION_TIMEOUT = 10
 
 
 @dataclass(frozen=True)
 class QueueSettings:
-    """The step's queue settings, as the construct derives them (see constructs_lib.defaults)."""
+    """A step's queue and function settings, as a synthesized template has them."""
 
-    visibility_timeout: int = 6 * FUNCTION_TIMEOUT
-    buffer_max_receive_count: int = 3 + 1 + 5  # MAX_ATTEMPTS + 1 + throttle headroom
-    #: Above the buffer's: moto (and maybe SQS) keeps the receive count when it moves a message.
-    redrive_max_receive_count: int = 3 + 1 + 5 + 5
-    max_attempts: int = 3
-    max_event_age: int = 86_400
+    function_timeout: int
+    visibility_timeout: int
+    buffer_max_receive_count: int
+    redrive_visibility_timeout: int
+    redrive_max_receive_count: int
+    max_attempts: int
+    max_event_age: int
+
+    @classmethod
+    def from_template(cls, template: dict[str, Any]) -> QueueSettings:
+        """The settings of the (one) model step in ``template``: the function whose
+        environment names a redrive queue, and its buffer and redrive queues."""
+        resources = template["Resources"]
+        [(function, env)] = [
+            (resource["Properties"], resource["Properties"]["Environment"]["Variables"])
+            for resource in resources.values()
+            if resource["Type"] == "AWS::Lambda::Function"
+            and "REDRIVE_QUEUE_ARN"
+            in resource["Properties"].get("Environment", {}).get("Variables", {})
+        ]
+        buffer = resources[env["BUFFER_QUEUE_URL"]["Ref"]]["Properties"]
+        redrive = resources[env["REDRIVE_QUEUE_ARN"]["Fn::GetAtt"][0]]["Properties"]
+        return cls(
+            function_timeout=int(function["Timeout"]),
+            visibility_timeout=int(buffer["VisibilityTimeout"]),
+            buffer_max_receive_count=int(buffer["RedrivePolicy"]["maxReceiveCount"]),
+            redrive_visibility_timeout=int(redrive["VisibilityTimeout"]),
+            redrive_max_receive_count=int(redrive["RedrivePolicy"]["maxReceiveCount"]),
+            max_attempts=int(env["MAX_ATTEMPTS"]),
+            max_event_age=int(env["MAX_EVENT_AGE_SECONDS"]),
+        )
 
 
 class LambdaKilled(BaseException):
@@ -207,9 +232,10 @@ class FaultLab:
         lab_session: boto3.session.Session,
         prefix: str,
         clock: MovableClock,
+        settings: QueueSettings,
     ) -> None:
         """``step_session`` carries the fault hooks; the lab's own calls use ``lab_session``."""
-        self.settings = QueueSettings()
+        self.settings = settings
         self.clock = clock
         self.api = api
         self.sqs = lab_session.client("sqs")
@@ -221,10 +247,16 @@ class FaultLab:
         self.prefix = prefix
         self.dlq_url, self.dlq_arn = self._queue(f"{prefix}-dlq")
         self.redrive_url, self.redrive_arn = self._queue(
-            f"{prefix}-redrive", self.dlq_arn, self.settings.redrive_max_receive_count
+            f"{prefix}-redrive",
+            self.dlq_arn,
+            settings.redrive_max_receive_count,
+            settings.redrive_visibility_timeout,
         )
         self.buffer_url, self.buffer_arn = self._queue(
-            f"{prefix}-buffer", self.redrive_arn, self.settings.buffer_max_receive_count
+            f"{prefix}-buffer",
+            self.redrive_arn,
+            settings.buffer_max_receive_count,
+            settings.visibility_timeout,
         )
         self.step = ModelStep(
             Settings(
@@ -249,9 +281,13 @@ class FaultLab:
 
     # -- set-up ------------------------------------------------------------------------------
     def _queue(
-        self, name: str, dead_letter_arn: str | None = None, max_receive_count: int = 0
+        self,
+        name: str,
+        dead_letter_arn: str | None = None,
+        max_receive_count: int = 0,
+        visibility_timeout: int = 30,
     ) -> tuple[str, str]:
-        attributes = {"VisibilityTimeout": str(self.settings.visibility_timeout)}
+        attributes = {"VisibilityTimeout": str(visibility_timeout)}
         if dead_letter_arn:
             attributes["RedrivePolicy"] = json.dumps(
                 {"deadLetterTargetArn": dead_letter_arn, "maxReceiveCount": max_receive_count}
@@ -355,7 +391,7 @@ class FaultLab:
             return True  # never invoked; it comes back after its visibility timeout
         self._fault, self._point = fault, 0
         self._scope = _scope_of(message["Body"])
-        context = LambdaContext(self.clock, self.clock.now() + FUNCTION_TIMEOUT)
+        context = LambdaContext(self.clock, self.clock.now() + self.settings.function_timeout)
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out):
@@ -380,7 +416,10 @@ class FaultLab:
             if not (self.poll("buffer", Fault()) or self.poll("redrive", Fault())):
                 if self.queue_depth(self.buffer_url) + self.queue_depth(self.redrive_url) == 0:
                     return
-                self.clock.advance(self.settings.visibility_timeout + 1)
+                self.clock.advance(
+                    max(self.settings.visibility_timeout, self.settings.redrive_visibility_timeout)
+                    + 1
+                )
         raise AssertionError("the queues did not drain: a row keeps coming back")
 
     def queue_depth(self, url: str) -> int:

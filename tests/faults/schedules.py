@@ -45,6 +45,7 @@ from .harness import (
     Fault,
     FaultLab,
     MovableClock,
+    QueueSettings,
     create_table,
     installed_hooks,
 )
@@ -91,8 +92,9 @@ STATS: dict[str, int] = {}
 
 
 @contextlib.contextmanager
-def fault_world() -> Iterator[tuple]:
-    """One moto account, one fake Messages API and one hooked session, for one test module."""
+def fault_world(settings_: QueueSettings) -> Iterator[tuple]:
+    """One moto account, one fake Messages API and one hooked session, for one test module;
+    ``settings_`` are the step's settings from the synthesized template."""
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -115,7 +117,7 @@ def fault_world() -> Iterator[tuple]:
         current: dict[str, FaultLab | None] = {"lab": None}
         api.script = lambda index, body: current["lab"].on_request()  # type: ignore[union-attr]
         with clock.installed(), installed_hooks(lambda: current["lab"], step_session):
-            FaultSchedule.world = (api, step_session, lab_session, clock, current)
+            FaultSchedule.world = (api, step_session, lab_session, clock, current, settings_)
             yield FaultSchedule.world
     model_call.MIN_MODEL_TIMEOUT_SECONDS = floor
     for name, value in saved.items():
@@ -132,8 +134,10 @@ class FaultSchedule(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
-        api, step_session, lab_session, clock, current = self.world
-        self.lab = FaultLab(api, step_session, lab_session, f"lab{next(_names)}", clock)
+        api, step_session, lab_session, clock, current, lab_settings = self.world
+        self.lab = FaultLab(
+            api, step_session, lab_session, f"lab{next(_names)}", clock, lab_settings
+        )
         self.generations: dict[int, int] = {}
         current["lab"] = self.lab
         self.lab.publish(ROWS[0])
@@ -146,9 +150,13 @@ class FaultSchedule(RuleBasedStateMachine):
     def poll_buffer(self, fault: Fault) -> None:
         self.lab.poll("buffer", fault)
 
-    @rule(fault=faults, seconds=st.sampled_from([21, 61, 121]))
-    def poll_buffer_later(self, fault: Fault, seconds: int) -> None:
-        """Time passes (a visibility timeout, a retry-after), then the poller takes one."""
+    @rule(fault=faults, wait=st.sampled_from(["retry-after", "spacing", "long", "visibility"]))
+    def poll_buffer_later(self, fault: Fault, wait: str) -> None:
+        """Time passes (a retry-after, a retry's spacing, a visibility timeout), then the
+        poller takes one."""
+        seconds = {"retry-after": 21, "spacing": 61, "long": 121}.get(
+            wait, self.lab.settings.visibility_timeout + 1
+        )
         self.lab.clock.advance(seconds)
         self.lab.poll("buffer", fault)
 
@@ -156,7 +164,7 @@ class FaultSchedule(RuleBasedStateMachine):
     def poll_redrive(self, fault: Fault) -> None:
         self.lab.poll("redrive", fault)
 
-    @rule(seconds=st.sampled_from([1, 25, 61, 130, 900, 4_000, 50_000]))
+    @rule(seconds=st.sampled_from([1, 25, 61, 130, 541, 900, 4_000, 50_000]))
     def time_passes(self, seconds: int) -> None:
         self.lab.clock.advance(seconds)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from .harness import QueueSettings
 from .schedules import fault_world, run_schedules
 
 
 @pytest.fixture(scope="module")
-def world():
-    with fault_world() as world:
+def world(cdk_out_template):
+    with fault_world(QueueSettings.from_template(cdk_out_template)) as world:
         yield world
 
 
