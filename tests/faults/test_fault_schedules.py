@@ -15,6 +15,6 @@ def world(cdk_out_template):
 
 
 def test_fault_schedules_keep_the_per_key_invariants(world) -> None:
-    tally = run_schedules()
+    tally = run_schedules("FirstSchedules")
     print("fault schedules:", tally)
     assert tally["schedules"] >= 100

@@ -16,6 +16,6 @@ def world(cdk_out_template):
 
 
 def test_more_fault_schedules_keep_the_per_key_invariants(world) -> None:
-    tally = run_schedules()
+    tally = run_schedules("MoreSchedules")
     print("fault schedules:", tally)
     assert tally["schedules"] >= 100
