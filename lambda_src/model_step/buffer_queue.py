@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .errors import ConfigurationError
+
 logger = logging.getLogger(__name__)
 
 #: SQS ``DelaySeconds`` upper bound.
@@ -163,6 +165,9 @@ class BufferQueue:
     def _url(self, queue: QueueDelivery) -> str:
         if self._configured_url:
             return self._configured_url
+        if queue.source == "redrive":
+            # The record's own queue is the redrive queue: a row goes back to the BUFFER.
+            raise ConfigurationError("BUFFER_QUEUE_URL is required with REDRIVE_QUEUE_ARN")
         return self._url_of(queue.event_source_arn)
 
     def _url_of(self, arn: str) -> str:

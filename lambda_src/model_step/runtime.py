@@ -274,7 +274,12 @@ class ModelStep:
             return
         except Exception as exc:
             self._notify(delivery, "retry", None, error_code(exc))
-            if queue.source == "buffer" and delivery.attempts_spent:
+            if queue.source == "redrive":
+                # Receives are scarce here and plenty on the buffer queue: the row goes back
+                # there (a stored result replays, a failed hand-off is sent again).
+                parts.buffer.requeue(event, queue, buffer_queue.RETRY_SPACING_SECONDS)
+                return
+            if delivery.attempts_spent:
                 parts.buffer.space_retry(queue, delivery.attempts_spent)
             raise
         self._notify(delivery, result["status"], result, _result_code(result))

@@ -552,3 +552,24 @@ def test_13_a_release_after_the_lock_expired_leaves_the_new_holders_lock(
     [record] = model_env.idempotency_items()
     assert record["status"]["S"] == "INPROGRESS"  # the other holder's lock is still there
     assert record["in_progress_expiration"]["N"] == str(10**13)
+
+
+def test_1_a_redriven_row_whose_dead_letter_send_fails_goes_back_to_the_buffer(
+    make_step, fake_api, model_env, buffer, redrive, outcomes, aws_call_fault
+):
+    # The redrive queue has few receives left; a failure there must not spend them.
+    step = make_step(on_outcome=outcomes)
+    event = fresh_event()
+    for _ in range(2):
+        step.handle(redrive.batch(event, receive_count=9), FakeLambdaContext())
+    aws_call_fault("SendMessage", "before", "fail", '"ERROR_CODE"')
+
+    response = step.handle(redrive.batch(event, receive_count=9), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}  # not left to the redrive queue's count
+    assert len(buffer.requeued()) == 3
+    assert model_env.dead_letters() == []
+    step.handle(buffer.batch(event), FakeLambdaContext())  # the buffer replays and re-sends
+    [message] = model_env.dead_letters()
+    assert message["attributes"]["ERROR_CODE"] == "ReceivesExhausted"
+    assert fake_api.request_count == 0
