@@ -19,7 +19,9 @@ and writes the same numbers:
   second DLQ message after a kill is never counted twice.
 
 The item holds counters, codes and a hash-derived id only, never a row value, and expires
-with the record (TTL attribute ``expiration``).
+with the record (TTL attribute ``expiration``). DynamoDB deletes expired items lazily, so an
+item past its ``expiration`` is read as absent and started afresh, as Powertools treats an
+expired record.
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ class BudgetState:
         return 0.0 if self.first_seen is None else max(0.0, now - self.first_seen)
 
     @classmethod
-    def from_item(cls, item: dict[str, Any] | None) -> BudgetState:
+    def from_item(cls, item: dict[str, Any] | None, now: float | None = None) -> BudgetState:
+        """The state an item holds; an item past its ``expiration`` holds none."""
         item = item or {}
+        if _expired(item, clock.now() if now is None else now):
+            return cls()
         return cls(
             attempts=_number(item.get("attempts")),
             first_seen=float(item["first_seen"]["N"]) if "first_seen" in item else None,
@@ -127,8 +132,14 @@ class AttemptBudget:
             if _code(error) != "ConditionalCheckFailedException":
                 raise
             found: dict[str, Any] | None = error.response.get("Item")
-            return Claim(False, BudgetState.from_item(found))
-        old = BudgetState.from_item(response.get("Attributes"))
+            if found and _expired(found, now):
+                self._restart(now)  # a spent budget of an expired record: a new lifetime
+                return self.claim()
+            return Claim(False, BudgetState.from_item(found, now))
+        old_item = response.get("Attributes") or {}
+        if _expired(old_item, now):
+            self._restart(now, attempts=1, token=token)
+        old = BudgetState.from_item(old_item, now)
         self._token = token
         return Claim(
             True,
@@ -158,6 +169,9 @@ class AttemptBudget:
         """The row came back from the redrive queue: count it (and start the window if the
         step never saw the row before)."""
         now = clock.now()
+        current = self._client.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
+        if _expired(current.get("Item") or {}, now):
+            self._restart(now)
         return self._update(
             "SET #first = if_not_exists(#first, :now), #exp = :exp ADD #requeues :one",
             {
@@ -186,11 +200,14 @@ class AttemptBudget:
                 self._client.update_item(
                     TableName=self._table,
                     Key=self._key,
-                    UpdateExpression="SET #counted = :token, #exp = if_not_exists(#exp, :exp)",
-                    ConditionExpression="attribute_not_exists(#counted) OR #counted = :token",
+                    UpdateExpression="SET #counted = :token, #exp = :exp",
+                    ConditionExpression=(
+                        "attribute_not_exists(#counted) OR #counted = :token OR #exp < :now"
+                    ),
                     ExpressionAttributeNames={"#counted": "counted", "#exp": "expiration"},
                     ExpressionAttributeValues={
                         ":token": {"S": token},
+                        ":now": {"N": str(int(clock.now()))},
                         ":exp": {"N": str(int(clock.now()) + self._expires_after)},
                     },
                 )
@@ -202,6 +219,18 @@ class AttemptBudget:
                 continue
             return True
         return False  # not reached: the second attempt returns or raises
+
+    def _restart(self, now: float, *, attempts: int = 0, token: str | None = None) -> None:
+        """Start an expired item's lifetime again: only the fields a new claim sets."""
+        item: dict[str, Any] = {
+            **self._key,
+            "attempts": {"N": str(attempts)},
+            "first_seen": {"N": _n(now)},
+            "expiration": {"N": str(int(now) + self._expires_after)},
+        }
+        if token is not None:
+            item["pending"] = {"S": token}
+        self._client.put_item(TableName=self._table, Item=item)
 
     def _update(
         self, expression: str, values: dict[str, Any], *, returns: bool = False
@@ -225,6 +254,11 @@ class AttemptBudget:
             ReturnValues="ALL_NEW" if returns else "NONE",
         )
         return BudgetState.from_item(response.get("Attributes"))
+
+
+def _expired(item: dict[str, Any], now: float) -> bool:
+    expiration = item.get("expiration", {}).get("N")
+    return expiration is not None and float(expiration) < now
 
 
 def _number(attribute: dict[str, str] | None) -> int:

@@ -40,7 +40,7 @@ import types
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import boto3
@@ -55,6 +55,8 @@ from tests.fakes import FakeMessagesAPI, Reply
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 TABLE = "fault-lab-idempotency"
+#: The lab's ``max_event_age``: see :meth:`QueueSettings.for_the_lab`.
+LAB_MAX_EVENT_AGE = 4 * 3600
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class QueueSettings:
     redrive_max_receive_count: int
     max_attempts: int
     max_event_age: int
+    expires_after: int
 
     @classmethod
     def from_template(cls, template: dict[str, Any]) -> QueueSettings:
@@ -91,7 +94,15 @@ class QueueSettings:
             redrive_max_receive_count=int(redrive["RedrivePolicy"]["maxReceiveCount"]),
             max_attempts=int(env["MAX_ATTEMPTS"]),
             max_event_age=int(env["MAX_EVENT_AGE_SECONDS"]),
+            expires_after=int(env["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"]),
         )
+
+    def for_the_lab(self) -> QueueSettings:
+        """The same, with ``max_event_age`` cut to :data:`LAB_MAX_EVENT_AGE` (a valid setting:
+        the construct requires ``expires_after >= max_event_age``), so a schedule of a few
+        virtual hours reaches the end of the rate-limit and redrive windows while every
+        record stays alive for the whole schedule."""
+        return replace(self, max_event_age=min(self.max_event_age, LAB_MAX_EVENT_AGE))
 
 
 class LambdaKilled(BaseException):
@@ -220,6 +231,7 @@ class Observed:
     #: letter and before the metric line: the one window no write order can close.
     count_window_kills: set[Scope] = field(default_factory=set)
     published: set[tuple[Any, ...]] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)
 
 
 class FaultLab:
@@ -241,6 +253,7 @@ class FaultLab:
         self.sqs = lab_session.client("sqs")
         self.dynamodb = lab_session.client("dynamodb")
         self.observed = Observed()
+        self.started_at = clock.now()
         self._fault = Fault()
         self._point = 0
         self._scope: Scope | None = None
@@ -269,6 +282,7 @@ class FaultLab:
                 model_timeout_seconds=0.3,
                 record_prefix=prefix,
                 max_event_age_seconds=self.settings.max_event_age,
+                expires_after_seconds=self.settings.expires_after,
                 max_attempts=self.settings.max_attempts,
                 buffer_queue_url=self.buffer_url,
                 redrive_queue_arn=self.redrive_arn,
@@ -488,8 +502,13 @@ class FaultLab:
         scope = self._scope
         behaviour = self._fault.api
         if scope is not None:
-            if self.stored(scope) is not None:
+            stored = self.stored(scope)
+            if stored is not None:
                 self.observed.requests_after_stored.append(scope)
+                self.observed.notes.append(
+                    f"request for {scope} at +{self.clock.offset:.0f} s, after a result stored "
+                    f"at {stored.get('completed_at')} ({stored.get('status')}), fault {self._fault}"
+                )
             if behaviour in UNBILLED:
                 self.observed.unbilled[scope] += 1
             else:

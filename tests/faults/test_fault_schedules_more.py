@@ -11,7 +11,7 @@ from .schedules import fault_world, run_schedules
 
 @pytest.fixture(scope="module")
 def world(cdk_out_template):
-    with fault_world(QueueSettings.from_template(cdk_out_template)) as world:
+    with fault_world(QueueSettings.from_template(cdk_out_template).for_the_lab()) as world:
         yield world
 
 

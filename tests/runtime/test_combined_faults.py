@@ -573,3 +573,28 @@ def test_1_a_redriven_row_whose_dead_letter_send_fails_goes_back_to_the_buffer(
     [message] = model_env.dead_letters()
     assert message["attributes"]["ERROR_CODE"] == "ReceivesExhausted"
     assert fake_api.request_count == 0
+
+
+# -- A record's lifetime ends for its budget too -------------------------------------------------
+def test_after_expires_after_a_key_starts_a_new_lifetime_with_a_whole_budget(
+    make_step, fake_api, model_env, monkeypatch
+):
+    from tests.faults.harness import MovableClock
+
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "3600")
+    fake_api.script = [500, 500, 500, 200]
+    step = make_step()
+    clock = MovableClock()
+    with clock.installed():
+        for _ in range(3):
+            try:
+                step.handle(make_event(), FakeLambdaContext())
+            except Exception:  # noqa: BLE001 (the 500s; the third is stored)
+                pass
+        assert model_env.dead_letters()[0]["attributes"]["ERROR_CODE"] == "InternalServerError"
+        clock.advance(3_601)  # DynamoDB deletes expired items lazily: they are still there
+
+        result = step.handle(make_event(), FakeLambdaContext())
+
+    assert result["status"] == "completed"  # a new lifetime: the old spent budget is gone
+    assert fake_api.request_count == 4
