@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -20,6 +19,7 @@ from .dead_letter import DeadLetterPublisher
 from .key import RecordKey
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
 from .persistence import ReleasingDynamoDBPersistenceLayer
+from .work import UnitOfWork
 
 DEAD_LETTER_SUFFIX = "#dead-letter"
 #: An operator's DLQ redrive buys exactly one new request for the key.
@@ -46,8 +46,6 @@ class StepComponents:
         self,
         settings: Settings,
         *,
-        complete: Callable[..., Any],
-        hand_off: Callable[..., Any],
         build_user_message: BuildUserMessage,
         parse_answer: ParseAnswer | None,
         boto3_session: boto3.session.Session | None,
@@ -58,6 +56,7 @@ class StepComponents:
         self._session = boto3_session
         self._clients: dict[str, Any] = {}
         self.fingerprint = request_fingerprint(settings, handler_prompt_version)
+        self.work = UnitOfWork(self)
         self.idempotency_config = IdempotencyConfig(
             event_key_jmespath="key",
             payload_validation_jmespath="detail",
@@ -67,7 +66,7 @@ class StepComponents:
         )
         self.persistence = self._persistence(self.idempotency_config, settings.record_prefix)
         self.complete = idempotent_function(
-            complete,
+            self.work.complete,
             data_keyword_argument="request",
             persistence_store=self.persistence,
             config=self.idempotency_config,
@@ -83,7 +82,7 @@ class StepComponents:
         hand_off_prefix = settings.record_prefix + DEAD_LETTER_SUFFIX
         self.hand_off_persistence = self._persistence(self.dead_letter_config, hand_off_prefix)
         self.hand_off = idempotent_function(
-            hand_off,
+            self.work.hand_off,
             data_keyword_argument="request",
             persistence_store=self.hand_off_persistence,
             config=self.dead_letter_config,

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -38,18 +37,14 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 
 from . import buffer_queue, clock
-from .budget import AttemptBudget, Claim
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
-from .dead_letter import truncate
+from .delivery import IN_PROGRESS_ERROR, Delivery, Wait
 from .delivery_log import DeliveryLog
 from .errors import (
     NonRetryableError,
     PayloadMismatchError,
-    ReceivesExhaustedError,
-    RetriesExhaustedError,
-    is_rate_limited,
 )
 from .key import (
     canonical,
@@ -61,14 +56,12 @@ from .key import (
 from .model_call import (
     BuildUserMessage,
     ParseAnswer,
-    Spend,
     default_user_message,
     error_code,
     model_timeout,
     request_fingerprint,
 )
 from .outcome import (
-    DeadLetteredResult,
     DeliveryStatus,
     Outcome,
     StepResult,
@@ -82,41 +75,6 @@ if TYPE_CHECKING:
 __all__ = ["ModelStep", "default_user_message", "model_timeout", "request_fingerprint"]
 
 OnOutcome = Callable[[Mapping[str, Any], Outcome], None]
-IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
-#: Times a row that the buffer queue gave up on is put back while its key has budget left.
-REDRIVE_REQUEUES = 2
-
-
-class _Wait(Exception):
-    """Raised inside the unit of work so the lock is released and the row waits ``seconds``
-    on the buffer queue as a delayed copy; no attempt is spent."""
-
-    def __init__(self, status: DeliveryStatus, code: str, seconds: float) -> None:
-        super().__init__(code)
-        self.status = status
-        self.code = code
-        self.seconds = seconds
-
-
-@dataclass
-class _Delivery:
-    """Per-delivery state shared with the idempotent functions (one per delivery)."""
-
-    event: Mapping[str, Any]
-    context: Any
-    log: DeliveryLog
-    queue: QueueDelivery | None = None
-    request: dict[str, Any] | None = None  # {"key": RecordKey, "detail": canonical detail}
-    spend: Spend = field(default_factory=Spend)
-    attempts_spent: int = 0
-    ran: bool = False  # the unit of work ran
-    sent_dead_letter: bool = False
-    counted_dead_letter: bool = False
-
-    @property
-    def replayed(self) -> bool:
-        """The result came from stored records: no request, no DLQ message."""
-        return not self.ran and not self.sent_dead_letter
 
 
 class ModelStep:
@@ -268,7 +226,7 @@ class ModelStep:
             self._notify(delivery, "retry", None, IN_PROGRESS_ERROR)
             parts.buffer.requeue(event, queue, self._holder_wait(delivery))
             return
-        except _Wait as wait:
+        except Wait as wait:
             self._notify(delivery, wait.status, None, wait.code)
             parts.buffer.requeue(event, queue, wait.seconds)
             return
@@ -287,12 +245,12 @@ class ModelStep:
     # -- one delivery ----------------------------------------------------------------------------
     def _new_delivery(
         self, event: Mapping[str, Any], context: Any, queue: QueueDelivery | None
-    ) -> _Delivery:
+    ) -> Delivery:
         parts = self._components()
         parts.register_context(context)
-        return _Delivery(event, context, DeliveryLog(parts.settings, parts.logger, context), queue)
+        return Delivery(event, context, DeliveryLog(parts.settings, parts.logger, context), queue)
 
-    def _deliver(self, delivery: _Delivery) -> StepResult:
+    def _deliver(self, delivery: Delivery) -> StepResult:
         """Logs and metrics around :meth:`_process`; returns its result or raises."""
         log = delivery.log
         try:
@@ -301,7 +259,7 @@ class ModelStep:
             log.in_progress()
             log.flush()
             raise
-        except _Wait as wait:
+        except Wait as wait:
             log.spent(delivery.spend)
             log.waiting("requeued" if wait.code == "Requeued" else wait.status, wait.code, 0)
             log.flush()
@@ -321,7 +279,7 @@ class ModelStep:
         log.flush()
         return result
 
-    def _process(self, delivery: _Delivery) -> StepResult:
+    def _process(self, delivery: Delivery) -> StepResult:
         parts = self._components()
         settings = parts.settings
         event = delivery.event
@@ -337,8 +295,8 @@ class ModelStep:
             dead_key = {"event_id": event.get("id"), "error_code": error.error_code}
             if redrive_of is not None:
                 dead_key["redrive_of"] = redrive_of
-            result = self._dead_letter(error, None, dead_key)
-            return self._hand_off_result(result, dead_key, delivery)
+            result = self._components().work.dead_letter(error, None, dead_key)
+            return self._components().work.hand_off_result(result, dead_key, delivery)
         delivery.log.fields["business_key"] = business_key
         key = record_key(
             business_key,
@@ -356,165 +314,13 @@ class ModelStep:
             mismatch = PayloadMismatchError(f"same idempotency key, different payload: {exc}")
             payload = hashlib.sha256(default_user_message(detail).encode()).hexdigest()
             dead_key = {**key, "payload": payload}
-            result = self._dead_letter(mismatch, key, dead_key)
-            return self._hand_off_result(result, dead_key, delivery)
+            result = self._components().work.dead_letter(mismatch, key, dead_key)
+            return self._components().work.hand_off_result(result, dead_key, delivery)
         if stored["status"] == "dead_lettered":
-            return self._hand_off_result(stored, dict(key), delivery)
+            return self._components().work.hand_off_result(stored, dict(key), delivery)
         return stored
 
-    # -- inside the record's lock ----------------------------------------------------------------
-    def _complete(self, *, request: dict[str, Any], delivery: _Delivery) -> StepResult:
-        """The idempotent unit of work: returns the result to store (an answer or a dead
-        letter), raises a transient failure or a :class:`_Wait` (the lock is released)."""
-        delivery.ran = True
-        parts = self._components()
-        key = request["key"]
-        budget = parts.budget(request)
-        if delivery.queue is not None and delivery.queue.source == "redrive":
-            return self._answer_redriven(request, budget, delivery)
-        try:
-            # Everything that can fail before the request is sent comes before the claim.
-            prepared = parts.model_call.prepare(request["detail"])
-        except NonRetryableError as error:
-            return self._dead_letter(error, key, dict(key))
-        claim = budget.claim()
-        delivery.attempts_spent = claim.state.attempts
-        if not claim.granted:
-            return self._dead_letter(_exhausted(claim), key, dict(key))
-        if claim.state.interrupted:
-            delivery.log.interrupted()
-        try:
-            message = parts.model_call.send(prepared, delivery.context, delivery.spend)
-            return parts.model_call.result(message, key)
-        except NonRetryableError as error:
-            return self._dead_letter(error, key, dict(key))
-        except Exception as exc:
-            return self._transient(exc, request, budget, claim, delivery)
-
-    def _transient(
-        self,
-        exc: Exception,
-        request: dict[str, Any],
-        budget: AttemptBudget,
-        claim: Claim,
-        delivery: _Delivery,
-    ) -> StepResult:
-        """A transient failure of a claimed attempt: a rate limit gives the attempt back and
-        waits (or, past the window, is stored as ``RateLimitExhausted``); anything else
-        stays spent, and the last attempt's failure is stored as ``RetriesExhausted``."""
-        settings = self._components().settings
-        key = request["key"]
-        code = error_code(exc)
-        request_id = getattr(exc, "request_id", None)
-        if is_rate_limited(exc):
-            state = budget.give_back()
-            wait = buffer_queue.retry_after_seconds(exc)
-            if wait is None:
-                wait = buffer_queue.backoff_seconds(max(0, state.rate_limited - 1))
-            age = state.age_seconds(clock.now())
-            if age + wait > settings.max_event_age_seconds:
-                exhausted = RetriesExhaustedError(
-                    f"still rate limited ({code}) {age:.0f} s after the step first saw the "
-                    f"row; waiting {wait:.0f} s more would pass "
-                    f"MAX_EVENT_AGE_SECONDS={settings.max_event_age_seconds}",
-                    error_code="RateLimitExhausted",
-                    request_id=request_id,
-                )
-                return self._dead_letter(exhausted, key, dict(key))
-            if delivery.queue is None:
-                raise exc
-            raise _Wait("rate_limited", code, wait) from exc
-        budget.report_failure(code)
-        if claim.state.attempts < budget.limit:
-            raise exc
-        exhausted = RetriesExhaustedError(
-            f"transient failure on attempt {claim.state.attempts} of {budget.limit}: "
-            f"{code}: {truncate(str(exc), 300)}",
-            error_code=code,
-            request_id=request_id,
-        )
-        return self._dead_letter(exhausted, key, dict(key))
-
-    def _answer_redriven(
-        self, request: dict[str, Any], budget: AttemptBudget, delivery: _Delivery
-    ) -> StepResult:
-        """A row the buffer queue gave up on (``maxReceiveCount`` receives without an answer:
-        throttles, kills, timeouts). Never a model call: it goes back with a fresh receive
-        count while its key has budget and time left, else it is stored and dead-lettered."""
-        settings = self._components().settings
-        key = request["key"]
-        state = budget.note_requeue()
-        if state.attempts >= budget.limit:
-            return self._dead_letter(_exhausted(Claim(False, state)), key, dict(key))
-        if (
-            state.requeues <= REDRIVE_REQUEUES
-            and state.age_seconds(clock.now()) < settings.max_event_age_seconds
-        ):
-            raise _Wait("retry", "Requeued", 0)
-        assert delivery.queue is not None
-        error = ReceivesExhaustedError(
-            f"the buffer queue gave up on this row {state.requeues} times (the last after "
-            f"{delivery.queue.receive_count} receives) without an answer: crashes, timeouts or "
-            f"throttles; {state.attempts} of {budget.limit} attempts were spent"
-        )
-        return self._dead_letter(error, key, dict(key))
-
-    def _hand_off(self, *, request: dict[str, Any], delivery: _Delivery) -> dict[str, Any]:
-        """The idempotent DLQ send (record suffix ``#dead-letter``). Raises
-        ``DeadLetterError`` when SQS fails, which releases this record only. The key is
-        counted by the first delivery whose send succeeds, once."""
-        parts = self._components()
-        message_id = parts.dead_letters.send(
-            request["event"],
-            error_code=request["error_code"],
-            error_message=request["error_message"],
-            dead_letter_id=request["dead_letter_id"],
-            request_id=request.get("request_id"),
-        )
-        delivery.sent_dead_letter = True
-        if parts.hand_off_counter(request).count_dead_letter_once():
-            delivery.counted_dead_letter = True
-            delivery.log.counted_dead_letter()
-        return {"dead_letter_message_id": message_id}
-
-    # -- results -----------------------------------------------------------------------------------
-    def _dead_letter(
-        self, error: NonRetryableError, key: Mapping[str, Any] | None, dead_key: dict[str, Any]
-    ) -> DeadLetteredResult:
-        parts = self._components()
-        result = DeadLetteredResult(
-            status="dead_lettered",
-            error_code=error.error_code,
-            error_message=truncate(str(error) or error.error_code),
-            request_id=error.request_id,
-            key=None if key is None else key["business_key"],
-            model=parts.settings.model_id,
-            prompt_version=parts.settings.prompt_version,
-            dead_letter_id=parts.dead_letter_id(dead_key),
-        )
-        if key is not None and "replay_generation" in key:
-            result["replay_generation"] = key["replay_generation"]
-        return result
-
-    def _hand_off_result(
-        self, result: DeadLetteredResult, dead_key: dict[str, Any], delivery: _Delivery
-    ) -> DeadLetteredResult:
-        """Send a dead-lettered result to the DLQ once per key (its own record), and return it
-        with the DLQ message id (replayed for duplicates)."""
-        request = {
-            "key": dead_key,
-            "event": delivery.event,
-            "error_code": result["error_code"],
-            "error_message": result["error_message"],
-            "request_id": result.get("request_id"),
-            "dead_letter_id": result.get("dead_letter_id"),
-        }
-        sent = self._components().hand_off(request=request, delivery=delivery)
-        handed_off = DeadLetteredResult(**result)
-        handed_off["dead_letter_message_id"] = sent["dead_letter_message_id"]
-        return handed_off
-
-    def _holder_wait(self, delivery: _Delivery) -> float:
+    def _holder_wait(self, delivery: Delivery) -> float:
         """Seconds until the holder's lock expires, or the default when unknown."""
         if delivery.request is None:
             return buffer_queue.IN_PROGRESS_DEFAULT_WAIT_SECONDS
@@ -525,7 +331,7 @@ class ModelStep:
 
     def _notify(
         self,
-        delivery: _Delivery,
+        delivery: Delivery,
         status: DeliveryStatus,
         result: StepResult | None,
         code: str | None,
@@ -541,7 +347,12 @@ class ModelStep:
                 replayed=result is not None and delivery.replayed,
                 model_requests=1 if billed else 0,
                 rate_limited=1 if spend.rate_limited else 0,
-                usage=Usage(**spend.usage) if billed else zero_usage(),
+                usage=Usage(
+                    input_tokens=spend.usage["input_tokens"],
+                    output_tokens=spend.usage["output_tokens"],
+                )
+                if billed
+                else zero_usage(),
                 result=result,
                 error_code=code,
             ),
@@ -553,8 +364,6 @@ class ModelStep:
                 if self._parts is None:
                     self._parts = StepComponents(
                         self._settings or Settings.from_environment(),
-                        complete=self._complete,
-                        hand_off=self._hand_off,
                         build_user_message=self._build_user_message,
                         parse_answer=self._parse_answer,
                         boto3_session=self._boto3_session,
@@ -565,12 +374,3 @@ class ModelStep:
 
 def _result_code(result: StepResult) -> str | None:
     return result["error_code"] if result["status"] == "dead_lettered" else None
-
-
-def _exhausted(claim: Claim) -> RetriesExhaustedError:
-    state = claim.state
-    return RetriesExhaustedError(
-        f"the key's budget of attempts is spent ({state.attempts} used); the last one "
-        f"ended with {state.exhaustion_code}",
-        error_code=state.exhaustion_code,
-    )
