@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean
+.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock dist clean
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -119,5 +119,12 @@ lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
 	$(BIN)/python -m constructs_lib.lock_requirements --library
 
+# The wheel and sdist users install (the package is not on PyPI), in dist/. uv builds the
+# sdist, then the wheel from it, each in an isolated environment (setuptools>=77).
+dist: $(PY_STAMP)
+	rm -rf dist
+	$(BIN)/uv build -q --out-dir dist
+	@ls dist/*.whl dist/*.tar.gz
+
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate
+	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate dist
