@@ -16,6 +16,7 @@ UV_VERSION := 0.13.9
 # 144 s instead of 250 s for the suite here. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
+UV_STAMP := $(VENV)/.uv
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 # checkov pins boto3 1.35, too old for the dev venv (eventbridgev2): it gets a venv of its own.
@@ -29,9 +30,13 @@ CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 
-$(PY_STAMP): pyproject.toml requirements-dev.lock
+# uv alone, in .venv: enough for `make dist`, which needs none of the dev packages.
+$(UV_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null
+	touch $@
+
+$(PY_STAMP): pyproject.toml requirements-dev.lock $(UV_STAMP)
 	$(BIN)/uv pip sync -q --python $(BIN)/python requirements-dev.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	touch $@
@@ -139,7 +144,7 @@ lock: $(PY_STAMP)
 
 # The wheel and sdist users install (the package is not on PyPI), in dist/. uv builds the
 # sdist, then the wheel from it, each in an isolated environment (setuptools>=77).
-dist: $(PY_STAMP)
+dist: $(UV_STAMP)
 	rm -rf dist
 	$(BIN)/uv build -q --out-dir dist
 	@ls dist/*.whl dist/*.tar.gz
