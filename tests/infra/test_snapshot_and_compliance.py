@@ -166,10 +166,10 @@ def checkov_results(demo: Synthesized, tmp_path_factory) -> dict[str, dict]:
     synthesized and stripped of its checkov acknowledgments, in one run (start-up is most
     of checkov's time).
 
-    The templates are copied under short folder names with a hyphen first: checkov 3.3 scans
-    the file path it stores beside a function's variables as if it were one, and reports
-    CKV_AWS_45 (a secret in the environment) for a path with 40 letters, digits and
-    slashes in a row (its base64 pattern), such as ``unacknowledged/IdempotentModelStepDemoV2``.
+    The templates are copied to short folders first: checkov 3.3 scans the path it is given
+    as if it were one of a function's variables, and fails CKV_AWS_45 (a secret in the
+    environment) on every function when that path has a run of exactly 40 letters, digits
+    and slashes (its AWS secret key pattern), e.g. ``stripped0/UnacknowledgedProspectUploader``.
     """
     templates = sorted(demo.outdir.glob("*.template.json"))
     templates += sorted(Path(REPO, "cdk.out").glob("*.template.json"))
