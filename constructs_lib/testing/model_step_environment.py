@@ -76,7 +76,10 @@ class LocalModelStep:
             stale = [m for m in sys.modules if m.split(".", 1)[0] == package]
         for loaded in stale:
             sys.modules.pop(loaded, None)
-        return getattr(importlib.import_module(module_name), function)
+        loaded_handler: Callable[[Any, Any], Any] = getattr(
+            importlib.import_module(module_name), function
+        )
+        return loaded_handler
 
     def event(self, detail: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
         """An EventBridge event as the function receives it, with ``detail`` and a new id;
