@@ -20,6 +20,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from constructs_lib._runtime_environment import runtime_environment as env
+
 from .lambda_context import FakeLambdaContext
 from .messages_api import FakeMessagesAPI
 from .runtime_import import LOCAL_EXTRA_HINT, RUNTIME_PACKAGE, RuntimeImportError, runtime_on_path
@@ -33,16 +35,17 @@ SECRET_NAME = "model-step-api-key"
 SECRET_VALUE = "sk-ant-test-key-for-the-fake-messages-api"
 
 #: Variables from the developer's shell that would send the handler to real AWS or the real
-#: API, or change how it authenticates.
+#: API, or change how it authenticates or which path it takes.
 _CLEARED = (
-    "ANTHROPIC_API_KEY",
+    env.ANTHROPIC_API_KEY,
     "ANTHROPIC_AUTH_TOKEN",
     "AWS_PROFILE",
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_DYNAMODB",
     "AWS_ENDPOINT_URL_SQS",
     "AWS_ENDPOINT_URL_SECRETS_MANAGER",
-    "BUFFER_QUEUE_URL",
+    env.BUFFER_QUEUE_URL,
+    env.REDRIVE_QUEUE_ARN,
 )
 
 
@@ -105,7 +108,7 @@ class LocalModelStep:
     def dead_letters(self) -> list[dict[str, Any]]:
         """Takes every message off the dead-letter queue: ``{"body": <the event, with the
         runtime's "dead_letter" member>, "attributes": {"ERROR_CODE": ..., ...}}``."""
-        url = self.environ["DEAD_LETTER_QUEUE_URL"]
+        url = self.environ[env.DEAD_LETTER_QUEUE_URL]
         found: list[dict[str, Any]] = []
         while True:
             messages = self.sqs.receive_message(
@@ -202,22 +205,22 @@ def model_step_environment(
         secret_arn = session.client("secretsmanager").create_secret(
             Name=SECRET_NAME, SecretString=SECRET_VALUE
         )["ARN"]
-        environ = {
+        environ: dict[str, str] = {
             "AWS_LAMBDA_FUNCTION_NAME": "model-step-test",
-            "IDEMPOTENCY_TABLE_NAME": TABLE_NAME,
-            "IDEMPOTENCY_RECORD_PREFIX": "LocalModelStep",
-            "DEAD_LETTER_QUEUE_URL": queue_url,
-            "IDEMPOTENCY_KEY": idempotency_key,
-            "PROMPT_VERSION": prompt_version,
-            "SYSTEM_PROMPT": system_prompt,
-            "MODEL_ID": model_id,
-            "MODEL_PROVIDER": "anthropic",
-            "MODEL_TIMEOUT_SECONDS": str(model_timeout_seconds),
-            "ANTHROPIC_API_KEY_SECRET_ARN": secret_arn,
-            "ANTHROPIC_BASE_URL": api.base_url,
-            "POWERTOOLS_SERVICE_NAME": "LocalModelStep",
-            "POWERTOOLS_METRICS_NAMESPACE": "IdempotentModelStepTest",
-            **({"ALLOWED_LABELS": ",".join(allowed_labels)} if allowed_labels else {}),
+            env.IDEMPOTENCY_TABLE_NAME: TABLE_NAME,
+            env.IDEMPOTENCY_RECORD_PREFIX: "LocalModelStep",
+            env.DEAD_LETTER_QUEUE_URL: queue_url,
+            env.IDEMPOTENCY_KEY: idempotency_key,
+            env.PROMPT_VERSION: prompt_version,
+            env.SYSTEM_PROMPT: system_prompt,
+            env.MODEL_ID: model_id,
+            env.MODEL_PROVIDER: "anthropic",
+            env.MODEL_TIMEOUT_SECONDS: str(model_timeout_seconds),
+            env.ANTHROPIC_API_KEY_SECRET_ARN: secret_arn,
+            env.ANTHROPIC_BASE_URL: api.base_url,
+            env.POWERTOOLS_SERVICE_NAME: "LocalModelStep",
+            env.POWERTOOLS_METRICS_NAMESPACE: "IdempotentModelStepTest",
+            **({env.ALLOWED_LABELS: ",".join(allowed_labels)} if allowed_labels else {}),
             **dict(environment or {}),
         }
         stack.enter_context(_patched_environ(environ, ()))
