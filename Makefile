@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean
+.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean docs
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -85,6 +85,12 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(MYPY)
 
+# The props and environment tables in docs/ (generated from the code; tests/docs fails when
+# a checked-in one is stale), then the HTML API reference in build/docs/ (pdoc; gitignored).
+docs: setup
+	$(BIN)/python -m scripts.reference_tables
+	$(BIN)/python -m scripts.api_reference build/docs
+
 demo: synth
 	$(BIN)/prospect-uploader run data/prospects-sample.csv --duplicates 3
 
@@ -120,4 +126,4 @@ lock: $(PY_STAMP)
 	$(BIN)/python -m constructs_lib.lock_requirements --library
 
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate
+	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate build
