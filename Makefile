@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean docs
+.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean docs test-unit
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -79,6 +79,12 @@ test: setup cdk.out/manifest.json
 # `make test` runs the derandomized fast profile (200). Hours on 2 cores; not in CI.
 soak: setup cdk.out/manifest.json
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
+
+# The fast tier: the tests that need none of jsii, cdk.out, the CDK CLI, moto, Chromium, pip
+# bundling or CPython 3.13 (one marker per need, applied by tests/conftest.py). No synth
+# first, and one process: two xdist workers would cost more to start than they save.
+test-unit: setup
+	$(BIN)/python -m pytest -q -p no:xdist --unit
 
 lint: setup
 	$(BIN)/ruff check .
