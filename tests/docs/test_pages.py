@@ -126,3 +126,24 @@ def test_every_relative_link_and_image_resolves(page: Path):
 def test_anchors_follow_githubs_rules():
     text = "# Title\n## `on_outcome`\n## An operator's retry\n## A, b\n## A, b\n```\n# not\n```\n"
     assert github_anchors(text) == {"title", "on_outcome", "an-operators-retry", "a-b", "a-b-1"}
+
+
+def alarm_ids() -> set[str]:
+    """Construct ids of every alarm the library creates: the string constants ending in
+    ``Alarm`` in constructs_lib (``"SentToDlqAlarm"``, ...)."""
+    import ast
+
+    found = set()
+    for path in (ROOT / "constructs_lib").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if re.fullmatch(r"[A-Z][A-Za-z0-9]*Alarm", node.value):
+                    found.add(node.value)
+    return found
+
+
+def test_operations_says_what_to_do_for_every_alarm():
+    ids = alarm_ids()
+    assert {"SentToDlqAlarm", "BufferAgeAlarm", "SweeperErrorsAlarm"} <= ids
+    page = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert not sorted(i for i in ids if f"`{i}`" not in page)
