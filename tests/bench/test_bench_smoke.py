@@ -25,6 +25,7 @@ def _run_quick(module, tmp_path, capsys) -> dict:
     return results[name]
 
 
+@pytest.mark.moto
 def test_dynamodb_calls(tmp_path, capsys):
     result = _run_quick(dynamodb_calls, tmp_path, capsys)
     cases = {row["case"] for row in result["rows"]}
@@ -34,6 +35,7 @@ def test_dynamodb_calls(tmp_path, capsys):
         assert {"calls", "operations"} <= set(row["check-then-act"])
 
 
+@pytest.mark.moto
 def test_duplicates(tmp_path, capsys):
     result = _run_quick(duplicates, tmp_path, capsys)
     assert result["chart"] is None  # quick never overwrites the committed chart
@@ -44,6 +46,7 @@ def test_duplicates(tmp_path, capsys):
     assert {r["scenario"] for r in result["rows"]} == set(duplicates.SCENARIOS)
 
 
+@pytest.mark.moto
 def test_cold_start(tmp_path, capsys):
     result = _run_quick(cold_start, tmp_path, capsys)
     kinds = {row["kind"] for row in result["cold_starts"]}
@@ -58,6 +61,7 @@ def test_asset_size_skips_cleanly_without_cdk_out(tmp_path):
     assert "skipped" in cold_start.measure_assets(tmp_path / "no-cdk-out")
 
 
+@pytest.mark.synth
 def test_synth_one_step(tmp_path, capsys):
     if shutil.which("node") is None:
         pytest.skip("no Node on PATH for jsii")
@@ -69,6 +73,7 @@ def test_synth_one_step(tmp_path, capsys):
         assert {"median_wall_seconds", "resources_per_step", "max_steps_per_stack"} <= set(row)
 
 
+@pytest.mark.moto
 def test_splitter(tmp_path, capsys):
     result = _run_quick(splitter, tmp_path, capsys)
     assert {r["implementation"] for r in result["rows"]} == set(splitter.IMPLEMENTATIONS)

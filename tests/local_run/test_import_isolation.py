@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from .conftest import REPO
 
 # A meta-path finder that refuses the local run's dependencies, as if they were not installed.
@@ -36,6 +38,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.synth  # the child process imports every construct, so starts jsii
 def test_the_construct_library_needs_none_of_the_local_run_dependencies():
     done = _python(
         """

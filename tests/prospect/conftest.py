@@ -16,6 +16,8 @@ import pytest
 from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
+from tests import stack_tables
+from tests.stack_tables import create_stack_table
 
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
@@ -123,25 +125,9 @@ def s3_event(
 
 def _create_resources(session: boto3.session.Session) -> str:
     session.client("s3").create_bucket(Bucket=BUCKET)
-    ddb = session.client("dynamodb")
-    ddb.create_table(
-        TableName=FAILURES_TABLE,
-        KeySchema=[
-            {"AttributeName": "upload_id", "KeyType": "HASH"},
-            {"AttributeName": "failure_id", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "upload_id", "AttributeType": "S"},
-            {"AttributeName": "failure_id", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    ddb.create_table(
-        TableName=IDEMPOTENCY_TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    # Laid out as the stack defines them (tests/stack_tables.py).
+    create_stack_table(session, stack_tables.FAILURES_TABLE, FAILURES_TABLE)
+    create_stack_table(session, stack_tables.PROSPECT_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
     events = session.client("events")
     events.create_event_bus(Name=BUS)
     sqs = session.client("sqs")

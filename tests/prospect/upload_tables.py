@@ -6,44 +6,16 @@ from typing import Any
 
 import boto3
 
+from tests import stack_tables
+from tests.stack_tables import create_stack_table
+
 UPLOADS_TABLE = "prospect-uploads"
 UPLOAD_ROWS_TABLE = "prospect-upload-rows"
 
 
 def create_upload_tables(session: boto3.session.Session) -> None:
-    ddb = session.client("dynamodb")
-    ddb.create_table(
-        TableName=UPLOADS_TABLE,
-        KeySchema=[{"AttributeName": "upload_id", "KeyType": "HASH"}],
-        AttributeDefinitions=[
-            {"AttributeName": "upload_id", "AttributeType": "S"},
-            {"AttributeName": "sweep_shard", "AttributeType": "S"},
-            {"AttributeName": "sweep_after", "AttributeType": "N"},
-        ],
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "OpenUploads",
-                "KeySchema": [
-                    {"AttributeName": "sweep_shard", "KeyType": "HASH"},
-                    {"AttributeName": "sweep_after", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            }
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    ddb.create_table(
-        TableName=UPLOAD_ROWS_TABLE,
-        KeySchema=[
-            {"AttributeName": "upload_id", "KeyType": "HASH"},
-            {"AttributeName": "row_number", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "upload_id", "AttributeType": "S"},
-            {"AttributeName": "row_number", "AttributeType": "N"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_stack_table(session, stack_tables.UPLOADS_TABLE, UPLOADS_TABLE)
+    create_stack_table(session, stack_tables.UPLOAD_ROWS_TABLE, UPLOAD_ROWS_TABLE)
 
 
 def upload_item(session: boto3.session.Session, upload_id: str) -> dict[str, Any] | None:

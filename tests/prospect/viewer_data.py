@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tests import stack_tables
+from tests.stack_tables import create_stack_table
+
 XSS_ROW = '<script>window.__xss = 1</script>,<img src=x onerror="window.__xss=2">,x,Acme,,,'
 
 
@@ -165,19 +168,8 @@ def quote_heavy_failures(upload_id: str, count: int) -> list[dict[str, Any]]:
 
 
 def create_uploads_table(session: Any) -> Any:
-    """The UploadsTable of the shared data model: pk upload_id (S), TTL expires_at."""
-    client = session.client("dynamodb")
-    client.create_table(
-        TableName=UPLOADS_TABLE,
-        KeySchema=[{"AttributeName": "upload_id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "upload_id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.update_time_to_live(
-        TableName=UPLOADS_TABLE,
-        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
-    )
-    return session.resource("dynamodb").Table(UPLOADS_TABLE)
+    """The stack's UploadsTable (tests/stack_tables.py), for the viewer's uploads list."""
+    return create_stack_table(session, stack_tables.UPLOADS_TABLE, UPLOADS_TABLE)
 
 
 def upload_item(upload_id: str, status: str, created_at: str, **counts: Any) -> dict[str, Any]:

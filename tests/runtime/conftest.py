@@ -159,25 +159,11 @@ def aws_env(monkeypatch):
 
 def create_resources() -> Aws:
     """Create the idempotency table, DLQ, secret and prospects table (moto must be active)."""
+    from tests import stack_tables  # laid out as the stacks define them
+
+    stack_tables.create_stack_table(boto3_session(), stack_tables.MODEL_STEP_TABLE, TABLE)
+    stack_tables.create_stack_table(boto3_session(), stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE)
     dynamodb = boto3_session().client("dynamodb")
-    dynamodb.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    dynamodb.create_table(
-        TableName=PROSPECTS_TABLE,
-        KeySchema=[
-            {"AttributeName": "upload_id", "KeyType": "HASH"},
-            {"AttributeName": "row_number", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "upload_id", "AttributeType": "S"},
-            {"AttributeName": "row_number", "AttributeType": "N"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
     sqs = boto3_session().client("sqs")
     queue_url = sqs.create_queue(QueueName="model-step-dlq")["QueueUrl"]
     secrets = boto3_session().client("secretsmanager")
