@@ -68,13 +68,21 @@ class Reply:
     """One scripted answer. ``body`` overrides the generated body; ``delay`` overrides the
     server-wide delay (seconds)."""
 
+    #: The HTTP status. Default 200 (a success body); any other gives that status's error body.
     status: int = 200
+    #: The answer of a 200. Default None: the server's ``text``.
     text: str | None = None
+    #: The success body's ``stop_reason``. Default ``"end_turn"``.
     stop_reason: str = "end_turn"
+    #: A body to send instead of the generated one. Default None.
     body: dict[str, Any] | None = None
+    #: Extra response headers, e.g. ``retry-after``, ``x-should-retry``. Default none.
     headers: dict[str, str] = field(default_factory=dict)
+    #: Seconds before answering. Default None: the server's ``delay``.
     delay: float | None = None
+    #: The body in this many pieces, :attr:`chunk_delay` apart. Default 1 (all at once).
     chunks: int = 1
+    #: Seconds between pieces: a slow answer whose every read is short. Default 0.
     chunk_delay: float = 0.0
 
 
@@ -82,29 +90,29 @@ class Reply:
 class RecordedRequest:
     """What the fake saw: the parsed JSON body, headers (lower-cased names), request id sent."""
 
+    #: The request's path, ``/v1/messages``.
     path: str
+    #: The request's JSON body, parsed.
     body: dict[str, Any]
+    #: The request's headers, names lower-cased.
     headers: dict[str, str]
+    #: The ``request-id`` the fake answered with.
     request_id: str
 
 
 class FakeMessagesAPI(LoopbackServer):
     """A threaded HTTP server that imitates ``POST /v1/messages``.
 
-    Parameters
-    ----------
-    script:
-        Scripted entries or a callable, see the module docstring. Default: always 200.
-    text:
-        Answer text for 200 replies, default ``"warm"``.
-    delay:
-        Seconds to wait before every answer, default 0 (use it for concurrency tests).
-    timeout_sleep:
-        Seconds a ``"timeout"`` entry holds the request, default 5. ``stop()`` interrupts it.
-    model:
-        ``model`` field of success bodies, default ``"claude-haiku-5-5"``.
+    :param script: scripted entries or a callable, see the module docstring. Default None:
+        always 200.
+    :param text: answer text for 200 replies. Default ``"warm"``.
+    :param delay: seconds to wait before every answer (for concurrency tests). Default 0.
+    :param timeout_sleep: seconds a ``"timeout"`` entry holds the request; ``stop()``
+        interrupts it. Default 5.
+    :param model: ``model`` field of success bodies. Default ``"claude-haiku-5-5"``.
     """
 
+    #: The name of the server's thread.
     thread_name = "fake-messages-api"
 
     def __init__(
@@ -117,11 +125,16 @@ class FakeMessagesAPI(LoopbackServer):
         model: str = "claude-haiku-5-5",
     ) -> None:
         super().__init__()
+        #: The script: change it between requests to answer differently.
         self.script = script if script is not None else []
+        #: Answer text of a 200 without its own.
         self.text = text
+        #: Seconds before every answer.
         self.delay = delay
+        #: Seconds a ``"timeout"`` entry holds its request.
         self.timeout_sleep = timeout_sleep
         self.model = model
+        #: Every request received, in order.
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)

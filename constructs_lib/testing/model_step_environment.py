@@ -54,10 +54,13 @@ class LocalModelStep:
     """The environment :func:`model_step_environment` made: load a handler, make its inputs,
     read what it left behind."""
 
+    #: The fake Messages API the handler calls.
     api: FakeMessagesAPI
     #: The variables set for the handler (what the construct would set, and yours).
     environ: dict[str, str]
+    #: A moto DynamoDB client (the idempotency table).
     dynamodb: Any
+    #: A moto SQS client (the dead-letter queue).
     sqs: Any
 
     def handler(self, name: str) -> Callable[[Any, Any], Any]:
@@ -155,8 +158,17 @@ def model_step_environment(
     is undone on exit: the environment restored, moto stopped. It also calls
     :func:`runtime_on_path`, so handlers can import ``model_step``.
 
-    :param api: a started fake; script it and count its requests.
-    :param environment: extra variables, as the construct's ``environment`` prop.
+    :param api: a started fake; script it and count its requests. Required.
+    :param idempotency_key: the step's ``idempotency_key`` (JMESPath over ``detail``).
+        Required.
+    :param prompt_version: the step's ``prompt_version``. Default ``"v1"``.
+    :param system_prompt: the step's ``system_prompt``. Default a short test prompt.
+    :param model_id: the step's ``model_id``. Default ``"claude-haiku-5-5"``.
+    :param allowed_labels: the step's ``allowed_labels``. Default None: any answer.
+    :param model_timeout_seconds: ``MODEL_TIMEOUT_SECONDS``, the model call's deadline.
+        Default 5.
+    :param environment: extra variables, as the construct's ``environment`` prop. Default
+        None: none.
 
     Usage::
 
