@@ -12,7 +12,11 @@ Per invocation, as Lambda does it:
   record ``{"version","timestamp","requestContext","requestPayload","responseContext",
   "responsePayload"}`` exactly as Lambda writes it.
 
-Not emulated: Lambda's timeout kill (a handler that overruns is counted in
+A killed attempt (:class:`~.lambda_faults.LambdaKilled` escaped the handler) is a function
+error like any other to Lambda's async queue, and is retried; it is counted in
+``FunctionStats.kills``.
+
+Not emulated: Lambda's own timeout kill (a handler that overruns is counted in
 ``FunctionStats.overruns``, not stopped), throttling, and separate execution environments per
 concurrent invocation (all invocations share one set of modules in this process).
 """
@@ -28,20 +32,33 @@ import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import identity
 from .assembly import FunctionSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
+from .lambda_faults import LambdaKilled
 from .scheduling import Scheduler, WorkTracker
 
 Handler = Callable[[Any, Any], Any]
+#: Opened around each handler call with its event (the engine attributes model requests).
+InvocationScope = Callable[[Any], AbstractContextManager[None]]
 # Lambda's documented async retry waits: 1 minute, then 2 minutes.
 RETRY_WAIT_MINUTES = (1.0, 2.0)
 DEFAULT_SECONDS_PER_MINUTE = 1.0
 DEFAULT_RETRY_JITTER = 0.5
 DEFAULT_TIMEOUT_CAP_SECONDS = 4.0
+# The model step's total deadline for a request is the remaining time minus this margin, at
+# least MIN_MODEL_DEADLINE_SECONDS (lambda_src/model_step/model_call.py, model_timeout).
+MODEL_DEADLINE_MARGIN_SECONDS = 3.0
+MIN_MODEL_DEADLINE_SECONDS = 1.0
+
+
+def model_deadline_seconds(remaining_seconds: float) -> float:
+    """The deadline the model step gives a request with ``remaining_seconds`` left."""
+    return max(MIN_MODEL_DEADLINE_SECONDS, remaining_seconds - MODEL_DEADLINE_MARGIN_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,7 @@ class FunctionStats:
     succeeded: int = 0
     on_failure: int = 0  # invocations sent to the on-failure destination
     overruns: int = 0  # attempts that ran past the (capped) timeout
+    kills: int = 0  # attempts killed (LambdaKilled): no cleanup ran
     errors: dict[str, int] = field(default_factory=dict)  # by exception type
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -191,8 +209,10 @@ class AsyncFunction:
         tracker: WorkTracker,
         settings: AsyncSettings,
         on_failure: Callable[[dict[str, Any]], None] | None,
+        scope: InvocationScope | None = None,
     ) -> None:
         self.spec = spec
+        self.scope: InvocationScope = scope or (lambda _event: nullcontext())
         self.identity = identity
         self.stats = FunctionStats()
         self._handler = handler
@@ -262,8 +282,13 @@ class AsyncFunction:
         with self.stats.lock:
             self.stats.attempts += 1
         try:
-            with identity.acting_as(self.spec.logical_id):
+            with identity.acting_as(self.spec.logical_id), self.scope(invocation.event):
                 self._handler(invocation.event, context)
+        except LambdaKilled as killed:  # A dead sandbox is a function error to Lambda too.
+            with self.stats.lock:
+                self.stats.kills += 1
+            self._after_error(invocation, killed)
+            return
         except Exception as error:  # Lambda treats every exception as a function error.
             self._count_error(error, context)
             self._after_error(invocation, error)
@@ -273,7 +298,7 @@ class AsyncFunction:
             self.stats.succeeded += 1
         self._settle(invocation, succeeded=True)
 
-    def _after_error(self, invocation: _Invocation, error: Exception) -> None:
+    def _after_error(self, invocation: _Invocation, error: BaseException) -> None:
         retries_done = invocation.attempts - 1
         if retries_done >= self.spec.retry_attempts:
             self._fail(invocation, "RetriesExhausted", error)
@@ -296,7 +321,7 @@ class AsyncFunction:
         real = time.monotonic() - invocation.enqueued
         return real - invocation.waited_local + invocation.waited_nominal
 
-    def _fail(self, invocation: _Invocation, condition: str, error: Exception) -> None:
+    def _fail(self, invocation: _Invocation, condition: str, error: BaseException) -> None:
         with self.stats.lock:
             self.stats.on_failure += 1
         if self._on_failure is not None:
@@ -350,5 +375,6 @@ def snapshot(stats: FunctionStats) -> Mapping[str, Any]:
             "succeeded": stats.succeeded,
             "on_failure": stats.on_failure,
             "overruns": stats.overruns,
+            "kills": stats.kills,
             "errors": dict(stats.errors),
         }
