@@ -70,7 +70,7 @@ class EngineSettings:
     """How the engine runs the stack (defaults in brackets).
 
     ``duplicates`` [1] copies of every event to each Lambda target; ``concurrency`` [4]
-    worker threads; ``seconds_per_minute`` [1.0], ``timeout_cap_seconds`` [4.0] and ``seed``
+    worker threads; ``seconds_per_minute`` [1.0], ``timeout_cap_seconds`` [8.0] and ``seed``
     [0]: see :class:`~.lambda_async.AsyncSettings`; ``run_timeout_seconds`` [300];
     ``environment`` [none]: variables set over the functions' own (a local model's URL
     and key, for example); ``check_iam`` [True]: evaluate every AWS call a handler makes

@@ -49,7 +49,13 @@ InvocationScope = Callable[[Any], AbstractContextManager[None]]
 RETRY_WAIT_MINUTES = (1.0, 2.0)
 DEFAULT_SECONDS_PER_MINUTE = 1.0
 DEFAULT_RETRY_JITTER = 0.5
-DEFAULT_TIMEOUT_CAP_SECONDS = 4.0
+# 8 s: the model call's deadline is then 5 s (8 - the runtime's 3 s margin). At 4 s it was
+# 1 s, and on 2 busy cores the local model took up to 1.1 s to answer (p99 0.27 s), so a
+# request it had counted timed out and was billed again. 5 s is 4.5x that worst answer; and
+# 8 s stays under the buffer queue's 540 s visibility timeout on the run's clock (9 s), as
+# AWS keeps the Lambda timeout under it, so a killed invocation's lock has expired when its
+# message comes back. See docs/local-run.md, "The model call's deadline".
+DEFAULT_TIMEOUT_CAP_SECONDS = 8.0
 # The model step's total deadline for a request is the remaining time minus this margin, at
 # least MIN_MODEL_DEADLINE_SECONDS (lambda_src/model_step/model_call.py, model_timeout).
 MODEL_DEADLINE_MARGIN_SECONDS = 3.0
@@ -67,10 +73,12 @@ class AsyncSettings:
 
     ``seconds_per_minute`` [1.0]: local seconds per minute of Lambda's retry wait, so the
     first retry comes about 1 s after a failure and the second about 2 s after the next one.
-    Keep it longer than the longest attempt (a model timeout takes at least 1 s): a
-    concurrent duplicate that meets the first delivery's idempotency record IN_PROGRESS is
-    retried, and with waits shorter than that attempt it would use up its retries on
-    ``IdempotencyAlreadyInProgressError`` where minute-long waits let the first finish.
+    On the async (direct) path keep it longer than the longest attempt (a model timeout
+    lasts the model deadline, 5 s with the default cap): a concurrent duplicate that meets
+    the first delivery's idempotency record IN_PROGRESS is retried, and with waits shorter
+    than that attempt it would use up its retries on ``IdempotencyAlreadyInProgressError``
+    where minute-long waits let the first finish. The buffer-queue path waits for the
+    holder's lock instead, whatever the clock.
 
     ``retry_jitter`` [0.5]: each wait is multiplied by a seeded factor in
     ``[1, 1 + retry_jitter)``. Lambda's waits are not exact; without a spread, two copies
@@ -78,9 +86,10 @@ class AsyncSettings:
     keep meeting each other's record, which real waits (seconds of spread against
     sub-second attempts) make rare. ``seed`` [0] seeds the factors.
 
-    ``timeout_cap_seconds`` [4.0]: the context never reports more remaining time than this
-    (the template's Timeout when smaller). The model step sets its SDK timeout to remaining
-    time minus 3 s (at least 1 s), so a hung model request ends after about 1 s locally.
+    ``timeout_cap_seconds`` [8.0]: the context never reports more remaining time than this
+    (the template's Timeout when smaller). The model step gives a request the remaining
+    time minus 3 s (at least 1 s, :func:`model_deadline_seconds`), so a hung model request
+    ends after about 5 s locally, and a killed invocation's lock expires 8 s after it began.
     """
 
     seconds_per_minute: float = DEFAULT_SECONDS_PER_MINUTE

@@ -173,8 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=DEFAULT_TIMEOUT_CAP_SECONDS,
         metavar="SECONDS",
-        help="remaining time a context reports at most; the "
-        "model timeout is that minus 3 s, at least 1 s (default: %(default)s)",
+        help="remaining time a context reports at most; the model call's deadline is that "
+        "minus 3 s, at least 1 s (default: %(default)s; keep it under the buffer queue's "
+        "visibility timeout on the run's clock, 9 s at the default --backoff-minute-ms)",
     )
     run.add_argument(
         "--rate-limit",

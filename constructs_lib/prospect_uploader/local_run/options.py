@@ -26,7 +26,7 @@ class RunOptions:
     ``duplicates`` [1] copies of every event to each Lambda target; ``concurrency`` [4]
     worker threads for Lambda invocations; ``fault_rate`` [0.0] and ``seed`` [0] of the
     local model; ``model`` [local] or ``anthropic``; ``seconds_per_minute`` [1.0] and
-    ``timeout_cap_seconds`` [4.0] (see :class:`~.lambda_async.AsyncSettings`);
+    ``timeout_cap_seconds`` [8.0] (see :class:`~.lambda_async.AsyncSettings`);
     ``object_key`` [the file name]; ``log_file`` [a new temp file]; ``code_root``
     [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [derived from
     the work: :func:`~constructs_lib.local_engine.run_bound.derive_run_bound`];
