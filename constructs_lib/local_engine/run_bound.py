@@ -31,8 +31,9 @@ from .assembly import CloudAssembly, FunctionSpec
 #: Engine start-up is outside the bound; this covers the first split and the final drain.
 STARTUP_SECONDS = 60.0
 #: Wall seconds one receive of a row costs across the pipeline (split, step, ledger, record),
-#: with a 3x margin: 2,000 rows x 2 copies took 0.11 s a receive on 2 cores at load 6-8.
-WALL_SECONDS_PER_RECEIVE = 0.33
+#: with a 3x margin. On 2 cores at load 7-8, 2,000 rows x 2 copies took 0.04 s a receive
+#: (173 s at --rate-limit 30; 242 s with faults, kills and throttles).
+WALL_SECONDS_PER_RECEIVE = 0.12
 #: The step sends a row its redrive queue hands it back to the buffer queue up to twice
 #: (model_step.runtime.REDRIVE_REQUEUES): three passes through the queue chain at most.
 REDRIVE_ROUNDS = 3
