@@ -136,3 +136,51 @@ def test_the_classic_bus_has_no_publish_side_dedup_and_the_consumer_key_holds(
     assert result.row_entries_sent == 2 * result.valid
     assert result.deliveries == 2 * 2 * result.valid
     assert result.model_requests == result.classified == result.valid
+
+
+@pytest.mark.slow
+def test_kills_and_throttles_keep_every_key_within_its_budget(cdk_out: Path, tmp_path):
+    # GIVEN the sample with two copies of each row, model faults, Lambda kills after a sent
+    # request and throttled receives (issue 15: "Prove it", the local run)
+    result = run_pipeline(
+        RunOptions(
+            csv_path=SAMPLE,
+            cdk_out=cdk_out,
+            duplicates=2,
+            fault_rate=0.2,
+            kill_rate=0.15,
+            throttle_rate=0.3,
+            seed=3,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    # THEN every invariant holds: each row labelled or failed with a code, no key billed
+    # beyond MAX_ATTEMPTS, no uncoded dead letter of a row the function ran with
+    _assert_invariants(result)
+    assert result.kills > 0 and result.throttles > 0
+    assert 1 <= result.max_requests_per_key <= result.max_attempts == 3
+    assert result.uncoded_dead_letters == 0
+    (buffer,) = [q for q in result.queues.values() if q["path"] == "Classify/BufferQueue"]
+    assert buffer["throttles"] > 0 and buffer["kills"] > 0
+    assert result.redriven == sum(result.redriven_by_queue.values())
+    assert "Classify/BufferQueue" in result.redriven_by_queue
+
+
+@pytest.mark.slow
+def test_throttles_alone_cost_no_request(cdk_out: Path, tmp_path):
+    # GIVEN half of all receives throttled and no other fault  WHEN the sample runs
+    result = run_pipeline(
+        RunOptions(
+            csv_path=SAMPLE,
+            cdk_out=cdk_out,
+            duplicates=2,
+            throttle_rate=0.5,
+            seed=1,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    # THEN a throttle is not an attempt: still one billed request per row, none failed
+    _assert_invariants(result)
+    assert result.throttles > 0 and result.kills == 0
+    assert result.failed == 0 and result.billed_requests == result.valid
+    assert result.max_requests_per_key == 1
