@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 2
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 
-.PHONY: setup synth test lint demo demo-faults bench deploy-local mutate lock clean
+.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -37,7 +37,7 @@ $(NODE_STAMP): package.json package-lock.json $(PY_STAMP)
 # Everything that can change a template or an asset. Staged assets are keyed by
 # a hash of their inputs, so a warm synth reuses them instead of re-running pip.
 SYNTH_INPUTS := app.py cdk.json $(shell find constructs_lib lambda_src -type f \
-	\( -name '*.py' -o -name '*.txt' -o -name '*.html' \) -not -path '*/__pycache__/*')
+	\( -name '*.py' -o -name '*.txt' -o -name '*.lock' -o -name '*.html' \) -not -path '*/__pycache__/*')
 
 synth: setup
 	@# Staged assets (asset.*) are a cache keyed by input hash; stale templates are not.
@@ -49,16 +49,41 @@ synth: setup
 cdk.out/manifest.json: $(SYNTH_INPUTS) | setup
 	$(MAKE) --no-print-directory synth
 
+# mypy --strict, configured in pyproject.toml ([tool.mypy]; lambda_src is on its path).
+# The aws-cdk-lib stubs are large: a cold run takes 70-80 s of CPU here, a warm one (from
+# .mypy_cache) about 2 s. `make typecheck-runtime` checks the runtime, lambda_src/model_step;
+# it is part of `make typecheck`, `make lint` and `make test` (TYPECHECK_RUNTIME=0 leaves it out).
+TYPECHECK_RUNTIME ?= 1
+MYPY := $(BIN)/mypy --strict constructs_lib \
+	$(if $(filter 1,$(TYPECHECK_RUNTIME)),&& $(BIN)/mypy --strict -p model_step)
+
+typecheck: setup
+	$(MYPY)
+
+typecheck-runtime: setup
+	$(BIN)/mypy --strict -p model_step
+
 # The tests read the real cloud assembly (cfn-lint on every template, the
 # bundled handler imported under the Lambda's Python), so it is built first.
+# mypy runs in the background meanwhile: the local deploy leaves a core idle, and a cold
+# mypy would otherwise add over a minute. Its output follows pytest's; either failing fails.
 test: setup cdk.out/manifest.json
 	$(BIN)/ruff check .
-	$(BIN)/python -m scripts.deploy_local
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	@log=$$(mktemp); ( $(MYPY) ) >$$log 2>&1 & mypy=$$!; status=0; \
+	$(BIN)/python -m scripts.deploy_local && \
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile || status=$$?; \
+	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; rm -f $$log; exit $$status
+
+# The long run of the property-based fault schedules (tests/faults): 10,000 random schedules
+# (5,000 in each of the two modules) against the real handler, moto and the fake Messages API.
+# `make test` runs the derandomized fast profile (200). Hours on 2 cores; not in CI.
+soak: setup cdk.out/manifest.json
+	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MYPY)
 
 demo: synth
 	$(BIN)/prospect-uploader run data/prospects-sample.csv --duplicates 3
@@ -88,8 +113,11 @@ mutate: setup
 	cd $(MUTATE_DIR) && $(BIN)/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
 	cd $(MUTATE_DIR) && $(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
 
+# The dev lock, then every bundled function's runtime lock (lambda_src/*/requirements-<machine>.lock:
+# CPython 3.13 on manylinux2014 x86_64 and aarch64, hashes included; see docs/bundling.md).
 lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
+	$(BIN)/python -m constructs_lib.lock_requirements --library
 
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache .mutate
+	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate

@@ -117,13 +117,16 @@ def template_settings(cdk_out: Path = REPO / "cdk.out") -> dict[str, Any]:
     max_event_age = int(variables.get("MAX_EVENT_AGE_SECONDS", 86_400))
     buffer_retention = None
     max_concurrency = None
+    # The step's cap is its buffer queue's mapping, not the redrive queue's (always 2).
+    buffer_id = variables["BUFFER_QUEUE_URL"]["Ref"]
     for body in resources.values():
-        if body["Type"] == "AWS::Lambda::EventSourceMapping" and body["Properties"].get(
-            "ScalingConfig"
+        if (
+            body["Type"] == "AWS::Lambda::EventSourceMapping"
+            and body["Properties"].get("ScalingConfig")
+            and body["Properties"]["EventSourceArn"]["Fn::GetAtt"][0] == buffer_id
         ):
             max_concurrency = int(body["Properties"]["ScalingConfig"]["MaximumConcurrency"])
-            queue_id = body["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]
-            queue = resources[queue_id]["Properties"]
+            queue = resources[buffer_id]["Properties"]
             buffer_retention = int(queue.get("MessageRetentionPeriod", 345_600))
     return {
         "max_event_age_seconds": max_event_age,

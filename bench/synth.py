@@ -34,7 +34,7 @@ from bench import PYCACHE
 from bench.harness import REPO, bench_main, median, print_table, ratio
 
 STACK_RESOURCE_LIMIT = 500
-#: 40 steps (13 resources each) do not fit one stack: CDK refuses with TooManyResourcesInStack
+#: 40 steps (20 resources each) do not fit one stack: CDK refuses with TooManyResourcesInStack
 #: (521 > 500). Apps are therefore split into stacks of at most 20 steps, both variants alike.
 STEPS_PER_STACK = 20
 VARIANTS = ("IdempotentModelStep", "plain L2s")

@@ -14,14 +14,16 @@ compiled by it: the loader uses them without reading the source's mtime, which
 a zip (2-second resolution) would not keep anyway. Without one, the asset is
 built as before and synth says so in a warning.
 
-The asset hash is computed from the inputs (package sources, pinned
-requirements, architecture, Python version, bytecode mode), not from pip's
-output, which is not byte-for-byte reproducible. Two functions with the same
-inputs share one asset; an arm64 and an x86_64 build never do, nor a build with
-and one without bytecode. A synth that skips bundling (``cdk ls``, ``cdk
-bootstrap``, context ``aws:cdk:bundling-stacks = []``) stages the raw source
-folder: its hash is salted with that mode, so it can never be published under
-a bundled asset's key.
+Requirements are installed from their hash-pinned locks
+(:mod:`constructs_lib.dependency_lock`): ``pip --require-hashes --no-deps``, exactly
+the locked files, then the installed metadata is checked for the target. The asset
+hash is computed from the inputs (package sources, the lock, architecture, Python
+version, bytecode mode), and the same inputs build byte-identical trees, whatever
+pip's cache holds. Two functions with the same inputs share one asset; an arm64 and
+an x86_64 build never do, nor a build with and one without bytecode. A synth that
+skips bundling (``cdk ls``, ``cdk bootstrap``, context ``aws:cdk:bundling-stacks =
+[]``) stages the raw source folder: its hash is salted with that mode, so it can
+never be published under a bundled asset's key.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -39,16 +42,20 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from ._paths import lambda_src_root
+from .bundling_errors import LocalBundlingError
 from .bytecode import BytecodeCompiler, find_bytecode_python
 from .defaults import LAMBDA_PYTHON_VERSION, LAMBDA_RUNTIME
+from .dependency_lock import (
+    RUNTIME_PROVIDED,
+    DependencyLock,
+    LockTarget,
+    check_installed,
+    resolve_locks,
+)
+from .pip_failure import explain_pip_failure
 
 #: Bumped when the bundle layout changes, so old staged assets are not reused.
-BUNDLE_FORMAT = "3"
-
-#: The Lambda Python runtime ships these (about 25 MB); bundling them only adds
-#: size. Their small dependencies (jmespath, urllib3, ...) stay: Powertools and
-#: the SDK pin their own ranges of those.
-RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
+BUNDLE_FORMAT = "4"
 
 #: Hash salt of a synth that skipped bundling: its staged "asset" is the raw source.
 BUNDLING_SKIPPED = "bundling-skipped"
@@ -58,9 +65,14 @@ NO_BYTECODE = "no-bytecode"
 #: Annotation id of the synth warning emitted when no interpreter can compile bytecode.
 NO_BYTECODE_WARNING = "constructs-lib:bundling-no-bytecode"
 
-_IGNORED_NAMES = ("__pycache__", "*.pyc", "*.pyo", "tests", ".pytest_cache", ".mypy_cache")
+#: Never shipped from a package directory: caches, tests, and the requirements and locks
+#: (installed, not copied; the lock is hashed on its own).
+_IGNORED_DIRS = frozenset({"__pycache__", "tests", ".pytest_cache", ".mypy_cache"})
+_IGNORED_SUFFIXES = frozenset({".pyc", ".pyo", ".lock"})
+_IGNORED_FILES = frozenset({"requirements.txt"})
 
 __all__ = [
+    "RUNTIME_PROVIDED",
     "BytecodeCompiler",
     "LocalBundlingError",
     "LocalPipBundling",
@@ -70,10 +82,6 @@ __all__ = [
 ]
 
 
-class LocalBundlingError(RuntimeError):
-    """Local bundling could not build the asset; the message says why and what to do."""
-
-
 def pip_platform(architecture: lambda_.Architecture) -> str:
     """The manylinux platform tag pip needs for a Lambda architecture."""
     if architecture.name == lambda_.Architecture.ARM_64.name:
@@ -81,26 +89,40 @@ def pip_platform(architecture: lambda_.Architecture) -> str:
     return "manylinux2014_x86_64"
 
 
+def _ignored(name: str, is_dir: bool) -> bool:
+    if is_dir:
+        return name in _IGNORED_DIRS
+    return name in _IGNORED_FILES or Path(name).suffix in _IGNORED_SUFFIXES
+
+
 def _iter_files(root: Path) -> Iterable[Path]:
+    """The files of a package directory that ship in the asset, sorted."""
     for path in sorted(root.rglob("*")):
-        parts = set(path.relative_to(root).parts)
+        relative = path.relative_to(root)
         if (
             path.is_file()
-            and not parts & {"__pycache__", "tests", ".pytest_cache"}
-            and (path.suffix not in {".pyc", ".pyo"})
+            and not any(_ignored(part, True) for part in relative.parts[:-1])
+            and not _ignored(path.name, False)
         ):
             yield path
 
 
+def _copy_ignore(directory: str, names: list[str]) -> set[str]:
+    """``shutil.copytree``'s view of :func:`_ignored`, so the copy ships what is hashed."""
+    return {n for n in names if _ignored(n, (Path(directory) / n).is_dir())}
+
+
 def bundle_hash(
     packages: Sequence[Path],
-    requirements: Sequence[Path],
+    lock: DependencyLock | None,
     platform: str,
     python_version: str,
     mode: str = NO_BYTECODE,
 ) -> str:
     """A stable SHA-256 of everything that decides the bundle's content.
 
+    :param lock: the packages installed (their versions and accepted file hashes); None
+        for a copy-only asset. Comments and layout of the lock files do not count.
     :param mode: how the asset is built: :data:`NO_BYTECODE`, a compiler's
         :attr:`BytecodeCompiler.mode`, or :data:`BUNDLING_SKIPPED` (raw source staged).
     """
@@ -113,20 +135,23 @@ def bundle_hash(
         for path in _iter_files(package):
             digest.update(f"\0{path.relative_to(package).as_posix()}\0".encode())
             digest.update(path.read_bytes())
-    for req in requirements:
-        digest.update(b"\0requirements\0")
-        digest.update(req.read_bytes())
+    if lock is not None and lock.packages:
+        digest.update(b"\0lock\0")
+        digest.update(lock.canonical_text().encode())
     return digest.hexdigest()
 
 
-def _requirement_lines(requirements: Sequence[Path]) -> list[str]:
-    lines: list[str] = []
-    for req in requirements:
-        for line in req.read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line and line not in lines:
-                lines.append(line)
-    return lines
+def _drop_unshipped_records(output_dir: Path) -> None:
+    """Remove RECORD rows of files the asset does not ship (console scripts in ``bin/``).
+
+    Their hashes cover a shebang naming this machine's Python, so they would make the
+    same lock build different bytes on another machine.
+    """
+    for record in sorted(output_dir.glob("*.dist-info/RECORD")):
+        rows = record.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [row for row in rows if not row.startswith(("../", "bin/"))]
+        if kept != rows:
+            record.write_text("".join(kept), encoding="utf-8")
 
 
 @jsii.implements(ILocalBundling)
@@ -134,7 +159,10 @@ class LocalPipBundling:
     """Builds a Lambda asset with the local ``pip``; never falls back to Docker silently.
 
     :param packages: runtime package directories copied to the asset root.
-    :param requirements: pinned requirements files installed into the asset root.
+    :param requirements: requirements files, each installed through its hash-pinned lock
+        for ``platform`` (``requirements-<machine>.lock`` beside it), or itself a complete
+        lock. Checked when constructed, offline: see
+        :func:`~constructs_lib.dependency_lock.resolve_locks`.
     :param platform: pip platform tag, e.g. ``manylinux2014_x86_64``.
     :param python_version: the Lambda interpreter, default the library's runtime (3.13).
     :param compiler: writes ``.pyc`` into the asset; default None (no bytecode).
@@ -149,10 +177,15 @@ class LocalPipBundling:
         compiler: BytecodeCompiler | None = None,
     ) -> None:
         self.packages = list(packages)
-        self.requirements = list(requirements)
+        self.requirements = [Path(r) for r in requirements]
         self.platform = platform
         self.python_version = python_version
         self.compiler = compiler
+        target = LockTarget(python_version, platform)
+        #: What the asset installs: every requirements file's lock, combined.
+        self.lock: DependencyLock | None = (
+            resolve_locks(self.requirements, target) if self.requirements else None
+        )
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:
         """Bundle into ``output_dir``; raise :class:`LocalBundlingError` with the cause."""
@@ -160,11 +193,10 @@ class LocalPipBundling:
         return True
 
     def bundle(self, output_dir: Path) -> None:
-        """Install the requirements, copy the packages, compile bytecode into ``output_dir``."""
+        """Install the lock, copy the packages, compile bytecode into ``output_dir``."""
         output_dir.mkdir(parents=True, exist_ok=True)
-        lines = _requirement_lines(self.requirements)
-        if lines:
-            self._pip_install(lines, output_dir)
+        if self.lock is not None and self.lock.packages:
+            self._pip_install(self.lock, output_dir)
         shutil.rmtree(output_dir / "bin", ignore_errors=True)
         for name in RUNTIME_PROVIDED:
             shutil.rmtree(output_dir / name, ignore_errors=True)
@@ -172,41 +204,44 @@ class LocalPipBundling:
                 shutil.rmtree(dist_info)
         for cache in list(output_dir.rglob("__pycache__")):
             shutil.rmtree(cache, ignore_errors=True)
+        _drop_unshipped_records(output_dir)
+        if self.lock is not None and self.lock.packages:
+            check_installed(output_dir, self.lock)
         for package in self.packages:
             shutil.copytree(
-                package,
-                output_dir / package.name,
-                ignore=shutil.ignore_patterns(*_IGNORED_NAMES, "requirements.txt"),
-                dirs_exist_ok=True,
+                package, output_dir / package.name, ignore=_copy_ignore, dirs_exist_ok=True
             )
         if self.compiler is not None:
             self.compiler.compile(output_dir.resolve())
 
-    def _pip_install(self, lines: list[str], output_dir: Path) -> None:
-        command = [
-            sys.executable, "-m", "pip", "install",
-            "--quiet", "--disable-pip-version-check", "--no-compile", "--no-warn-conflicts",
-            "--target", str(output_dir),
-            "--platform", self.platform,
-            "--implementation", "cp",
-            "--python-version", self.python_version,
-            "--only-binary=:all:",
-            *lines,
-        ]  # fmt: skip
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-        except OSError as error:
-            raise LocalBundlingError(
-                f"local bundling could not start pip ({error}); install pip for {sys.executable}"
-            ) from error
-        if result.returncode != 0:
-            tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
-            raise LocalBundlingError(
-                f"local bundling failed: pip could not install {', '.join(lines)} as "
-                f"{self.platform} wheels for CPython {self.python_version}. Local bundling "
-                f"needs network access to a package index with binary wheels for that "
-                f"platform (no source builds are possible for another CPU). pip said:\n{tail}"
-            )
+    def _pip_install(self, lock: DependencyLock, output_dir: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="pip-lock-") as work:
+            requirements = Path(work) / "requirements.lock"
+            requirements.write_text(lock.canonical_text(), encoding="utf-8")
+            log = Path(work) / "pip.log"
+            command = [
+                sys.executable, "-m", "pip", "install",
+                "--quiet", "--no-color", "--disable-pip-version-check", "--no-compile",
+                "--no-warn-conflicts",
+                "--log", str(log),
+                "--target", str(output_dir),
+                "--platform", self.platform,
+                "--implementation", "cp",
+                "--python-version", self.python_version,
+                "--only-binary=:all:",
+                "--require-hashes", "--no-deps",
+                "-r", str(requirements),
+            ]  # fmt: skip
+            try:
+                result = subprocess.run(command, capture_output=True, text=True, check=False)
+            except OSError as error:
+                raise LocalBundlingError(
+                    f"local bundling could not start pip ({error}); install pip for "
+                    f"{sys.executable}"
+                ) from error
+            if result.returncode != 0:
+                pip_log = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+                raise explain_pip_failure(f"{result.stderr}\n{result.stdout}", pip_log, lock.target)
 
 
 def python_lambda_code(
@@ -221,7 +256,9 @@ def python_lambda_code(
         bundles at all, and a warning lands on it when no bytecode can be compiled.
     :param packages: directories of Python packages to place at the asset root.
     :param architecture: the function's CPU; picks the wheels' platform tag.
-    :param requirements: pinned requirements files (may be empty: copy only).
+    :param requirements: requirements files, each installed through its hash-pinned lock
+        (may be empty: copy only). Raises :class:`LocalBundlingError` subclasses, offline,
+        when one has no current lock or they conflict.
     """
     platform = pip_platform(architecture)
     compiler = None
@@ -239,14 +276,15 @@ def python_lambda_code(
                 f"module it imports. Install one (`uv python install {LAMBDA_PYTHON_VERSION}` "
                 f"or `pyenv install {LAMBDA_PYTHON_VERSION}`) and synthesize again.",
             )
+    local = LocalPipBundling(packages, requirements, platform, compiler=compiler)
     return lambda_.Code.from_asset(
         str(packages[0].parent),
         asset_hash_type=AssetHashType.CUSTOM,
-        asset_hash=bundle_hash(packages, requirements, platform, LAMBDA_PYTHON_VERSION, mode),
+        asset_hash=bundle_hash(packages, local.lock, platform, LAMBDA_PYTHON_VERSION, mode),
         bundling=BundlingOptions(
             # CDK requires an image; it is used only if local bundling returns
             # False, which LocalPipBundling never does: it raises with the cause.
             image=LAMBDA_RUNTIME.bundling_image,
-            local=LocalPipBundling(packages, requirements, platform, compiler=compiler),
+            local=local,
         ),
     )

@@ -48,16 +48,27 @@ EVENT_SOURCE_MIN_CONCURRENCY = 2
 
 #: AWS advises a visibility timeout of at least 6x the function timeout for an
 #: SQS event source, so a message is not redelivered while an attempt (and
-#: Lambda's own invoke retries of a throttled batch) may still be running.
+#: Lambda's own invoke retries of a throttled batch) may still be running: each
+#: receive absorbs (6 - 1) x timeout of throttling before it counts again.
 BUFFER_VISIBILITY_TIMEOUT_FACTOR = 6
 #: SQS's maximum retention: how long a row may wait behind the concurrency cap.
 BUFFER_RETENTION = Duration.days(14)
-#: With a cap of 1 the mapping (at least 2) can be throttled by the function's
-#: reserved concurrency 1; a throttled batch returns to the queue and its receive
-#: count grows without the function running. AWS advises a redrive
-#: ``maxReceiveCount`` of at least 5 for throttle tolerance; this is added to the
-#: backstop so throttles do not move rows to the DLQ unprocessed.
+#: Receives of a buffered row beyond ``MAX_ATTEMPTS + 1`` that throttles may spend.
+#: A throttled batch returns to the queue and its receive count grows without the
+#: function running (at any cap, and all the time at a cap of 1, whose mapping of at
+#: least 2 pollers meets reserved concurrency 1). AWS advises a redrive
+#: ``maxReceiveCount`` of at least 5 for throttle tolerance.
 THROTTLE_RECEIVE_HEADROOM = 5
+#: Receives the redrive queue's consumer gets before the redrive queue's own redrive
+#: policy moves a row on to the DLQ: the throttle tolerance AWS advises for any
+#: Lambda SQS source (5). They come ON TOP of the buffer queue's count, because a
+#: message a redrive policy moves may keep its ``ApproximateReceiveCount`` (moto keeps
+#: it; SQS does not document either way): see ``redrive_queue_max_receive_count``.
+REDRIVE_QUEUE_RECEIVE_HEADROOM = 5
+#: ``ScalingConfig.MaximumConcurrency`` of the redrive queue's mapping: Lambda's
+#: minimum. Its rows are the rare ones SQS gave up on; the runtime re-queues them on
+#: the buffer queue (behind the step's cap) or dead-letters them, without a model call.
+REDRIVE_QUEUE_MAX_CONCURRENCY = 2
 
 #: How long a warm container reuses the API key before reading the secret again,
 #: so a rotated key reaches every container within this time.
@@ -91,26 +102,75 @@ def dead_letter_queue_props() -> dict[str, Any]:
     }
 
 
+def buffer_queue_max_receive_count(max_attempts: int) -> int:
+    """Receives after which SQS moves a buffered row to the redrive queue.
+
+    ``max_attempts`` receives that run, one more in which the runtime re-sends a stored
+    dead-letter outcome whose DLQ send failed, and ``THROTTLE_RECEIVE_HEADROOM`` (5)
+    that throttles may spend: 3 + 1 + 5 = 9 by default.
+    """
+    return max_attempts + 1 + THROTTLE_RECEIVE_HEADROOM
+
+
+def redrive_queue_max_receive_count(buffer_max_receive_count: int) -> int:
+    """Receives after which SQS moves a row from the redrive queue to the DLQ.
+
+    ``buffer_max_receive_count + REDRIVE_QUEUE_RECEIVE_HEADROOM`` (9 + 5 = 14 by
+    default): if the receive count a row brings from the buffer queue is kept, the
+    consumer still gets 5 receives of it; if it is reset, it gets 14. A flat 5 would
+    send a row that brings a count of 9 straight on to the DLQ, uncoded, at its first
+    receive there.
+    """
+    return buffer_max_receive_count + REDRIVE_QUEUE_RECEIVE_HEADROOM
+
+
 def buffer_queue_props(
-    function_timeout: Duration, dead_letter_queue: sqs.IQueue, max_receive_count: int
+    function_timeout: Duration, redrive_queue: sqs.IQueue, max_receive_count: int
 ) -> dict[str, Any]:
     """The step's buffer queue: standard, encrypted like the DLQ, TLS only.
 
     Visibility timeout is ``BUFFER_VISIBILITY_TIMEOUT_FACTOR`` (6) x the function
-    timeout; retention is SQS's maximum, 14 days. The redrive policy to the step's
-    DLQ is a backstop for crashes and timeouts: the runtime dead-letters a row
-    itself (with an ERROR_CODE) once its attempts are used, so SQS only moves a
-    message the runtime never answered for.
+    timeout; retention is SQS's maximum, 14 days. The redrive policy moves a row that
+    was received ``max_receive_count`` times without an answer (crashes, timeouts,
+    throttles) to the step's redrive queue, whose consumer puts it back or
+    dead-letters it with a code: the runtime dead-letters a row itself (with an
+    ERROR_CODE) once its attempts are used, so SQS only moves a message the runtime
+    never answered for.
     """
+    return {
+        **_step_queue_props(function_timeout),
+        "dead_letter_queue": sqs.DeadLetterQueue(
+            queue=redrive_queue, max_receive_count=max_receive_count
+        ),
+    }
+
+
+def redrive_queue_props(
+    function_timeout: Duration, dead_letter_queue: sqs.IQueue, max_receive_count: int
+) -> dict[str, Any]:
+    """The step's redrive queue: where the buffer queue's redrive policy moves a row.
+
+    Standard, SQS-managed encryption, TLS only, 14 days, visibility 6 x the function
+    timeout, like the buffer queue; its own redrive policy moves a row to the DLQ after
+    ``max_receive_count`` receives (``redrive_queue_max_receive_count``), so a consumer
+    that cannot run (throttled, or crashing on that row) still leaves it on the DLQ,
+    never lost.
+    """
+    return {
+        **_step_queue_props(function_timeout),
+        "dead_letter_queue": sqs.DeadLetterQueue(
+            queue=dead_letter_queue, max_receive_count=max_receive_count
+        ),
+    }
+
+
+def _step_queue_props(function_timeout: Duration) -> dict[str, Any]:
     return {
         "encryption": sqs.QueueEncryption.SQS_MANAGED,
         "enforce_ssl": True,
         "retention_period": BUFFER_RETENTION,
         "visibility_timeout": Duration.seconds(
             int(function_timeout.to_seconds()) * BUFFER_VISIBILITY_TIMEOUT_FACTOR
-        ),
-        "dead_letter_queue": sqs.DeadLetterQueue(
-            queue=dead_letter_queue, max_receive_count=max_receive_count
         ),
     }
 

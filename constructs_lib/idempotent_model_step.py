@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import jmespath
@@ -34,6 +35,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import defaults
+from ._runtime_environment import runtime_environment as env
 from ._validation import (
     PropValidationError,
     check_duration_range,
@@ -50,32 +52,10 @@ from .event_bus_v2 import EventBusV2Base
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 
-#: Environment names the runtime reads; a user's ``environment`` may not set them.
-#: Every name starting with one of ``RESERVED_ENVIRONMENT_PREFIXES`` is refused too.
-RESERVED_ENVIRONMENT = frozenset(
-    {
-        "IDEMPOTENCY_TABLE_NAME",
-        "IDEMPOTENCY_RECORD_PREFIX",
-        "DEAD_LETTER_QUEUE_URL",
-        "BUFFER_QUEUE_URL",
-        "IDEMPOTENCY_KEY",
-        "IDEMPOTENCY_EXPIRES_AFTER_SECONDS",
-        "PROMPT_VERSION",
-        "SYSTEM_PROMPT",
-        "MODEL_ID",
-        "MAX_TOKENS",
-        "MODEL_PROVIDER",
-        "MODEL_TIMEOUT_SECONDS",
-        "MAX_EVENT_AGE_SECONDS",
-        "MAX_ATTEMPTS",
-        "ALLOWED_LABELS",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_API_KEY_SECRET_ARN",
-        "API_KEY_MAX_AGE_SECONDS",
-        "POWERTOOLS_SERVICE_NAME",
-        "POWERTOOLS_METRICS_NAMESPACE",
-    }
-)
+#: Environment names the runtime reads that a user's ``environment`` may not set: every
+#: reserved name of ``lambda_src/model_step/environment.py``. Every name starting with one
+#: of ``RESERVED_ENVIRONMENT_PREFIXES`` is refused too.
+RESERVED_ENVIRONMENT: frozenset[str] = frozenset(env.RESERVED_NAMES)
 
 #: Prefixes no user variable may start with: ``POWERTOOLS_*`` would let a caller
 #: switch idempotency off (``POWERTOOLS_IDEMPOTENCY_DISABLED``) or redirect
@@ -95,6 +75,22 @@ METRICS_NAMESPACE = "IdempotentModelStep"
 SNAP_START_ALIAS_ID = "FunctionAlias"
 SNAP_START_ALIAS_NAME = "live"
 
+#: Integer props and the range each allows (inclusive).
+INT_RANGES: Mapping[str, tuple[int, int]] = {
+    "max_tokens": (1, 128_000),
+    "max_concurrency": defaults.MAX_CONCURRENCY_RANGE,
+    "lambda_retry_attempts": (0, 2),
+    "event_retry_attempts": (0, 185),
+    "memory_size": (128, 10_240),
+}
+#: Duration props and the range each allows (inclusive, whole seconds).
+DURATION_RANGES: Mapping[str, tuple[Duration, Duration]] = {
+    "max_event_age": (Duration.minutes(1), Duration.hours(24)),
+    "timeout": (Duration.seconds(10), Duration.minutes(15)),
+    "expires_after": (Duration.minutes(1), Duration.days(30)),
+    "api_key_max_age": (Duration.seconds(0), Duration.hours(1)),
+}
+
 
 class ModelProvider(enum.Enum):
     """Where the model runs."""
@@ -103,6 +99,159 @@ class ModelProvider(enum.Enum):
     ANTHROPIC = "anthropic"
     #: Claude on Amazon Bedrock; IAM grants ``bedrock:InvokeModel`` on the model, no secret.
     BEDROCK = "bedrock"
+
+
+@dataclass(frozen=True)
+class _StepProps:
+    """The props of one :class:`IdempotentModelStep`, as passed; :meth:`validate` checks them.
+
+    Every check of every prop is here, so a bad value fails before any resource exists.
+    The props are documented on :class:`IdempotentModelStep`.
+    """
+
+    event_pattern: events.EventPattern
+    idempotency_key: str
+    prompt_version: str
+    system_prompt: str
+    api_key_secret: secretsmanager.ISecret | None
+    model_provider: ModelProvider
+    event_bus: events.IEventBus | EventBusV2Base | None
+    model_id: str
+    max_tokens: int
+    allowed_labels: list[str] | None
+    table: dynamodb.ITable | None
+    dead_letter_queue: sqs.IQueue | None
+    alarm_topic: sns.ITopic | None
+    max_concurrency: int
+    lambda_retry_attempts: int
+    event_retry_attempts: int
+    max_event_age: Duration
+    expires_after: Duration
+    timeout: Duration
+    memory_size: int
+    architecture: lambda_.Architecture
+    log_retention: logs.RetentionDays
+    api_key_max_age: Duration
+    snap_start: bool
+    handler: ModelStepHandler | None
+    environment: Mapping[str, str] | None
+
+    def validate(self, owner: str) -> None:
+        """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
+        range it allows, for the first prop that is out of range or contradicts another."""
+        self._check_strings(owner)
+        self._check_ranges(owner)
+        self._check_provider(owner)
+        self._check_dead_letter_queue(owner)
+        self._check_environment(owner)
+        self._check_allowed_labels(owner)
+
+    def _check_strings(self, owner: str) -> None:
+        for prop in ("idempotency_key", "prompt_version", "system_prompt", "model_id"):
+            check_non_empty(owner, prop, getattr(self, prop))
+        key = self.idempotency_key
+        try:
+            jmespath.compile(key)
+        except jmespath.exceptions.JMESPathError as error:
+            raise PropValidationError(
+                f"{owner}: idempotency_key must be a JMESPath expression over the event's "
+                f"detail, e.g. '[upload_id, row_number]'; got {key!r} ({error})"
+            ) from error
+        if "detail." in key:
+            raise PropValidationError(
+                f"{owner}: idempotency_key is evaluated over the event's detail already; "
+                f"write '[upload_id, row_number]', not 'detail.' paths; got {key!r}"
+            )
+        size = len(self.system_prompt.encode())
+        if not Token.is_unresolved(self.system_prompt) and size > SYSTEM_PROMPT_MAX_BYTES:
+            raise PropValidationError(
+                f"{owner}: system_prompt must be at most {SYSTEM_PROMPT_MAX_BYTES} bytes "
+                f"(Lambda allows 4 KB of environment variables in total), got {size} bytes"
+            )
+
+    def _check_ranges(self, owner: str) -> None:
+        for prop, (low, high) in INT_RANGES.items():
+            check_int_range(owner, prop, getattr(self, prop), low, high)
+        for prop, (shortest, longest) in DURATION_RANGES.items():
+            check_duration_range(owner, prop, getattr(self, prop), shortest, longest)
+        expires, age = self.expires_after, self.max_event_age
+        if (
+            not expires.is_unresolved()
+            and not age.is_unresolved()
+            and expires.to_seconds() < age.to_seconds()
+        ):
+            raise PropValidationError(
+                f"{owner}: expires_after must be at least max_event_age "
+                f"({age.to_human_string()}), got {expires.to_human_string()}: "
+                "a retry delivered after the record expired would call the model again"
+            )
+
+    def _check_provider(self, owner: str) -> None:
+        provider, secret, model_id = self.model_provider, self.api_key_secret, self.model_id
+        if provider is ModelProvider.ANTHROPIC and secret is None:
+            raise PropValidationError(
+                f"{owner}: api_key_secret is required with ModelProvider.ANTHROPIC "
+                "(or pass model_provider=ModelProvider.BEDROCK)"
+            )
+        if provider is ModelProvider.BEDROCK and secret is not None:
+            raise PropValidationError(
+                f"{owner}: api_key_secret must not be set with ModelProvider.BEDROCK, "
+                "which authenticates with the function's IAM role"
+            )
+        if (
+            provider is ModelProvider.BEDROCK
+            and not Token.is_unresolved(model_id)
+            and not model_id.startswith("anthropic.")
+        ):
+            raise PropValidationError(
+                f"{owner}: model_id must be a Bedrock foundation-model id starting with "
+                f"'anthropic.' with ModelProvider.BEDROCK (cross-region inference profiles "
+                f"are not supported yet), got {model_id!r}"
+            )
+
+    def _check_dead_letter_queue(self, owner: str) -> None:
+        queue = self.dead_letter_queue
+        if queue is not None and queue.fifo:
+            raise PropValidationError(
+                f"{owner}: dead_letter_queue must be a standard SQS queue, got the FIFO "
+                f"queue {queue.node.path!r}. EventBridge dead-letter queues and "
+                "the redrive queue's redrive policy (a standard queue) do not accept FIFO "
+                "queues."
+            )
+
+    def _check_environment(self, owner: str) -> None:
+        reserved = sorted(
+            name
+            for name in self.environment or {}
+            if name in RESERVED_ENVIRONMENT or name.startswith(RESERVED_ENVIRONMENT_PREFIXES)
+        )
+        if reserved:
+            raise PropValidationError(
+                f"{owner}: environment may not set {', '.join(reserved)}; the step sets "
+                "its runtime's names from its own props, and every name starting with "
+                f"{' or '.join(RESERVED_ENVIRONMENT_PREFIXES)} is reserved (Powertools "
+                "settings could switch idempotency off; AWS_* belongs to Lambda)"
+            )
+
+    def _check_allowed_labels(self, owner: str) -> None:
+        labels = self.allowed_labels
+        if labels is None:
+            return
+        bad = [label for label in labels if not label.strip() or "," in label]
+        if not labels or bad:
+            raise PropValidationError(
+                f"{owner}: allowed_labels must be non-empty strings without commas, got {labels!r}"
+            )
+
+    @property
+    def max_attempts(self) -> int:
+        """The runtime's ``MAX_ATTEMPTS``: transient-failure attempts of one delivery."""
+        return self.lambda_retry_attempts + 1
+
+    @property
+    def buffer_max_receive_count(self) -> int:
+        """Receives after which SQS moves a buffered row to the redrive queue."""
+        return defaults.buffer_queue_max_receive_count(self.max_attempts)
 
 
 class IdempotentModelStep(Construct):
@@ -115,18 +264,28 @@ class IdempotentModelStep(Construct):
       retry policy (``event_retry_attempts``, ``max_event_age``) and failed
       deliveries dead-lettered to ``dead_letter_queue``;
     - ``buffer_queue``: a standard, encrypted, TLS-only queue that holds rows
-      behind the concurrency cap for up to 14 days; its redrive policy moves a
-      message the runtime never answered for to ``dead_letter_queue``;
+      behind the concurrency cap for up to 14 days, visibility 6 x ``timeout``; its
+      redrive policy moves a row received ``buffer_max_receive_count`` times
+      (``MAX_ATTEMPTS + 1 + 5``, 9 by default) without an answer to ``redrive_queue``;
+    - ``redrive_queue``: the same kind of queue, for the rows SQS gave up on; the
+      function consumes it too, and puts each row back on ``buffer_queue`` (a fresh
+      receive count) while its key has attempts and ``max_event_age`` left, or
+      dead-letters it as ``ReceivesExhausted``. Its own redrive policy moves a row to
+      ``dead_letter_queue`` after 5 receives;
     - ``function``: Python 3.13, the runtime in ``lambda_src/model_step``, its own
       log group, consuming ``buffer_queue`` through an event source mapping (batch
-      size 1, partial batch responses, at most ``max_concurrency`` concurrent);
-    - ``alias``: with ``snap_start=True``, the alias the mapping invokes;
+      size 1, partial batch responses, at most ``max_concurrency`` concurrent) and
+      ``redrive_queue`` through a second one (batch size 1, at most 2 concurrent);
+      ``REDRIVE_QUEUE_ARN`` tells the runtime which queue a record came from;
+    - ``alias``: with ``snap_start=True``, the alias both mappings invoke;
     - ``table``: the Powertools idempotency table (``id`` / TTL ``expiration``);
     - ``dead_letter_queue``: a standard, encrypted, TLS-only queue;
     - ``alarms``: delivery failures (EventBridge ``InvocationsSentToDlq`` /
       ``InvocationsFailedToBeSentToDlq``, or on a v2 bus ``OnFailureDestinationDelivered``
-      / ``EventsDropped``), any message arriving on the DLQ, and the buffer's oldest
-      message approaching ``max_event_age``; each notifies ``alarm_topic`` if given.
+      / ``EventsDropped``); messages on the DLQ (its depth, and every receive from it,
+      so SQS's own redrives and messages a DLQ consumer took are both seen); any row
+      reaching ``redrive_queue``; and the buffer's oldest message approaching
+      ``max_event_age``. Each notifies ``alarm_topic`` if given.
 
     Example::
 
@@ -146,6 +305,66 @@ class IdempotentModelStep(Construct):
     ``max_model_requests_per_delivery`` billed requests (3 by default). A 429 or
     529 is not billed and is not an attempt: the row waits in ``buffer_queue``.
     A duplicate delivery costs none.
+
+    Props (keyword arguments of the constructor; every one is checked at synth, and a
+    bad value fails with the prop, the value and the range it allows):
+
+    :param event_pattern: which events on ``event_bus`` the step handles. Required.
+    :param idempotency_key: a JMESPath over the event's ``detail`` giving the
+        business key, e.g. ``"[upload_id, row_number]"``. Never the event id:
+        a redelivered or re-published event gets a new id. Required.
+    :param prompt_version: joins the key, so a changed prompt gets a new answer. Required.
+    :param system_prompt: the system prompt, at most 2,560 bytes (it travels in
+        the function's environment). Required.
+    :param api_key_secret: the Secrets Manager secret holding the Anthropic API
+        key (the raw key, or JSON ``{"api_key": ...}``). Required with
+        ``ModelProvider.ANTHROPIC``; refused with ``ModelProvider.BEDROCK``.
+        Granted with ``grant_read``, so a secret imported by name or partial ARN
+        and a customer managed KMS key both work. Default: none.
+    :param model_provider: default ``ModelProvider.ANTHROPIC``.
+    :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
+        :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
+        subscriber is created). Default: the account's default bus.
+    :param model_id: default ``"claude-haiku-5-5"``.
+    :param max_tokens: 1-128,000, default 1,024.
+    :param allowed_labels: if given, an answer must be one of these (case-insensitive)
+        or the event is dead-lettered. Default: any answer.
+    :param table: an idempotency table to share across steps (partition key ``id``,
+        TTL ``expiration``). Default: a new one.
+    :param dead_letter_queue: a STANDARD queue; FIFO is refused. Default: a new one.
+    :param alarm_topic: every alarm notifies it. Default: alarms without actions.
+    :param max_concurrency: the most model calls the step runs at once, 1-1,000,
+        default 10. Requests per minute are about ``max_concurrency x 60 /
+        seconds per call``. Implemented as the event source mapping's maximum
+        concurrency; 1 is reserved concurrency 1 on the function behind a
+        mapping capped at 2 (Lambda's minimum), see the README.
+    :param lambda_retry_attempts: retries of a transient failure (500, timeout,
+        connection error) of one delivery, 0-2, default 2; the runtime's attempt
+        budget is ``MAX_ATTEMPTS = lambda_retry_attempts + 1``. Rate limits
+        (429/529) never use an attempt.
+    :param event_retry_attempts: EventBridge delivery retries to the buffer
+        queue, 0-185, default 185 (the same range on a v2 subscriber).
+    :param max_event_age: how long a row may take from publish to answer,
+        1 minute to 24 hours, default 24 hours: EventBridge stops retrying the
+        hand-off after it, and the runtime dead-letters a rate-limited row
+        (``RateLimitExhausted``) that would wait past it.
+    :param expires_after: idempotency record lifetime, at least ``max_event_age``
+        (a redelivery after expiry would call the model again), at most 30 days,
+        default 24 hours.
+    :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
+        The SDK's timeout is kept 5 seconds below it; the buffer and redrive queues'
+        visibility timeout is 6x it.
+    :param memory_size: 128-10,240 MB, default 512.
+    :param architecture: default ``X86_64``; wheels are bundled for it.
+    :param log_retention: default one month.
+    :param api_key_max_age: how long a container reuses the API key before
+        reading the secret again, 0 seconds to 1 hour, default 5 minutes.
+    :param snap_start: publish a version with Lambda SnapStart and an alias
+        ``live`` that the event source mapping invokes. Default ``False``.
+    :param handler: default ``ModelStepHandler.default()``.
+    :param environment: extra variables for a custom handler. The runtime's own
+        names (``RESERVED_ENVIRONMENT``) and every ``POWERTOOLS_*`` and ``AWS_*``
+        name are refused. Default: none.
     """
 
     def __init__(
@@ -180,73 +399,23 @@ class IdempotentModelStep(Construct):
         handler: ModelStepHandler | None = None,
         environment: Mapping[str, str] | None = None,
     ) -> None:
-        """
-        :param event_pattern: which events on ``event_bus`` the step handles. Required.
-        :param idempotency_key: a JMESPath over the event's ``detail`` giving the
-            business key, e.g. ``"[upload_id, row_number]"``. Never the event id:
-            a redelivered or re-published event gets a new id. Required.
-        :param prompt_version: joins the key, so a changed prompt gets a new answer. Required.
-        :param system_prompt: the system prompt, at most 2,560 bytes (it travels in
-            the function's environment). Required.
-        :param api_key_secret: the Secrets Manager secret holding the Anthropic API
-            key (the raw key, or JSON ``{"api_key": ...}``). Required with
-            ``ModelProvider.ANTHROPIC``; refused with ``ModelProvider.BEDROCK``.
-            Granted with ``grant_read``, so a secret imported by name or partial ARN
-            and a customer managed KMS key both work.
-        :param model_provider: default ``ModelProvider.ANTHROPIC``.
-        :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
-            :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
-            subscriber is created). Default: the account's default bus.
-        :param model_id: default ``"claude-haiku-5-5"``.
-        :param max_tokens: 1-128,000, default 1,024.
-        :param allowed_labels: if given, an answer must be one of these (case-insensitive)
-            or the event is dead-lettered. Default: any answer.
-        :param table: an idempotency table to share across steps (partition key ``id``,
-            TTL ``expiration``). Default: a new one.
-        :param dead_letter_queue: a STANDARD queue; FIFO is refused. Default: a new one.
-        :param alarm_topic: every alarm notifies it. Default: alarms without actions.
-        :param max_concurrency: the most model calls the step runs at once, 1-1,000,
-            default 10. Requests per minute are about ``max_concurrency x 60 /
-            seconds per call``. Implemented as the event source mapping's maximum
-            concurrency; 1 is reserved concurrency 1 on the function behind a
-            mapping capped at 2 (Lambda's minimum), see the README.
-        :param lambda_retry_attempts: retries of a transient failure (500, timeout,
-            connection error) of one delivery, 0-2, default 2; the runtime's attempt
-            budget is ``MAX_ATTEMPTS = lambda_retry_attempts + 1``. Rate limits
-            (429/529) never use an attempt.
-        :param event_retry_attempts: EventBridge delivery retries to the buffer
-            queue, 0-185, default 185 (the same range on a v2 subscriber).
-        :param max_event_age: how long a row may take from publish to answer,
-            1 minute to 24 hours, default 24 hours: EventBridge stops retrying the
-            hand-off after it, and the runtime dead-letters a rate-limited row
-            (``RateLimitExhausted``) that would wait past it.
-        :param expires_after: idempotency record lifetime, at least ``max_event_age``
-            (a redelivery after expiry would call the model again), at most 30 days,
-            default 24 hours.
-        :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
-            The SDK's timeout is kept 5 seconds below it; the buffer queue's
-            visibility timeout is 6x it.
-        :param memory_size: 128-10,240 MB, default 512.
-        :param architecture: default ``X86_64``; wheels are bundled for it.
-        :param log_retention: default one month.
-        :param api_key_max_age: how long a container reuses the API key before
-            reading the secret again, 0 seconds to 1 hour, default 5 minutes.
-        :param snap_start: publish a version with Lambda SnapStart and an alias
-            ``live`` that the event source mapping invokes. Default ``False``.
-        :param handler: default ``ModelStepHandler.default()``.
-        :param environment: extra variables for a custom handler. The runtime's own
-            names (``RESERVED_ENVIRONMENT``) and every ``POWERTOOLS_*`` and ``AWS_*``
-            name are refused. Default: none.
-        """
+        """Check every prop, then build the step part by part. The props are documented
+        on the class."""
         super().__init__(scope, id)
-        owner = f"IdempotentModelStep '{self.node.path}'"
-        self._validate(
-            owner,
+        props = _StepProps(
+            event_pattern=event_pattern,
             idempotency_key=idempotency_key,
             prompt_version=prompt_version,
             system_prompt=system_prompt,
+            api_key_secret=api_key_secret,
+            model_provider=model_provider,
+            event_bus=event_bus,
             model_id=model_id,
             max_tokens=max_tokens,
+            allowed_labels=allowed_labels,
+            table=table,
+            dead_letter_queue=dead_letter_queue,
+            alarm_topic=alarm_topic,
             max_concurrency=max_concurrency,
             lambda_retry_attempts=lambda_retry_attempts,
             event_retry_attempts=event_retry_attempts,
@@ -254,126 +423,133 @@ class IdempotentModelStep(Construct):
             expires_after=expires_after,
             timeout=timeout,
             memory_size=memory_size,
+            architecture=architecture,
+            log_retention=log_retention,
             api_key_max_age=api_key_max_age,
+            snap_start=snap_start,
+            handler=handler,
+            environment=environment,
         )
-        if model_provider is ModelProvider.ANTHROPIC and api_key_secret is None:
-            raise PropValidationError(
-                f"{owner}: api_key_secret is required with ModelProvider.ANTHROPIC "
-                "(or pass model_provider=ModelProvider.BEDROCK)"
-            )
-        if model_provider is ModelProvider.BEDROCK and api_key_secret is not None:
-            raise PropValidationError(
-                f"{owner}: api_key_secret must not be set with ModelProvider.BEDROCK, "
-                "which authenticates with the function's IAM role"
-            )
-        if (
-            model_provider is ModelProvider.BEDROCK
-            and not Token.is_unresolved(model_id)
-            and not model_id.startswith("anthropic.")
-        ):
-            raise PropValidationError(
-                f"{owner}: model_id must be a Bedrock foundation-model id starting with "
-                f"'anthropic.' with ModelProvider.BEDROCK (cross-region inference profiles "
-                f"are not supported yet), got {model_id!r}"
-            )
-        if dead_letter_queue is not None and dead_letter_queue.fifo:
-            raise PropValidationError(
-                f"{owner}: dead_letter_queue must be a standard SQS queue, got the FIFO "
-                f"queue {dead_letter_queue.node.path!r}. EventBridge dead-letter queues and "
-                "the buffer queue's redrive (a standard queue) do not accept FIFO queues."
-            )
-        self._check_environment(owner, environment or {})
-        if allowed_labels is not None:
-            bad = [label for label in allowed_labels if not label.strip() or "," in label]
-            if not allowed_labels or bad:
-                raise PropValidationError(
-                    f"{owner}: allowed_labels must be non-empty strings without commas, "
-                    f"got {allowed_labels!r}"
-                )
+        props.validate(f"IdempotentModelStep '{self.node.path}'")
 
-        handler = handler or ModelStepHandler.default()
         self.lambda_retry_attempts = lambda_retry_attempts
         self.event_retry_attempts = event_retry_attempts
         self.max_concurrency = max_concurrency
         self.model_provider = model_provider
         self.event_bus = event_bus
         #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
-        self.max_attempts = lambda_retry_attempts + 1
+        self.max_attempts = props.max_attempts
         #: Billed model requests one delivery can cost: SDK attempts (1) x ``MAX_ATTEMPTS``.
         #: 429/529 answers are not billed and never use an attempt.
         self.max_model_requests_per_delivery = (
             defaults.SDK_ATTEMPTS_PER_INVOCATION * self.max_attempts
         )
+        #: Receives after which SQS moves a buffered row to ``redrive_queue``:
+        #: ``MAX_ATTEMPTS + 1 + THROTTLE_RECEIVE_HEADROOM`` (9 by default).
+        self.buffer_max_receive_count = props.buffer_max_receive_count
+        #: Receives after which SQS moves a row from ``redrive_queue`` to the DLQ:
+        #: ``buffer_max_receive_count + REDRIVE_QUEUE_RECEIVE_HEADROOM`` (14 by default).
+        self.redrive_max_receive_count = defaults.redrive_queue_max_receive_count(
+            self.buffer_max_receive_count
+        )
 
-        self.table: dynamodb.ITable = table or dynamodb.Table(
+        self._storage(props)
+        self._queues(props)
+        self._function(props)
+        self._consume(props)
+        self._subscribe(props)
+        self._alarms(props)
+
+    # ------------------------------------------------------------------ parts
+    def _storage(self, props: _StepProps) -> None:
+        """The idempotency table: the caller's, or a new one."""
+        self.table: dynamodb.ITable = props.table or dynamodb.Table(
             self, "IdempotencyTable", **defaults.idempotency_table_props()
         )
-        self.dead_letter_queue: sqs.IQueue = dead_letter_queue or sqs.Queue(
+
+    def _queues(self, props: _StepProps) -> None:
+        """The DLQ (the caller's, or a new one), the redrive queue in front of it and the
+        buffer queue in front of the function: buffer -> redrive -> DLQ."""
+        self.dead_letter_queue: sqs.IQueue = props.dead_letter_queue or sqs.Queue(
             self, "DeadLetterQueue", **defaults.dead_letter_queue_props()
         )
-        # MAX_ATTEMPTS receives are the runtime's own; one more lets it re-send a
-        # stored dead-letter outcome whose DLQ send failed. With a cap of 1,
-        # throttled receives count too, hence the headroom.
-        max_receive_count = self.max_attempts + 1
-        if max_concurrency == 1:
-            max_receive_count += defaults.THROTTLE_RECEIVE_HEADROOM
-        #: Receives after which SQS itself moves a buffered row to the DLQ.
-        self.buffer_max_receive_count = max_receive_count
+        self.redrive_queue: sqs.Queue = sqs.Queue(
+            self,
+            "RedriveQueue",
+            **defaults.redrive_queue_props(
+                props.timeout, self.dead_letter_queue, self.redrive_max_receive_count
+            ),
+        )
         self.buffer_queue: sqs.Queue = sqs.Queue(
             self,
             "BufferQueue",
-            **defaults.buffer_queue_props(timeout, self.dead_letter_queue, max_receive_count),
+            **defaults.buffer_queue_props(
+                props.timeout, self.redrive_queue, self.buffer_max_receive_count
+            ),
         )
 
+    def _function(self, props: _StepProps) -> None:
+        """The function, its environment and the grants its runtime needs."""
+        handler = props.handler or ModelStepHandler.default()
         self.function = python_function(
             self,
             "Function",
             packages=handler.packages,
             handler=handler.handler,
             requirements=handler.requirements,
-            architecture=architecture,
-            timeout=timeout,
-            memory_size=memory_size,
-            log_retention=log_retention,
+            architecture=props.architecture,
+            timeout=props.timeout,
+            memory_size=props.memory_size,
+            log_retention=props.log_retention,
             description="Idempotent model step: one model request per business key",
-            environment={
-                "IDEMPOTENCY_TABLE_NAME": self.table.table_name,
-                # The construct path, never the generated function name: a replaced
-                # function keeps its records, two steps sharing a table never collide.
-                "IDEMPOTENCY_RECORD_PREFIX": self.node.path,
-                "DEAD_LETTER_QUEUE_URL": self.dead_letter_queue.queue_url,
-                "BUFFER_QUEUE_URL": self.buffer_queue.queue_url,
-                "IDEMPOTENCY_KEY": idempotency_key,
-                "IDEMPOTENCY_EXPIRES_AFTER_SECONDS": str(int(expires_after.to_seconds())),
-                "PROMPT_VERSION": prompt_version,
-                "SYSTEM_PROMPT": system_prompt,
-                "MODEL_ID": model_id,
-                "MAX_TOKENS": str(max_tokens),
-                "MODEL_PROVIDER": model_provider.value,
-                "MODEL_TIMEOUT_SECONDS": str(
-                    int(timeout.to_seconds() - defaults.MODEL_TIMEOUT_MARGIN.to_seconds())
-                ),
-                "MAX_EVENT_AGE_SECONDS": str(int(max_event_age.to_seconds())),
-                "MAX_ATTEMPTS": str(self.max_attempts),
-                "POWERTOOLS_SERVICE_NAME": self.node.path,
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-                **({"ALLOWED_LABELS": ",".join(allowed_labels)} if allowed_labels else {}),
-                **(
-                    {
-                        "ANTHROPIC_API_KEY_SECRET_ARN": api_key_secret.secret_full_arn
-                        or api_key_secret.secret_arn,
-                        "API_KEY_MAX_AGE_SECONDS": str(int(api_key_max_age.to_seconds())),
-                    }
-                    if api_key_secret is not None
-                    else {}
-                ),
-                **dict(environment or {}),
-            },
+            environment=self._environment(props),
         )
-        self._grant_runtime_permissions(self.function.role, api_key_secret, model_id)
+        # python_function always creates the role.
+        self._grant_runtime_permissions(cast(iam.IRole, self.function.role), props)
 
+    def _environment(self, props: _StepProps) -> dict[str, str]:
+        """What the runtime reads (``lambda_src/model_step/environment.py``), then the caller's."""
+        secret = props.api_key_secret
+        model_timeout = props.timeout.to_seconds() - defaults.MODEL_TIMEOUT_MARGIN.to_seconds()
+        return {
+            env.IDEMPOTENCY_TABLE_NAME: self.table.table_name,
+            # The construct path, never the generated function name: a replaced
+            # function keeps its records, two steps sharing a table never collide.
+            env.IDEMPOTENCY_RECORD_PREFIX: self.node.path,
+            env.DEAD_LETTER_QUEUE_URL: self.dead_letter_queue.queue_url,
+            env.BUFFER_QUEUE_URL: self.buffer_queue.queue_url,
+            # Records carry their queue's ARN (eventSourceARN), not its URL.
+            env.REDRIVE_QUEUE_ARN: self.redrive_queue.queue_arn,
+            env.IDEMPOTENCY_KEY: props.idempotency_key,
+            env.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: str(int(props.expires_after.to_seconds())),
+            env.PROMPT_VERSION: props.prompt_version,
+            env.SYSTEM_PROMPT: props.system_prompt,
+            env.MODEL_ID: props.model_id,
+            env.MAX_TOKENS: str(props.max_tokens),
+            env.MODEL_PROVIDER: props.model_provider.value,
+            env.MODEL_TIMEOUT_SECONDS: str(int(model_timeout)),
+            env.MAX_EVENT_AGE_SECONDS: str(int(props.max_event_age.to_seconds())),
+            env.MAX_ATTEMPTS: str(self.max_attempts),
+            env.POWERTOOLS_SERVICE_NAME: self.node.path,
+            env.POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+            **(
+                {env.ALLOWED_LABELS: ",".join(props.allowed_labels)} if props.allowed_labels else {}
+            ),
+            **(
+                {
+                    env.ANTHROPIC_API_KEY_SECRET_ARN: secret.secret_full_arn or secret.secret_arn,
+                    env.API_KEY_MAX_AGE_SECONDS: str(int(props.api_key_max_age.to_seconds())),
+                }
+                if secret is not None
+                else {}
+            ),
+            **dict(props.environment or {}),
+        }
+
+    def _consume(self, props: _StepProps) -> None:
+        """The concurrency cap and the event source mappings of the buffer and redrive queues."""
         cfn_function = cast(lambda_.CfnFunction, self.function.node.default_child)
-        if max_concurrency == 1:
+        if props.max_concurrency == 1:
             # MaximumConcurrency cannot be 1; the function's own reserved
             # concurrency is the cap, and the mapping's extra poller is throttled
             # (the throttled batch returns to the queue: THROTTLE_RECEIVE_HEADROOM).
@@ -385,85 +561,75 @@ class IdempotentModelStep(Construct):
                 "second poller is throttled, so some rows are received more than once "
                 "before they run. See the README, 'Concurrency cap'.",
             )
-
         #: With ``snap_start``, the alias the event source mapping invokes; else ``None``.
-        self.alias: lambda_.Alias | None = None
-        consumer: lambda_.IFunction = self.function
-        if snap_start:
-            # python_function builds every function of the library and takes no
-            # SnapStart option; the L1 property is what the L2 prop would set, and
-            # SnapStart is version-locked, so currentVersion's hash covers it.
-            cfn_function.snap_start = lambda_.CfnFunction.SnapStartProperty(
-                apply_on="PublishedVersions"
-            )
-            version = self.function.current_version
-            # CDK retains superseded versions by default; with SnapStart each one
-            # keeps a billed snapshot cache, so a replaced version is deleted.
-            version.apply_removal_policy(RemovalPolicy.DESTROY)
-            self.alias = lambda_.Alias(
-                self,
-                SNAP_START_ALIAS_ID,
-                alias_name=SNAP_START_ALIAS_NAME,
-                version=version,
-                description="SnapStart version the buffer queue's event source mapping invokes",
-            )
-            consumer = self.alias
-
+        self.alias: lambda_.Alias | None = (
+            self._snap_start_alias(cfn_function) if props.snap_start else None
+        )
+        consumer: lambda_.IFunction = self.alias or self.function
         consumer.add_event_source(
             event_sources.SqsEventSource(
                 self.buffer_queue,
                 batch_size=1,
                 report_batch_item_failures=True,
-                max_concurrency=max(max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
+                max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
+            )
+        )
+        consumer.add_event_source(
+            event_sources.SqsEventSource(
+                self.redrive_queue,
+                batch_size=1,
+                report_batch_item_failures=True,
+                max_concurrency=defaults.REDRIVE_QUEUE_MAX_CONCURRENCY,
             )
         )
 
+    def _snap_start_alias(self, cfn_function: lambda_.CfnFunction) -> lambda_.Alias:
+        # python_function builds every function of the library and takes no
+        # SnapStart option; the L1 property is what the L2 prop would set, and
+        # SnapStart is version-locked, so currentVersion's hash covers it.
+        cfn_function.snap_start = lambda_.CfnFunction.SnapStartProperty(
+            apply_on="PublishedVersions"
+        )
+        version = self.function.current_version
+        # CDK retains superseded versions by default; with SnapStart each one
+        # keeps a billed snapshot cache, so a replaced version is deleted.
+        version.apply_removal_policy(RemovalPolicy.DESTROY)
+        return lambda_.Alias(
+            self,
+            SNAP_START_ALIAS_ID,
+            alias_name=SNAP_START_ALIAS_NAME,
+            version=version,
+            description="SnapStart version the step's event source mappings invoke",
+        )
+
+    def _subscribe(self, props: _StepProps) -> None:
+        """The classic rule, or the v2 subscriber, that feeds the buffer queue."""
         #: The classic rule (``None`` on an :class:`EventBusV2`).
         self.rule: events.Rule | None = None
         #: The v2 subscriber and the role it assumes (``None`` on a classic bus).
         self.subscriber: eventsv2.CfnSubscriber | None = None
         self.subscriber_role: iam.Role | None = None
-        if isinstance(event_bus, EventBusV2Base):
-            self._subscribe_v2(event_bus, event_pattern, event_retry_attempts, max_event_age)
-        else:
-            self.rule = events.Rule(
-                self,
-                "Rule",
-                event_bus=event_bus,
-                event_pattern=event_pattern,
-                description=f"Routes events to the idempotent model step {self.node.path}",
+        bus = props.event_bus
+        if isinstance(bus, EventBusV2Base):
+            self._subscribe_v2(bus, props)
+            return
+        self.rule = events.Rule(
+            self,
+            "Rule",
+            event_bus=bus,
+            event_pattern=props.event_pattern,
+            description=f"Routes events to the idempotent model step {self.node.path}",
+        )
+        self.rule.add_target(
+            targets.SqsQueue(
+                self.buffer_queue,
+                dead_letter_queue=self.dead_letter_queue,
+                retry_attempts=props.event_retry_attempts,
+                max_event_age=props.max_event_age,
             )
-            self.rule.add_target(
-                targets.SqsQueue(
-                    self.buffer_queue,
-                    dead_letter_queue=self.dead_letter_queue,
-                    retry_attempts=event_retry_attempts,
-                    max_event_age=max_event_age,
-                )
-            )
+        )
 
-        self.alarms: list[cloudwatch.Alarm] = self._create_alarms(max_event_age)
-        if alarm_topic is not None:
-            for alarm in self.alarms:
-                alarm.add_alarm_action(cloudwatch_actions.SnsAction(alarm_topic))
-        if dead_letter_queue is None:
-            Validations.of(self.dead_letter_queue).acknowledge(
-                Acknowledgment(
-                    id="AwsSolutions-SQS3",
-                    reason="This queue is itself the dead-letter queue of the step's "
-                    "EventBridge delivery and of its buffer queue's redrive; a DLQ of a "
-                    "DLQ would only move the same messages one hop further.",
-                )
-            )
-
-    # ------------------------------------------------------------- v2 subscriber
-    def _subscribe_v2(
-        self,
-        bus: EventBusV2Base,
-        event_pattern: events.EventPattern,
-        event_retry_attempts: int,
-        max_event_age: Duration,
-    ) -> None:
+    def _subscribe_v2(self, bus: EventBusV2Base, props: _StepProps) -> None:
         # The delivery role: only SendMessage on the buffer queue (the target) and on
         # the DLQ (the on-failure destination). Same-account SQS targets of a v2
         # subscriber are authorized through this role, not a queue policy.
@@ -492,7 +658,7 @@ class IdempotentModelStep(Construct):
             filter_configuration=eventsv2.CfnSubscriber.FilterConfigurationProperty(
                 filters=[
                     eventsv2.CfnSubscriber.FilterProperty(
-                        pattern=Stack.of(self).to_json_string(_render_pattern(event_pattern)),
+                        pattern=Stack.of(self).to_json_string(_render_pattern(props.event_pattern)),
                         scope="DATA",
                     )
                 ]
@@ -509,8 +675,8 @@ class IdempotentModelStep(Construct):
             # The v2 defaults are 5 attempts / 300 s; the step's props (same ranges
             # as a classic target: 0-185, 60-86,400 s) replace them.
             retry_policy=eventsv2.CfnSubscriber.RetryPolicyProperty(
-                max_retry_attempts=event_retry_attempts,
-                max_event_age_in_seconds=int(max_event_age.to_seconds()),
+                max_retry_attempts=props.event_retry_attempts,
+                max_event_age_in_seconds=int(props.max_event_age.to_seconds()),
                 retry_strategy="ALL",
             ),
             on_failure_configuration=eventsv2.CfnSubscriber.OnFailureConfigurationProperty(
@@ -521,96 +687,24 @@ class IdempotentModelStep(Construct):
         subscriber.node.add_dependency(role)
         self.subscriber = subscriber
 
-    # ------------------------------------------------------------------ checks
-    @staticmethod
-    def _validate(
-        owner: str,
-        *,
-        idempotency_key: str,
-        prompt_version: str,
-        system_prompt: str,
-        model_id: str,
-        max_tokens: int,
-        max_concurrency: int,
-        lambda_retry_attempts: int,
-        event_retry_attempts: int,
-        max_event_age: Duration,
-        expires_after: Duration,
-        timeout: Duration,
-        memory_size: int,
-        api_key_max_age: Duration,
-    ) -> None:
-        check_non_empty(owner, "idempotency_key", idempotency_key)
-        check_non_empty(owner, "prompt_version", prompt_version)
-        check_non_empty(owner, "system_prompt", system_prompt)
-        check_non_empty(owner, "model_id", model_id)
-        try:
-            jmespath.compile(idempotency_key)
-        except jmespath.exceptions.JMESPathError as error:
-            raise PropValidationError(
-                f"{owner}: idempotency_key must be a JMESPath expression over the event's "
-                f"detail, e.g. '[upload_id, row_number]'; got {idempotency_key!r} ({error})"
-            ) from error
-        if "detail." in idempotency_key:
-            raise PropValidationError(
-                f"{owner}: idempotency_key is evaluated over the event's detail already; "
-                f"write '[upload_id, row_number]', not 'detail.' paths; got "
-                f"{idempotency_key!r}"
-            )
-        size = len(system_prompt.encode())
-        if not Token.is_unresolved(system_prompt) and size > SYSTEM_PROMPT_MAX_BYTES:
-            raise PropValidationError(
-                f"{owner}: system_prompt must be at most {SYSTEM_PROMPT_MAX_BYTES} bytes "
-                f"(Lambda allows 4 KB of environment variables in total), got {size} bytes"
-            )
-        check_int_range(owner, "max_tokens", max_tokens, 1, 128_000)
-        check_int_range(owner, "max_concurrency", max_concurrency, *defaults.MAX_CONCURRENCY_RANGE)
-        check_int_range(owner, "lambda_retry_attempts", lambda_retry_attempts, 0, 2)
-        check_int_range(owner, "event_retry_attempts", event_retry_attempts, 0, 185)
-        check_int_range(owner, "memory_size", memory_size, 128, 10_240)
-        check_duration_range(
-            owner, "max_event_age", max_event_age, Duration.minutes(1), Duration.hours(24)
-        )
-        check_duration_range(owner, "timeout", timeout, Duration.seconds(10), Duration.minutes(15))
-        check_duration_range(
-            owner, "expires_after", expires_after, Duration.minutes(1), Duration.days(30)
-        )
-        check_duration_range(
-            owner, "api_key_max_age", api_key_max_age, Duration.seconds(0), Duration.hours(1)
-        )
-        if (
-            not expires_after.is_unresolved()
-            and not max_event_age.is_unresolved()
-            and expires_after.to_seconds() < max_event_age.to_seconds()
-        ):
-            raise PropValidationError(
-                f"{owner}: expires_after must be at least max_event_age "
-                f"({max_event_age.to_human_string()}), got {expires_after.to_human_string()}: "
-                "a retry delivered after the record expired would call the model again"
-            )
-
-    @staticmethod
-    def _check_environment(owner: str, environment: Mapping[str, str]) -> None:
-        reserved = sorted(
-            name
-            for name in environment
-            if name in RESERVED_ENVIRONMENT or name.startswith(RESERVED_ENVIRONMENT_PREFIXES)
-        )
-        if reserved:
-            raise PropValidationError(
-                f"{owner}: environment may not set {', '.join(reserved)}; the step sets "
-                "its runtime's names from its own props, and every name starting with "
-                f"{' or '.join(RESERVED_ENVIRONMENT_PREFIXES)} is reserved (Powertools "
-                "settings could switch idempotency off; AWS_* belongs to Lambda)"
+    def _alarms(self, props: _StepProps) -> None:
+        """The step's alarms, each notifying ``alarm_topic`` when given."""
+        self.alarms: list[cloudwatch.Alarm] = self._create_alarms(props.max_event_age)
+        if props.alarm_topic is not None:
+            for alarm in self.alarms:
+                alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
+        if props.dead_letter_queue is None:
+            Validations.of(self.dead_letter_queue).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-SQS3",
+                    reason="This queue is itself the dead-letter queue of the step's "
+                    "EventBridge delivery and of its redrive queue's redrive policy; a DLQ "
+                    "of a DLQ would only move the same messages one hop further.",
+                )
             )
 
     # -------------------------------------------------------------- permissions
-    def _grant_runtime_permissions(
-        self,
-        role: iam.IRole,
-        api_key_secret: secretsmanager.ISecret | None,
-        model_id: str,
-    ) -> None:
+    def _grant_runtime_permissions(self, role: iam.IRole, props: _StepProps) -> None:
         # Exactly the four calls Powertools' DynamoDB persistence layer makes.
         self.table.grant(
             role,
@@ -621,16 +715,16 @@ class IdempotentModelStep(Construct):
         )
         # The handler dead-letters non-retryable failures itself (KMS included).
         self.dead_letter_queue.grant_send_messages(role)
-        # A rate-limited row is re-enqueued as a delayed copy on the buffer queue;
-        # ChangeMessageVisibility (spacing transient retries) comes with the event
-        # source mapping's consume grant.
+        # A rate-limited row is re-enqueued as a delayed copy on the buffer queue, and a
+        # row from the redrive queue is put back there; ChangeMessageVisibility (spacing
+        # transient retries) comes with each event source mapping's consume grant.
         self.buffer_queue.grant_send_messages(role)
-        if api_key_secret is not None:
+        if props.api_key_secret is not None:
             # grant_read appends "-??????" to a secret imported by name or partial
             # ARN (real ARNs end in a random suffix) and adds kms:Decrypt when the
             # secret has a customer managed key.
-            api_key_secret.grant_read(role)
-        if self.model_provider is ModelProvider.BEDROCK:
+            props.api_key_secret.grant_read(role)
+        if props.model_provider is ModelProvider.BEDROCK:
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=["bedrock:InvokeModel"],
@@ -639,7 +733,7 @@ class IdempotentModelStep(Construct):
                             service="bedrock",
                             account="",
                             resource="foundation-model",
-                            resource_name=model_id,
+                            resource_name=props.model_id,
                         )
                     ],
                 )
@@ -654,7 +748,7 @@ class IdempotentModelStep(Construct):
         """
         if self.subscriber is not None:
             return self._v2_metric("OnFailureDestinationDelivered", period)
-        return events_rule_metric(self._rule(), "InvocationsSentToDlq", self.event_bus, period)
+        return self._rule_metric("InvocationsSentToDlq", period)
 
     def metric_invocations_failed_to_be_sent_to_dlq(
         self, period: Duration | None = None
@@ -665,9 +759,7 @@ class IdempotentModelStep(Construct):
         """
         if self.subscriber is not None:
             return self._v2_metric("EventsDropped", period)
-        return events_rule_metric(
-            self._rule(), "InvocationsFailedToBeSentToDlq", self.event_bus, period
-        )
+        return self._rule_metric("InvocationsFailedToBeSentToDlq", period)
 
     def metric_buffer_age(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Age of the oldest row waiting in the buffer queue (seconds, Maximum, 1 minute)."""
@@ -680,8 +772,38 @@ class IdempotentModelStep(Construct):
         return self._runtime_metric("RateLimited", period)
 
     def metric_dead_letter_messages(self, period: Duration | None = None) -> cloudwatch.Metric:
-        """Messages arriving on the DLQ from any path (SQS NumberOfMessagesSent, Sum, 1 minute)."""
+        """Messages sent to the DLQ by a client (SQS ``NumberOfMessagesSent``, Sum, 1 minute).
+
+        Counts the runtime's own dead letters and EventBridge's failed deliveries, but NOT
+        a message SQS moved there by a redrive policy (SQS does not count those as sent):
+        alarm on :meth:`metric_dead_letter_visible` and :meth:`metric_dead_letter_received`
+        to see every message.
+        """
         return self.dead_letter_queue.metric_number_of_messages_sent(
+            period=period or Duration.minutes(1), statistic="Sum"
+        )
+
+    def metric_dead_letter_visible(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Messages waiting on the DLQ, from any path, SQS redrives included
+        (``ApproximateNumberOfMessagesVisible``, Maximum, 1 minute)."""
+        return self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+            period=period or Duration.minutes(1), statistic="Maximum"
+        )
+
+    def metric_dead_letter_received(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Receives of DLQ messages by any consumer (``NumberOfMessagesReceived``, Sum,
+        1 minute): sees a message a DLQ consumer took before the depth was sampled."""
+        return self.dead_letter_queue.metric_number_of_messages_received(
+            period=period or Duration.minutes(1), statistic="Sum"
+        )
+
+    def metric_redrive_received(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Receives from the redrive queue (``NumberOfMessagesReceived``, Sum, 1 minute).
+
+        The function receives every row that arrives there, so this counts the rows SQS
+        gave up on after ``buffer_max_receive_count`` receives (and their re-receives).
+        """
+        return self.redrive_queue.metric_number_of_messages_received(
             period=period or Duration.minutes(1), statistic="Sum"
         )
 
@@ -693,8 +815,10 @@ class IdempotentModelStep(Construct):
         """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
-    def _rule(self) -> events.IRule:
-        return cast(events.IRule, self.rule)
+    def _rule_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
+        # Only a step on a classic bus has a rule; a v2 step's metrics are its subscriber's.
+        bus = None if isinstance(self.event_bus, EventBusV2Base) else self.event_bus
+        return events_rule_metric(cast(events.IRule, self.rule), name, bus, period)
 
     def _v2_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
         bus = cast(EventBusV2Base, self.event_bus)
@@ -729,9 +853,28 @@ class IdempotentModelStep(Construct):
             ),
             (
                 "DeadLetterMessagesAlarm",
-                self.metric_dead_letter_messages(),
-                "A message arrived on the model step's DLQ (non-retryable model error, "
-                "exhausted attempts, rate limit past max_event_age, or failed delivery).",
+                self.metric_dead_letter_visible(),
+                "Messages wait on the model step's DLQ (a non-retryable model error, "
+                "exhausted attempts or receives, a rate limit past max_event_age, or a failed "
+                "delivery). Read each message's ERROR_CODE attribute, fix the cause, then "
+                "redrive the DLQ to the buffer queue (each key gets one new request) or "
+                "delete what should not run again.",
+            ),
+            (
+                "DeadLetterReceivedAlarm",
+                self.metric_dead_letter_received(),
+                "A message was received from the model step's DLQ: a dead letter arrived, "
+                "even if a consumer (a failure recorder) took it before the depth alarm "
+                "sampled the queue. Look for it where that consumer records failures, by "
+                "its ERROR_CODE.",
+            ),
+            (
+                "RedriveQueueAlarm",
+                self.metric_redrive_received(),
+                "A row was received maxReceiveCount times without an answer (crashes, "
+                "timeouts or throttles); the step re-queued or dead-lettered it. Check the "
+                "function's Errors, Throttles and Duration against its timeout; a row "
+                "dead-lettered this way carries ERROR_CODE ReceivesExhausted.",
             ),
         ]
         alarms = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ._validation import PropValidationError
@@ -47,20 +48,36 @@ class ModelStepHandler:
 
     @classmethod
     def from_package(
-        cls, path: str | Path, *, handler: str, requirements: str | Path | None = None
+        cls,
+        path: str | Path,
+        *,
+        handler: str,
+        requirements: str | Path | None = None,
+        extra_packages: Sequence[str | Path] = (),
     ) -> ModelStepHandler:
         """A package of yours that builds on ``model_step``.
 
         :param path: the package directory; it is copied to the asset root under its own name.
         :param handler: ``"<package>.<module>.<function>"``, inside that package.
-        :param requirements: an extra pinned requirements file. Default: none; the
-            runtime's own pins (anthropic, aws-lambda-powertools) are always installed.
+        :param requirements: your extra requirements file. Default: None, nothing beyond
+            the runtime's lock (anthropic, aws-lambda-powertools and their dependencies).
+            Bundling installs it through its hash-pinned locks beside it
+            (``requirements-x86_64.lock``, ``requirements-aarch64.lock``), which
+            ``python -m constructs_lib.lock_requirements <file>`` writes, resolved with
+            the runtime's lock as constraints; or the file is itself a complete lock
+            (every package ``==`` with ``--hash``). A package at another version than the
+            runtime's lock fails synth with both versions named.
+        :param extra_packages: more package directories your handler imports (a shared
+            library of yours, say), each copied to the asset root under its own name beside
+            yours. Default: none.
         """
-        package = Path(path).resolve()
-        if not (package / "__init__.py").is_file():
+        package = _package_directory("path", path)
+        extras = [_package_directory("extra_packages", extra) for extra in extra_packages]
+        names = [package.name, *(extra.name for extra in extras)]
+        if len(set(names)) != len(names):
             raise PropValidationError(
-                f"ModelStepHandler: path must be a Python package directory with an "
-                f"__init__.py, got {str(path)!r}"
+                f"ModelStepHandler: path and extra_packages must be packages with distinct "
+                f"names (each is copied to the asset root under its name), got {names!r}"
             )
         if not _HANDLER_RE.match(handler) or not handler.startswith(f"{package.name}."):
             raise PropValidationError(
@@ -68,7 +85,7 @@ class ModelStepHandler:
                 f"package {package.name!r} (e.g. '{package.name}.handler.handler'), "
                 f"got {handler!r}"
             )
-        if package.name == "model_step":
+        if "model_step" in names:
             raise PropValidationError(
                 "ModelStepHandler: the package name 'model_step' is the library's runtime; "
                 "name your package differently"
@@ -76,5 +93,25 @@ class ModelStepHandler:
         runtime = cls._runtime()
         reqs = [runtime / "requirements.txt"]
         if requirements is not None:
-            reqs.append(Path(requirements).resolve())
-        return cls([package, runtime], handler, reqs)
+            extra = Path(requirements).resolve()
+            if not extra.is_file():
+                raise PropValidationError(
+                    f"ModelStepHandler: requirements must be an existing requirements file, "
+                    f"got {str(requirements)!r} ({extra} "
+                    f"{'is a directory' if extra.is_dir() else 'does not exist'}); "
+                    "leave it out (default None) when the handler needs nothing beyond the "
+                    "runtime's packages"
+                )
+            reqs.append(extra)
+        return cls([package, *extras, runtime], handler, reqs)
+
+
+def _package_directory(prop: str, path: str | Path) -> Path:
+    """``path`` resolved, if it is a Python package directory (it has an ``__init__.py``)."""
+    package = Path(path).resolve()
+    if not (package / "__init__.py").is_file():
+        raise PropValidationError(
+            f"ModelStepHandler: {prop} must be a Python package directory with an "
+            f"__init__.py, got {str(path)!r}"
+        )
+    return package

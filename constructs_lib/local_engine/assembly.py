@@ -196,10 +196,10 @@ class CloudAssembly:
             handler = props.get("Handler")
             if not isinstance(handler, str) or "." not in handler:
                 raise AssemblyError(f"{resource.logical_id}: no Python handler string")
-            config = invoke_configs.get(resource.logical_id, {})
-            destination = ((config.get("DestinationConfig") or {}).get("OnFailure") or {}).get(
-                "Destination"
-            )
+            invoke_config = invoke_configs.get(resource.logical_id, {})
+            destination = (
+                (invoke_config.get("DestinationConfig") or {}).get("OnFailure") or {}
+            ).get("Destination")
             specs.append(
                 FunctionSpec(
                     logical_id=resource.logical_id,
@@ -209,10 +209,10 @@ class CloudAssembly:
                     timeout_seconds=int(props.get("Timeout", DEFAULT_TIMEOUT_SECONDS)),
                     memory_mb=int(props.get("MemorySize", DEFAULT_MEMORY_MB)),
                     retry_attempts=int(
-                        config.get("MaximumRetryAttempts", DEFAULT_ASYNC_RETRY_ATTEMPTS)
+                        invoke_config.get("MaximumRetryAttempts", DEFAULT_ASYNC_RETRY_ATTEMPTS)
                     ),
                     max_event_age_seconds=int(
-                        config.get("MaximumEventAgeInSeconds", DEFAULT_MAX_EVENT_AGE_SECONDS)
+                        invoke_config.get("MaximumEventAgeInSeconds", DEFAULT_MAX_EVENT_AGE_SECONDS)
                     ),
                     on_failure=destination,
                 )

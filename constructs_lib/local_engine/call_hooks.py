@@ -24,7 +24,7 @@ def before_call_hooks(
 ) -> Iterator[None]:
     """Register ``before_call`` (and the parameter keeper for ``params_key``) while open."""
 
-    def remember(params: Mapping[str, Any], context: dict, **_: Any) -> None:
+    def remember(params: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
         context[params_key] = dict(params)
 
     # Unqualified event names: botocore calls more specific handlers first, so every part
@@ -38,8 +38,8 @@ def before_call_hooks(
     try:
         yield
     finally:
-        for hook in hooks:
-            botocore.handlers.BUILTIN_HANDLERS.remove(hook)
+        for entry in hooks:
+            botocore.handlers.BUILTIN_HANDLERS.remove(entry)
         for session in existing:
             for event_name, hook in hooks:
                 session.events.unregister(event_name, hook)

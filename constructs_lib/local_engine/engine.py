@@ -431,9 +431,7 @@ class LocalEngine:
                 executor=pool,
                 tracker=self.tracker,
                 may_receive=self._poller_permission(function, queue, "sqs:ReceiveMessage"),
-                on_delete=lambda _n, f=function, q=queue: self._poller_permission(
-                    f, q, "sqs:DeleteMessage"
-                )(),
+                on_delete=self._delete_permission(function, queue),
                 faults=self.faults,
             )
             self.pollers.append(poller)
@@ -462,6 +460,17 @@ class LocalEngine:
             return False
 
         return allowed
+
+    def _delete_permission(
+        self, function: AsyncFunction, queue: LocalQueue
+    ) -> Callable[[int], None]:
+        """The poller's DeleteMessage check, made after each batch it deletes."""
+        allowed = self._poller_permission(function, queue, "sqs:DeleteMessage")
+
+        def check(_deleted: int) -> None:
+            allowed()
+
+        return check
 
     def _synchronous_invoke(self, function: AsyncFunction) -> Callable[[dict[str, Any]], Any]:
         def invoke(event: dict[str, Any]) -> Any:

@@ -97,11 +97,11 @@ def capture_put_events(router: EventRouter) -> Iterator[None]:
     invocation); boto3's default session, if it exists already, gets them registered too.
     """
 
-    def remember_entries(params: Mapping[str, Any], context: dict, **_: Any) -> None:
+    def remember_entries(params: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
         context[_ENTRIES_KEY] = list(params.get("Entries") or [])
 
     def route_accepted(
-        http_response: Any, parsed: Mapping[str, Any], context: dict, **_: Any
+        http_response: Any, parsed: Mapping[str, Any], context: dict[str, Any], **_: Any
     ) -> None:
         if getattr(http_response, "status_code", 500) != 200:
             return
@@ -125,8 +125,8 @@ def capture_put_events(router: EventRouter) -> Iterator[None]:
     try:
         yield
     finally:
-        for hook in hooks:
-            botocore.handlers.BUILTIN_HANDLERS.remove(hook)
+        for entry in hooks:
+            botocore.handlers.BUILTIN_HANDLERS.remove(entry)
         if default_session is not None:
             for event_name, hook in hooks:
                 default_session.events.unregister(event_name, hook)

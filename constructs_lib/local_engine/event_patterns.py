@@ -149,21 +149,29 @@ def _compile_object(pattern: Mapping[str, Any], where: str) -> Matcher:
             if not isinstance(spec, list) or len(spec) < 2:
                 raise PatternError(f"{path}: $or needs a list of at least two patterns")
             branches = [_compile_object(branch, path) for branch in spec]
-            parts.append(lambda event, branches=branches: any(b(event) for b in branches))
+            parts.append(_any_of(branches))
         elif isinstance(spec, Mapping):
             nested = _compile_object(spec, path)
-            # A missing (or non-object) level is an empty one: only "exists": false matches.
-            parts.append(
-                lambda event, key=key, nested=nested: nested(
-                    event[key] if isinstance(event.get(key), Mapping) else {}
-                )
-            )
+            parts.append(_level(key, nested))
         elif isinstance(spec, list):
             leaf = _compile_leaf_list(spec, path)
-            parts.append(lambda event, key=key, leaf=leaf: leaf(event.get(key, _MISSING)))
+            parts.append(_field(key, leaf))
         else:
             raise PatternError(f"{path}: values in a pattern must be lists or objects")
     return lambda event: all(part(event) for part in parts)
+
+
+def _any_of(branches: list[Matcher]) -> Matcher:
+    return lambda event: any(branch(event) for branch in branches)
+
+
+def _level(key: str, nested: Matcher) -> Matcher:
+    # A missing (or non-object) level is an empty one: only "exists": false matches.
+    return lambda event: nested(event[key] if isinstance(event.get(key), Mapping) else {})
+
+
+def _field(key: str, leaf: Leaf) -> Matcher:
+    return lambda event: leaf(event.get(key, _MISSING))
 
 
 class EventPattern:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from .errors import AssemblyError
 
@@ -67,7 +67,7 @@ class ExecutionEnvironment:
         function = getattr(module, attribute, None)
         if not callable(function):
             raise AssemblyError(f"handler {handler!r}: {module_name} has no function {attribute}")
-        return function
+        return cast(Callable[[Any, Any], Any], function)
 
     def module(self, name: str) -> ModuleType:
         """Import a module of the fresh namespace (e.g. the viewer's ``local_server``)."""

@@ -39,7 +39,7 @@ class _CurrentStdout:
 CURRENT_STDOUT = _CurrentStdout()
 
 
-def _stream_handlers() -> list[logging.StreamHandler]:
+def _stream_handlers() -> list[logging.StreamHandler[Any]]:
     loggers: list[Any] = [logging.getLogger()]
     loggers += [
         lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger)
@@ -99,7 +99,7 @@ def handler_output_to(path: Path) -> Iterator[IO[str]]:
         # rather than at a closed file.
         for handler in _stream_handlers():
             if handler.stream is log:
-                handler.setStream(CURRENT_STDOUT)  # type: ignore[arg-type]
+                handler.setStream(CURRENT_STDOUT)
         log.close()
 
 

@@ -178,7 +178,7 @@ def required_permissions(
         return [Permission(action, f"arn:aws:s3:::{bucket}/{unquote(str(key))}")]
     if operation == "PutEvents" and service in ("events", "eventbridgev2"):
         # One check per bus, source and detail-type: policies may condition on the last two.
-        found = {
+        per_bus = {
             Permission(
                 action,
                 str(params["EventBusArn"])
@@ -191,7 +191,7 @@ def required_permissions(
             )
             for entry in params.get("Entries") or []
         }
-        return sorted(found, key=repr) or [Permission(action, _bus_arn(None))]
+        return sorted(per_bus, key=repr) or [Permission(action, _bus_arn(None))]
     if service == "secretsmanager" and "SecretId" in params:
         return [Permission(action, secrets.full_arn(str(params["SecretId"])))]
     if service == "sns" and ("TopicArn" in params or "TargetArn" in params):
@@ -455,7 +455,7 @@ class IamCheck:
         missing = self.evaluate(function_id, permissions)
         if missing is None:
             return None
-        context[DENIED_KEY] = True  # type: ignore[index]  # later hooks must not act
+        context[DENIED_KEY] = True  # later hooks must not act
         role = self.roles[function_id]
         code = _ACCESS_DENIED_CODE.get(service, "AccessDeniedException")
         message = (

@@ -69,5 +69,4 @@ class LoopbackServer:
         """``http://127.0.0.1:<port>``: the value for ``ANTHROPIC_BASE_URL``."""
         if self._server is None:
             raise RuntimeError(f"{type(self).__name__} is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_port}"

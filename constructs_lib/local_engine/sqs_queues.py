@@ -225,8 +225,8 @@ class LocalQueue:
                 taken.append(self._view(message))
                 self.stats.received += 1
             self.stats.redriven += len(redriven)
-        for message in taken:
-            self._wake_at(self._messages_visible_at(message["MessageId"]))
+        for view in taken:
+            self._wake_at(self._messages_visible_at(view["MessageId"]))
         for message in redriven:
             assert self.dead_letter is not None
             arrival = Arrival(
@@ -566,7 +566,9 @@ class LocalQueues:
         parsed.setdefault("ResponseMetadata", {"HTTPStatusCode": 200})
         return AWSResponse(queue.url, 200, {}, None), parsed
 
-    def _answer(self, queue: LocalQueue, operation: str, params: Mapping[str, Any]) -> dict:
+    def _answer(
+        self, queue: LocalQueue, operation: str, params: Mapping[str, Any]
+    ) -> dict[str, Any]:
         if operation == "SendMessage":
             body = str(params["MessageBody"])
             message_id = queue.send(

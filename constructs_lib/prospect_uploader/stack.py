@@ -21,7 +21,8 @@ failures behind an IAM-authenticated Function URL.
 from __future__ import annotations
 
 import re
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
 import jsii
 from aws_cdk import (
@@ -48,6 +49,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
+from aws_cdk.interfaces import aws_events as events_refs
 from constructs import Construct
 
 # The pipeline's names, from the package bundled beside its functions (stdlib only).
@@ -99,6 +101,11 @@ SWEEP_INTERVAL = Duration.minutes(15)
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 
 
+def _src(package: str) -> Path:
+    """A runtime package directory of the library's ``lambda_src``."""
+    return lambda_src_root() / package
+
+
 @jsii.implements(events.IRuleTarget)
 class AlertTopicTarget:
     """An SNS rule target whose publish grant names the rule.
@@ -116,8 +123,8 @@ class AlertTopicTarget:
         self.message = message
         self.dead_letter_queue = dead_letter_queue
 
-    def bind(self, rule: events.IRule, id: str | None = None) -> events.RuleTargetConfig:
-        source = {"ArnEquals": {"aws:SourceArn": rule.rule_arn}}
+    def bind(self, rule: events_refs.IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
+        source = {"ArnEquals": {"aws:SourceArn": rule.rule_ref.rule_arn}}
         events_principal = iam.ServicePrincipal("events.amazonaws.com")
         self.topic.add_to_resource_policy(
             iam.PolicyStatement(
@@ -178,6 +185,7 @@ class ProspectUploaderStack(Stack):
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
     :param lambda_retry_attempts: the classify step's Lambda retries, default 2.
+    :param kwargs: the ``Stack`` props (``env``, ``description``, ...), passed on as they are.
     """
 
     def __init__(
@@ -187,7 +195,7 @@ class ProspectUploaderStack(Stack):
         *,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         lambda_retry_attempts: int = defaults.DEFAULT_LAMBDA_RETRY_ATTEMPTS,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
         # Grant log delivery through the bucket policy, not legacy ACLs (which
@@ -198,9 +206,46 @@ class ProspectUploaderStack(Stack):
         self.failure_retention_days = self._context_int("failure_retention_days")
         self.viewer_principals = self._context_role_arns("viewer_principals")
         self.event_bus_kind = self._context_choice("event_bus", EVENT_BUS_KINDS)
-        src = lambda_src_root()
+        self._storage()
+        self._alerts()
+        self._splitter(max_upload_bytes)
+        self._classify(lambda_retry_attempts)
+        self._recorder()
+        self._sweeper()
+        self._viewer()
+        self._upload_alerts()
+        self._alarms()
 
-        # ------------------------------------------------------------ storage
+    # ------------------------------------------------------------------ parts
+    def _storage(self) -> None:
+        """The buckets, the tables, FailureQueue and the buses."""
+        self._buckets()
+        self._tables()
+        self.failure_queue = sqs.Queue(self, "FailureQueue", **defaults.dead_letter_queue_props())
+        Validations.of(self.failure_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This queue is the pipeline's dead-letter queue (rule targets and "
+                "on-failure destinations); FailureRecorder drains it into FailuresTable and "
+                "leaves unrecorded messages on it for 14 days.",
+            )
+        )
+        # Upload-level events and their (classic, SNS-targeted) alert rules.
+        self.bus = events.EventBus(self, "ProspectBus")
+        #: The bus "Prospect Row Validated" travels on: the v2 ``RowBus`` (publish-side
+        #: dedup) by default, ``ProspectBus`` itself with ``-c event_bus=classic``.
+        self.row_bus: EventBusV2 | events.EventBus = (
+            EventBusV2(
+                self,
+                "RowBus",
+                description="Prospect Row Validated events, deduplicated on publish",
+            )
+            if self.event_bus_kind == "v2"
+            else self.bus
+        )
+
+    def _buckets(self) -> None:
+        """UploadBucket, which announces each upload on the default bus, and its log bucket."""
         access_logs = s3.Bucket(
             self,
             "AccessLogsBucket",
@@ -243,6 +288,9 @@ class ProspectUploaderStack(Stack):
         upload_cfn.add_property_override(
             "NotificationConfiguration.EventBridgeConfiguration.EventBridgeEnabled", True
         )
+
+    def _tables(self) -> None:
+        """The classify step's idempotency table and the pipeline's four data tables."""
         self.idempotency_table = dynamodb.Table(
             self, "IdempotencyTable", **defaults.idempotency_table_props()
         )
@@ -278,43 +326,102 @@ class ProspectUploaderStack(Stack):
             **defaults.data_table_props("upload_id", "row_number", "N"),
             time_to_live_attribute="expires_at",
         )
-        self.failure_queue = sqs.Queue(self, "FailureQueue", **defaults.dead_letter_queue_props())
-        Validations.of(self.failure_queue).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-SQS3",
-                reason="This queue is the pipeline's dead-letter queue (rule targets and "
-                "on-failure destinations); FailureRecorder drains it into FailuresTable and "
-                "leaves unrecorded messages on it for 14 days.",
+
+    def _alerts(self) -> None:
+        """The encrypted alert topic; only this stack's rules and alarms may use it.
+
+        CloudWatch sends ``aws:SourceArn`` (the alarm) and ``aws:SourceAccount``.
+        EventBridge-to-encrypted-topic KMS requests carry neither (the SNS guide says
+        these keys are not supported there), so that key statement is bound to this
+        stack's topics through SNS's encryption context instead; the topic policy
+        statement of each rule names the rule (AlertTopicTarget). Names are matched as
+        ``<stack name>-*``, CloudFormation's prefix for generated alarm and topic names:
+        exact ARNs would make the key depend on the topic that depends on the key.
+        """
+        self.alert_key = kms.Key(
+            self,
+            "AlertKey",
+            enable_key_rotation=True,
+            description="Encrypts the prospect uploader's alert topic",
+        )
+        stack_topics = self.format_arn(service="sns", resource=f"{self.stack_name}-*")
+        stack_alarms = self.format_arn(
+            service="cloudwatch",
+            resource="alarm",
+            resource_name=f"{self.stack_name}-*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        topic_context = {"kms:EncryptionContext:aws:sns:topicArn": stack_topics}
+        self.alert_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": self.account},
+                    "ArnLike": {"aws:SourceArn": stack_alarms, **topic_context},
+                },
             )
         )
-        # Upload-level events and their (classic, SNS-targeted) alert rules.
-        self.bus = events.EventBus(self, "ProspectBus")
-        #: The bus "Prospect Row Validated" travels on: the v2 ``RowBus`` (publish-side
-        #: dedup) by default, ``ProspectBus`` itself with ``-c event_bus=classic``.
-        self.row_bus: EventBusV2 | events.EventBus = (
-            EventBusV2(
-                self,
-                "RowBus",
-                description="Prospect Row Validated events, deduplicated on publish",
+        self.alert_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                resources=["*"],
+                conditions={"ArnLike": topic_context},
             )
-            if self.event_bus_kind == "v2"
-            else self.bus
+        )
+        self.alert_topic = sns.Topic(
+            self, "AlertTopic", master_key=self.alert_key, enforce_ssl=True
+        )
+        self.alert_topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                actions=["sns:Publish"],
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                resources=[self.alert_topic.topic_arn],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": self.account},
+                    "ArnLike": {"aws:SourceArn": stack_alarms},
+                },
+            )
+        )
+        self._alert_subscription()
+
+    def _alert_subscription(self) -> None:
+        """Mail alerts to ``-c alert_email``, or warn that nobody receives them."""
+        alert_email = self.node.try_get_context("alert_email")
+        if alert_email:
+            if "@" not in str(alert_email):
+                raise PropValidationError(
+                    f"ProspectUploaderStack: context alert_email must be an email address, "
+                    f"got {alert_email!r}"
+                )
+            self.alert_topic.add_subscription(subscriptions.EmailSubscription(str(alert_email)))
+        else:
+            Annotations.of(self).add_warning_v2(
+                "prospect-uploader:no-alert-email",
+                "No alert_email context: the alert topic has no subscription. Synthesize "
+                "with `-c alert_email=ops@example.com` to receive alerts by email.",
+            )
+        CfnOutput(
+            self,
+            "AlertSubscription",
+            value=str(alert_email) if alert_email else "none (set -c alert_email=...)",
+            description="Where alerts are mailed",
         )
 
-        # ------------------------------------------------------------- alerts
-        self._build_alert_topic()
-
-        # ----------------------------------------------------------- splitter
+    def _splitter(self, max_upload_bytes: int) -> None:
+        """The splitter: reads an uploaded CSV, validates every row, publishes the valid ones."""
         self.splitter = python_function(
             self,
             "Splitter",
             packages=[
-                src / "prospect_splitter",
-                src / "upload_accounting",
-                src / "prospect_contract",
+                _src("prospect_splitter"),
+                _src("upload_accounting"),
+                _src("prospect_contract"),
             ],
             handler="prospect_splitter.handler.handler",
-            requirements=[src / "prospect_splitter" / "requirements.txt"],
+            requirements=[_src("prospect_splitter") / "requirements.txt"],
             description="Streams an uploaded CSV, validates each row, publishes valid rows",
             timeout=Duration.minutes(15),
             memory_size=512,
@@ -329,6 +436,36 @@ class ProspectUploaderStack(Stack):
                 **self._row_bus_environment(summaries=True),
             },
         )
+        self._grant_splitter()
+        self.splitter.configure_async_invoke(
+            retry_attempts=2,
+            max_event_age=Duration.hours(6),
+            on_failure=destinations.SqsDestination(self.failure_queue),
+        )
+        self.splitter_rule = events.Rule(
+            self,
+            "SplitterRule",
+            description="Starts the splitter for each CSV uploaded to UploadBucket",
+            event_pattern=events.EventPattern(
+                source=["aws.s3"],
+                detail_type=["Object Created"],
+                detail={
+                    "bucket": {"name": [self.upload_bucket.bucket_name]},
+                    "object": {"key": [{"suffix": ".csv"}]},
+                },
+            ),
+        )
+        self.splitter_rule.add_target(
+            targets.LambdaFunction(
+                self.splitter,
+                dead_letter_queue=self.failure_queue,
+                retry_attempts=185,
+                max_event_age=Duration.hours(24),
+            )
+        )
+
+    def _grant_splitter(self) -> None:
+        """Read uploads, publish rows and summaries, write failures, keys and the ledger."""
         # python_function always creates the role.
         splitter_role = cast(iam.IRole, self.splitter.role)
         splitter_role.add_to_principal_policy(
@@ -374,32 +511,7 @@ class ProspectUploaderStack(Stack):
         )
         # The splitter may publish the completion event already; no second PutEvents grant.
         self._grant_ledger(self.splitter, publish=False)
-        self.splitter.configure_async_invoke(
-            retry_attempts=2,
-            max_event_age=Duration.hours(6),
-            on_failure=destinations.SqsDestination(self.failure_queue),
-        )
-        self.splitter_rule = events.Rule(
-            self,
-            "SplitterRule",
-            description="Starts the splitter for each CSV uploaded to UploadBucket",
-            event_pattern=events.EventPattern(
-                source=["aws.s3"],
-                detail_type=["Object Created"],
-                detail={
-                    "bucket": {"name": [self.upload_bucket.bucket_name]},
-                    "object": {"key": [{"suffix": ".csv"}]},
-                },
-            ),
-        )
-        self.splitter_rule.add_target(
-            targets.LambdaFunction(
-                self.splitter,
-                dead_letter_queue=self.failure_queue,
-                retry_attempts=185,
-                max_event_age=Duration.hours(24),
-            )
-        )
+        upload_cfn = cast(s3.CfnBucket, self.upload_bucket.node.default_child)
         Validations.of(splitter_role).acknowledge(
             Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::<{self.resolve(upload_cfn.logical_id)}.Arn>/*]",
@@ -408,39 +520,14 @@ class ProspectUploaderStack(Stack):
             )
         )
 
-        # ------------------------------------------------------------- classify
-        secret_arn = self.node.try_get_context("anthropic_api_key_secret_arn")
-        if secret_arn:
-            self.api_key_secret: secretsmanager.ISecret = (
-                secretsmanager.Secret.from_secret_complete_arn(self, "AnthropicApiKey", secret_arn)
-            )
-        else:
-            self.api_key_secret = secretsmanager.Secret(
-                self,
-                "AnthropicApiKey",
-                description="Anthropic API key for the prospect classifier: set its value "
-                "after the first deploy",
-            )
-            Validations.of(self.api_key_secret).acknowledge(
-                Acknowledgment(
-                    id="AwsSolutions-SMG4",
-                    reason="A third-party API key cannot be rotated by a Lambda rotation "
-                    "function; operators rotate it in the Anthropic console and store it here.",
-                )
-            )
+    def _classify(self, lambda_retry_attempts: int) -> None:
+        """The classify step: one model request per row, hot, warm or cold."""
+        self.api_key_secret = self._api_key_secret()
         classifier = ModelStepHandler.from_package(
-            src / "prospect_classifier", handler="prospect_classifier.handler.handler"
-        )
-        # The ledger package rides beside the classifier (its on_outcome hook accounts rows).
-        classifier = ModelStepHandler(
-            [
-                classifier.packages[0],
-                src / "upload_accounting",
-                src / "prospect_contract",
-                *classifier.packages[1:],
-            ],
-            classifier.handler,
-            classifier.requirements,
+            _src("prospect_classifier"),
+            handler="prospect_classifier.handler.handler",
+            # The ledger rides beside the classifier (its on_outcome hook accounts rows).
+            extra_packages=[_src("upload_accounting"), _src("prospect_contract")],
         )
         self.classify = IdempotentModelStep(
             self,
@@ -467,14 +554,37 @@ class ProspectUploaderStack(Stack):
         self.prospects_table.grant(self.classify.function, "dynamodb:UpdateItem")
         self._grant_ledger(self.classify.function)
 
-        # ------------------------------------------------------------- recorder
+    def _api_key_secret(self) -> secretsmanager.ISecret:
+        """The secret named by ``-c anthropic_api_key_secret_arn``, or a new, empty one."""
+        secret_arn = self.node.try_get_context("anthropic_api_key_secret_arn")
+        if secret_arn:
+            return secretsmanager.Secret.from_secret_complete_arn(
+                self, "AnthropicApiKey", secret_arn
+            )
+        secret = secretsmanager.Secret(
+            self,
+            "AnthropicApiKey",
+            description="Anthropic API key for the prospect classifier: set its value "
+            "after the first deploy",
+        )
+        Validations.of(secret).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SMG4",
+                reason="A third-party API key cannot be rotated by a Lambda rotation "
+                "function; operators rotate it in the Anthropic console and store it here.",
+            )
+        )
+        return secret
+
+    def _recorder(self) -> None:
+        """FailureRecorder: drains FailureQueue into FailuresTable."""
         self.recorder = python_function(
             self,
             "FailureRecorder",
             packages=[
-                src / "failure_recorder",
-                src / "upload_accounting",
-                src / "prospect_contract",
+                _src("failure_recorder"),
+                _src("upload_accounting"),
+                _src("prospect_contract"),
             ],
             handler="failure_recorder.handler.handler",
             description="Records every dead-lettered pipeline event in FailuresTable",
@@ -494,11 +604,12 @@ class ProspectUploaderStack(Stack):
             )
         )
 
-        # -------------------------------------------------------------- sweeper
+    def _sweeper(self) -> None:
+        """UploadSweeper: closes uploads whose rows were not all accounted for in time."""
         self.sweeper = python_function(
             self,
             "UploadSweeper",
-            packages=[src / "upload_accounting", src / "prospect_contract"],
+            packages=[_src("upload_accounting"), _src("prospect_contract")],
             handler="upload_accounting.sweeper.handler",
             description="Closes uploads whose rows were not all accounted for in time",
             timeout=Duration.minutes(5),
@@ -532,11 +643,12 @@ class ProspectUploaderStack(Stack):
         )
         self.sweeper.configure_async_invoke(retry_attempts=0, max_event_age=SWEEP_INTERVAL)
 
-        # -------------------------------------------------------------- viewer
+    def _viewer(self) -> None:
+        """The viewer behind an IAM-authenticated Function URL."""
         self.viewer = python_function(
             self,
             "Viewer",
-            packages=[src / "prospect_viewer", src / "prospect_contract"],
+            packages=[_src("prospect_viewer"), _src("prospect_contract")],
             handler="prospect_viewer.handler.handler",
             description="Prospect Viewer: lists uploads, exports and retries recorded failures",
             timeout=Duration.seconds(30),
@@ -548,6 +660,23 @@ class ProspectUploaderStack(Stack):
                 **self._row_bus_environment(),
             },
         )
+        self._grant_viewer()
+        # AWS_IAM: only principals with lambda:InvokeFunctionUrl on this function
+        # can load the page; nothing is public unless a policy says so.
+        self.viewer_url = self.viewer.add_function_url(
+            auth_type=lambda_.FunctionUrlAuthType.AWS_IAM
+        )
+        for role_arn in self.viewer_principals:
+            self.viewer.grant_invoke_url(iam.ArnPrincipal(role_arn))
+        CfnOutput(
+            self,
+            "ViewerUrl",
+            value=self.viewer_url.url,
+            description="Prospect Viewer (IAM-authenticated; sign requests with SigV4)",
+        )
+
+    def _grant_viewer(self) -> None:
+        """Read failures and uploads, stamp a retried failure, re-publish its row."""
         self.failures_table.grant(
             self.viewer, "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem"
         )
@@ -596,23 +725,18 @@ class ProspectUploaderStack(Stack):
                     },
                 )
             )
-        # AWS_IAM: only principals with lambda:InvokeFunctionUrl on this function
-        # can load the page; nothing is public unless a policy says so.
-        self.viewer_url = self.viewer.add_function_url(
-            auth_type=lambda_.FunctionUrlAuthType.AWS_IAM
-        )
-        for role_arn in self.viewer_principals:
-            self.viewer.grant_invoke_url(iam.ArnPrincipal(role_arn))
-        CfnOutput(
-            self,
-            "ViewerUrl",
-            value=self.viewer_url.url,
-            description="Prospect Viewer (IAM-authenticated; sign requests with SigV4)",
-        )
 
-        # ------------------------------------------------------- upload alerts
-        # Values enter the mail as JSON string values: EventBridge escapes them there,
-        # so a key with quotes or newlines cannot break or forge the message.
+    def _upload_alerts(self) -> None:
+        """The rules that mail upload summaries to the alert topic.
+
+        Values enter the mail as JSON string values: EventBridge escapes them there, so a
+        key with quotes or newlines cannot break or forge the message.
+        """
+        self._completed_alert()
+        self._rejected_alert()
+
+    def _completed_alert(self) -> None:
+        """``UploadCompletedAlertRule``: a mail per upload with invalid, failed or missing rows."""
         self.completed_alert_rule = events.Rule(
             self,
             "UploadCompletedAlertRule",
@@ -653,9 +777,13 @@ class ProspectUploaderStack(Stack):
                 self.failure_queue,
             )
         )
+
+    def _rejected_alert(self) -> None:
+        """``UploadAlertRule``: one mail per rejected upload, with its reason."""
         # Kept on the splitter's own summary: it is alerted even when the upload
         # could not be attributed to an object (a malformed S3 event). The id is the
         # old summary rule's, so deployed stacks update the rule in place.
+        field = events.EventField.from_path
         self.alert_rule = events.Rule(
             self,
             "UploadAlertRule",
@@ -683,7 +811,8 @@ class ProspectUploaderStack(Stack):
             )
         )
 
-        # -------------------------------------------------------------- alarms
+    def _alarms(self) -> None:
+        """The step's alarms and the pipeline's, all notifying the alert topic."""
         self.alarms: list[cloudwatch.Alarm] = [*self.classify.alarms, *self._pipeline_alarms()]
         for alarm in self.alarms[len(self.classify.alarms) :]:
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.alert_topic))
@@ -787,85 +916,6 @@ class ProspectUploaderStack(Stack):
                     },
                 )
             )
-
-    def _build_alert_topic(self) -> None:
-        """The encrypted alert topic; only this stack's rules and alarms may use it.
-
-        CloudWatch sends ``aws:SourceArn`` (the alarm) and ``aws:SourceAccount``.
-        EventBridge-to-encrypted-topic KMS requests carry neither (the SNS guide says
-        these keys are not supported there), so that key statement is bound to this
-        stack's topics through SNS's encryption context instead; the topic policy
-        statement of each rule names the rule (AlertTopicTarget). Names are matched as
-        ``<stack name>-*``, CloudFormation's prefix for generated alarm and topic names:
-        exact ARNs would make the key depend on the topic that depends on the key.
-        """
-        self.alert_key = kms.Key(
-            self,
-            "AlertKey",
-            enable_key_rotation=True,
-            description="Encrypts the prospect uploader's alert topic",
-        )
-        stack_topics = self.format_arn(service="sns", resource=f"{self.stack_name}-*")
-        stack_alarms = self.format_arn(
-            service="cloudwatch",
-            resource="alarm",
-            resource_name=f"{self.stack_name}-*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        topic_context = {"kms:EncryptionContext:aws:sns:topicArn": stack_topics}
-        self.alert_key.add_to_resource_policy(
-            iam.PolicyStatement(
-                actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                resources=["*"],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": self.account},
-                    "ArnLike": {"aws:SourceArn": stack_alarms, **topic_context},
-                },
-            )
-        )
-        self.alert_key.add_to_resource_policy(
-            iam.PolicyStatement(
-                actions=["kms:Decrypt", "kms:GenerateDataKey"],
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                resources=["*"],
-                conditions={"ArnLike": topic_context},
-            )
-        )
-        self.alert_topic = sns.Topic(
-            self, "AlertTopic", master_key=self.alert_key, enforce_ssl=True
-        )
-        self.alert_topic.add_to_resource_policy(
-            iam.PolicyStatement(
-                actions=["sns:Publish"],
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                resources=[self.alert_topic.topic_arn],
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": self.account},
-                    "ArnLike": {"aws:SourceArn": stack_alarms},
-                },
-            )
-        )
-        alert_email = self.node.try_get_context("alert_email")
-        if alert_email:
-            if "@" not in str(alert_email):
-                raise PropValidationError(
-                    f"ProspectUploaderStack: context alert_email must be an email address, "
-                    f"got {alert_email!r}"
-                )
-            self.alert_topic.add_subscription(subscriptions.EmailSubscription(str(alert_email)))
-        else:
-            Annotations.of(self).add_warning_v2(
-                "prospect-uploader:no-alert-email",
-                "No alert_email context: the alert topic has no subscription. Synthesize "
-                "with `-c alert_email=ops@example.com` to receive alerts by email.",
-            )
-        CfnOutput(
-            self,
-            "AlertSubscription",
-            value=str(alert_email) if alert_email else "none (set -c alert_email=...)",
-            description="Where alerts are mailed",
-        )
 
     def _pipeline_alarms(self) -> list[cloudwatch.Alarm]:
         """Alarms on the parts outside the classify step; missing data is healthy."""

@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from lambda_src.prospect_viewer.loopback import Refusal, check_request, new_token, read_body
 
@@ -192,7 +192,8 @@ class SigningProxy:
                 if isinstance(decision, Refusal):
                     self._refuse(decision)
                     return
-                body = read_body(decision, self.rfile)
+                # rfile is a BufferedIOBase; read_body only calls read(n) on it.
+                body = read_body(decision, cast(BinaryIO, self.rfile))
                 if isinstance(body, Refusal):
                     self._refuse(body)
                     return

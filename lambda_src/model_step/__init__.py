@@ -22,12 +22,15 @@ from .errors import (
     ModelStepError,
     NonRetryableError,
     PayloadMismatchError,
+    ReceivesExhaustedError,
     ResultTooLargeError,
     RetriesExhaustedError,
     RetryableAnswerError,
 )
-from .key import extract_business_key
-from .runtime import ModelStep, default_user_message, request_fingerprint
+from .key import canonical, extract_business_key
+from .model_call import default_user_message, request_fingerprint
+from .outcome import CompletedResult, DeadLetteredResult, Outcome, StepResult
+from .runtime import ModelStep
 from .snapstart import prime_for_snapstart
 
 __all__ = [
@@ -46,9 +49,15 @@ __all__ = [
     "NonRetryableError",
     "PayloadMismatchError",
     "ResultTooLargeError",
+    "ReceivesExhaustedError",
     "RetriesExhaustedError",
     "RetryableAnswerError",
+    "CompletedResult",
+    "DeadLetteredResult",
+    "Outcome",
     "Settings",
+    "StepResult",
+    "canonical",
     "default_user_message",
     "extract_business_key",
     "prime_for_snapstart",

@@ -1,9 +1,11 @@
-"""The buffer-queue (SQS) path: shape detection, attempt accounting and wait times.
+"""The buffer-queue (SQS) path: records, wait times and the SQS calls the runtime makes.
 
-On this path the runtime owns retry timing (contract: rate-limit answers wait and are no
-attempt; other transient failures use ``MAX_ATTEMPTS``; concurrent duplicates wait for the
-holder). Everything here is pure arithmetic over the SQS record and the SDK error; the
-runtime does the SQS calls.
+On this path the runtime owns retry timing. A rate-limit answer (429/529) re-enqueues a
+delayed copy and is no attempt; a concurrent duplicate re-enqueues to wait for the holder; any
+other transient failure is reported as a batch item failure, spaced by a visibility change,
+and its retry spends the key's budget (see :mod:`.budget`), never a count of this message.
+Records from the step's redrive queue (rows SQS gave up on after ``maxReceiveCount``
+receives) are told apart by ``eventSourceARN``.
 """
 
 from __future__ import annotations
@@ -11,24 +13,30 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
+import logging
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from .errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
 
 #: SQS ``DelaySeconds`` upper bound.
 MAX_DELAY_SECONDS = 900
-#: Message attribute: transient attempts used before this message was (re-)enqueued.
-ATTEMPTS_ATTRIBUTE = "attempts"
-#: Message attribute: rate-limit waits so far (drives the backoff when no retry-after is sent).
-RATE_LIMITED_ATTRIBUTE = "rate_limited"
 #: Wait of a concurrent duplicate when the holder's in-progress expiry cannot be read.
 IN_PROGRESS_DEFAULT_WAIT_SECONDS = 30
-#: Visibility timeout per attempt before a transient retry (Lambda async's 1 min / 2 min).
+#: Visibility timeout per spent attempt before a transient retry (Lambda async's 1 min /
+#: 2 min spacing).
 RETRY_SPACING_SECONDS = 60
 #: Backoff of a rate-limit answer without retry-after: BASE x 2^waits, capped, with jitter.
 BACKOFF_BASE_SECONDS = 5.0
+#: SQS's ``ChangeMessageVisibility`` upper bound (12 hours).
+MAX_VISIBILITY_SECONDS = 43_200
+
+Source = Literal["buffer", "redrive"]
 
 
 def is_sqs_batch(event: Any) -> bool:
@@ -44,42 +52,26 @@ def is_sqs_batch(event: Any) -> bool:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class QueueDelivery:
     """One SQS record carrying an EventBridge event."""
 
     message_id: str
     receipt_handle: str
     event_source_arn: str
-    attempts_before: int
     receive_count: int
-    rate_limited_before: int
-    event_age_seconds: float
-
-    @property
-    def attempt(self) -> int:
-        """This delivery's transient attempt number if it fails: earlier attempts (carried by
-        re-enqueued copies) plus this message's receives."""
-        return self.attempts_before + self.receive_count
-
-    @property
-    def attempts_used(self) -> int:
-        """Attempts used before this receive (what a re-enqueued copy carries on)."""
-        return self.attempts_before + self.receive_count - 1
+    source: Source
 
     @classmethod
-    def from_record(
-        cls, record: Mapping[str, Any], event: Mapping[str, Any], now: dt.datetime
-    ) -> QueueDelivery:
+    def from_record(cls, record: Mapping[str, Any], redrive_queue_arn: str | None) -> QueueDelivery:
         attributes = record.get("attributes") or {}
+        arn = str(record.get("eventSourceARN", ""))
         return cls(
             message_id=str(record.get("messageId", "")),
             receipt_handle=str(record.get("receiptHandle", "")),
-            event_source_arn=str(record.get("eventSourceARN", "")),
-            attempts_before=_int_attribute(record, ATTEMPTS_ATTRIBUTE),
+            event_source_arn=arn,
             receive_count=max(1, _int(attributes.get("ApproximateReceiveCount"), 1)),
-            rate_limited_before=_int_attribute(record, RATE_LIMITED_ATTRIBUTE),
-            event_age_seconds=event_age_seconds(event, attributes, now),
+            source="redrive" if redrive_queue_arn and arn == redrive_queue_arn else "buffer",
         )
 
 
@@ -92,30 +84,10 @@ def parse_body(record: Mapping[str, Any]) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
-def event_age_seconds(
-    event: Mapping[str, Any], attributes: Mapping[str, Any], now: dt.datetime
-) -> float:
-    """now - ``event["time"]``; falls back to the message's ``SentTimestamp`` when the event
-    has no parseable time (never negative)."""
-    raw = event.get("time")
-    if isinstance(raw, str) and raw.strip():
-        try:
-            when = dt.datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=dt.UTC)
-            return max(0.0, (now - when).total_seconds())
-        except ValueError:
-            pass
-    sent = _int(attributes.get("SentTimestamp"), 0)
-    if sent:
-        return max(0.0, now.timestamp() - sent / 1000)
-    return 0.0
-
-
 def retry_after_seconds(exc: BaseException) -> float | None:
     """``retry-after-ms`` (milliseconds) or ``retry-after`` (seconds or an HTTP date) of an
     SDK status error, as the SDK reads them; None when absent or unparseable."""
-    headers: Any = getattr(getattr(exc, "response", None), "headers", None)
+    headers: Mapping[str, str] | None = getattr(getattr(exc, "response", None), "headers", None)
     if headers is None:
         return None
     raw_ms = headers.get("retry-after-ms")
@@ -128,7 +100,7 @@ def retry_after_seconds(exc: BaseException) -> float | None:
     if raw is None:
         return None
     try:
-        return max(0.0, float(raw))
+        return max(0.0, float(str(raw)))
     except ValueError:
         pass
     try:
@@ -143,8 +115,9 @@ def retry_after_seconds(exc: BaseException) -> float | None:
 def backoff_seconds(waits_so_far: int, rng: random.Random | None = None) -> float:
     """Exponential backoff with jitter for a rate-limit answer without retry-after:
     ``BASE x 2^waits`` capped at 900 s, then scaled by a random factor in [0.5, 1]."""
-    ceiling = min(float(MAX_DELAY_SECONDS), BACKOFF_BASE_SECONDS * 2 ** min(waits_so_far, 10))
-    return ceiling * (rng or random).uniform(0.5, 1.0)
+    ceiling = min(float(MAX_DELAY_SECONDS), BACKOFF_BASE_SECONDS * 2.0 ** min(waits_so_far, 10))
+    factor = rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0)
+    return ceiling * factor
 
 
 def delay_seconds(wait: float) -> int:
@@ -160,9 +133,52 @@ def queue_url_from_arn(arn: str) -> tuple[str, str] | None:
     return parts[5], parts[4]
 
 
-def _int_attribute(record: Mapping[str, Any], name: str) -> int:
-    attribute = (record.get("messageAttributes") or {}).get(name) or {}
-    return max(0, _int(attribute.get("stringValue"), 0))
+class BufferQueue:
+    """The SQS calls of the buffer path: re-enqueue a delayed copy, space a retry."""
+
+    def __init__(self, configured_url: str | None, sqs_client: Callable[[], Any]) -> None:
+        self._configured_url = configured_url
+        self._sqs_client = sqs_client
+
+    def requeue(self, event: Mapping[str, Any], queue: QueueDelivery, wait: float) -> None:
+        """A copy of ``event`` on the buffer queue, visible after ``wait`` seconds (at most
+        15 minutes). It carries nothing of this message: the key's budget is on the key."""
+        self._sqs_client().send_message(
+            QueueUrl=self._url(queue),
+            MessageBody=json.dumps(event, default=str),
+            DelaySeconds=delay_seconds(wait),
+        )
+
+    def space_retry(self, queue: QueueDelivery, attempts_spent: int) -> None:
+        """Space the next transient retry of a buffered row like Lambda async (1 min, then
+        2 min). Best effort: if it fails, the queue's visibility timeout applies."""
+        seconds = min(MAX_VISIBILITY_SECONDS, RETRY_SPACING_SECONDS * max(1, attempts_spent))
+        try:
+            self._sqs_client().change_message_visibility(
+                QueueUrl=self._url(queue),
+                ReceiptHandle=queue.receipt_handle,
+                VisibilityTimeout=seconds,
+            )
+        except Exception:
+            logger.exception("could not delay the retry")
+
+    def _url(self, queue: QueueDelivery) -> str:
+        if self._configured_url:
+            return self._configured_url
+        if queue.source == "redrive":
+            # The record's own queue is the redrive queue: a row goes back to the BUFFER.
+            raise ConfigurationError("BUFFER_QUEUE_URL is required with REDRIVE_QUEUE_ARN")
+        return self._url_of(queue.event_source_arn)
+
+    def _url_of(self, arn: str) -> str:
+        parsed = queue_url_from_arn(arn)
+        if parsed is None:
+            raise RuntimeError(f"cannot find the queue of record source {arn!r}")
+        name, account = parsed
+        url: str = self._sqs_client().get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)[
+            "QueueUrl"
+        ]
+        return url
 
 
 def _int(raw: Any, default: int) -> int:

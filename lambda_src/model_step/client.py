@@ -17,9 +17,10 @@ from .config import Settings
 class ModelClientProvider:
     """Builds ``anthropic.Anthropic`` (or ``anthropic.AnthropicBedrock``) on first ``get()``.
 
-    The client always has ``max_retries=0``: retries belong to Lambda (or the buffer queue) and
-    the idempotency record, and a hidden SDK retry would be a second billed request inside one
-    invocation. The per-request timeout is passed on each call, not here.
+    The client always has ``max_retries=0``: retries belong to the key's attempt budget, and a
+    hidden SDK retry would be a second billed request inside one attempt. Its HTTP client runs
+    on :class:`~.deadline.DeadlineTransport`, so :func:`.deadline.total` bounds each request
+    as a whole; the per-read timeout is passed on each call, not here.
     """
 
     def __init__(self, settings: Settings, boto3_client: Callable[[str], Any]) -> None:
@@ -50,7 +51,9 @@ class ModelClientProvider:
 
                     # IAM credentials from the Lambda role; no API key secret is involved.
                     self._client = anthropic.AnthropicBedrock(
-                        aws_region=self._settings.aws_region, max_retries=0
+                        aws_region=self._settings.aws_region,
+                        max_retries=0,
+                        http_client=_http_client(),
                     )
                 return self._client
         return self._for_key(self._keys.current())
@@ -69,9 +72,21 @@ class ModelClientProvider:
 
                 # api_key=None lets the SDK read ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL is read
                 # by the SDK too, which is how local runs point at a fake server.
-                self._client = anthropic.Anthropic(api_key=key, max_retries=0)
+                self._client = anthropic.Anthropic(
+                    api_key=key, max_retries=0, http_client=_http_client()
+                )
                 self._client_key = key
             elif key is not None and key != self._client_key:
                 self._client = self._client.copy(api_key=key)
                 self._client_key = key
             return self._client
+
+
+def _http_client() -> Any:
+    """The SDK's own default HTTP client, on a transport that enforces the total deadline."""
+    import anthropic
+    import httpx2
+
+    from .deadline import DeadlineTransport
+
+    return anthropic.DefaultHttpxClient(transport=DeadlineTransport(httpx2.HTTPTransport()))

@@ -127,9 +127,11 @@ class ModelRequestRejectedError(NonRetryableError):
 
 
 class RetriesExhaustedError(NonRetryableError):
-    """A transient failure on the buffer-queue path whose attempt budget (``MAX_ATTEMPTS``) or
-    wait window (``MAX_EVENT_AGE_SECONDS``, code ``RateLimitExhausted``) is used up.
-    ``error_code`` is the given code (the SDK exception name for attempts)."""
+    """The key's attempt budget (``MAX_ATTEMPTS`` requests, one for an operator's DLQ redrive)
+    or its rate-limit window (``MAX_EVENT_AGE_SECONDS`` from when the step first saw the row,
+    code ``RateLimitExhausted``) is used up. ``error_code`` is the given code: the last
+    attempt's failure (the SDK exception name, ``ModelDeadlineExceeded``, or
+    ``AttemptInterrupted`` when that attempt never reported back)."""
 
     def __init__(self, message: str, *, error_code: str, request_id: str | None = None) -> None:
         super().__init__(message, request_id=request_id)
@@ -177,3 +179,11 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
         status_code=status,
         request_id=exc.request_id,
     )
+
+
+class ReceivesExhaustedError(NonRetryableError):
+    """The buffer queue gave up on the row (``maxReceiveCount`` receives without an answer:
+    crashes, timeouts or throttles) more often than the step puts it back, or past
+    ``MAX_EVENT_AGE_SECONDS``. No model request is made for it."""
+
+    error_code = "ReceivesExhausted"

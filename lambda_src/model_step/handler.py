@@ -22,6 +22,6 @@ step = ModelStep.from_environment()
 prime_for_snapstart()
 
 
-def handler(event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: Mapping[str, Any], context: LambdaContext) -> Any:
     """Lambda handler: one idempotent model call per EventBridge event."""
     return step.handle(event, context)

@@ -1,17 +1,83 @@
-"""The business key of an event: what makes two deliveries "the same" request."""
+"""The business key of an event and the record key built from it.
+
+Two deliveries are "the same request" when their record keys are equal. The record key is the
+business key (``IDEMPOTENCY_KEY`` over the detail) plus everything that shapes the request
+(prompt version, model, the request fingerprint) and the operator's retry markers (a
+``replay_generation`` in the detail, or the dead-letter id of a message an operator moved back
+from the DLQ). :func:`record_key` is the one function that builds it.
+
+Canonical form (see ``docs/runtime.md``, "Key canonicalisation"): before anything is hashed,
+numbers are compared by value (``1``, ``1.0`` and ``Decimal("1")`` are one key part, ``1.5``
+another) and strings are in Unicode NFC (a precomposed "é" and "e" + combining accent are one
+spelling). Booleans stay booleans: ``true`` is not ``1``.
+"""
 
 from __future__ import annotations
 
+import decimal
+import math
+import re
+import unicodedata
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import jmespath
 
-from .errors import MissingIdempotencyKeyError
+from .errors import InvalidReplayGenerationError, MissingIdempotencyKeyError
+
+#: Reserved detail field of an operator's retry; joins the key, never the payload validation.
+REPLAY_GENERATION_FIELD = "replay_generation"
+#: Top-level member the runtime adds to each event it dead-letters (see :mod:`.dead_letter`).
+DEAD_LETTER_FIELD = "dead_letter"
+_DEAD_LETTER_ID = re.compile(r"^[0-9a-f]{64}$")
+
+
+class RecordKey(TypedDict):
+    """What one idempotency record (and its attempt budget) is keyed on."""
+
+    business_key: list[Any]
+    prompt_version: str
+    model_id: str
+    fingerprint: str
+    replay_generation: NotRequired[int]
+    #: The dead-letter id of the DLQ message an operator moved back: a new record with a
+    #: budget of one request.
+    redrive_of: NotRequired[str]
+
+
+def canonical(value: Any) -> Any:
+    """``value`` in canonical form: integral numbers as ``int``, other numbers as ``float``,
+    strings (and mapping keys) in NFC, recursively through lists and mappings."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float | decimal.Decimal):
+        return _canonical_number(value)
+    if isinstance(value, Mapping):
+        return {canonical(name): canonical(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical(item) for item in value]
+    return value
+
+
+def _canonical_number(value: float | decimal.Decimal) -> int | float | decimal.Decimal:
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return value
+        if value == value.to_integral_value():
+            return int(value)
+        return float(value)
+    if math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
 
 
 def extract_business_key(detail: Mapping[str, Any], expression: str) -> list[Any]:
-    """Evaluate ``expression`` (JMESPath) over the event detail and return the key as a list.
+    """Evaluate ``expression`` (JMESPath) over the event detail and return the key as a list,
+    in canonical form.
 
     A scalar result becomes a one-element list; a multi-select list is returned as is; a
     multi-select hash becomes the list of its values in expression order.
@@ -30,9 +96,56 @@ def extract_business_key(detail: Mapping[str, Any], expression: str) -> list[Any
         parts = [value]
     if not parts or any(_is_empty(part) for part in parts):
         raise MissingIdempotencyKeyError(
-            f"business key {expression!r} has a missing or empty part: {parts!r}"
+            f"business key {expression!r} has a missing or empty part: {_short(parts)}"
         )
-    return parts
+    return [canonical(part) for part in parts]
+
+
+def split_replay_generation(detail: Mapping[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """``(detail without replay_generation, generation or None)``. Raises
+    ``InvalidReplayGenerationError`` unless the field is absent or an int >= 1."""
+    rest = {name: value for name, value in detail.items() if name != REPLAY_GENERATION_FIELD}
+    if REPLAY_GENERATION_FIELD not in detail:
+        return rest, None
+    value = detail[REPLAY_GENERATION_FIELD]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidReplayGenerationError(
+            f"detail.{REPLAY_GENERATION_FIELD} must be an integer >= 1, got {_short(value)}"
+        )
+    return rest, value
+
+
+def redrive_marker(event: Mapping[str, Any]) -> str | None:
+    """The dead-letter id an event carries when an operator moved it back from the DLQ, or
+    None (no marker, or one this runtime did not write)."""
+    marker = event.get(DEAD_LETTER_FIELD)
+    if not isinstance(marker, Mapping):
+        return None
+    marker_id = marker.get("id")
+    return marker_id if isinstance(marker_id, str) and _DEAD_LETTER_ID.match(marker_id) else None
+
+
+def record_key(
+    business_key: list[Any],
+    *,
+    prompt_version: str,
+    model_id: str,
+    fingerprint: str,
+    replay_generation: int | None = None,
+    redrive_of: str | None = None,
+) -> RecordKey:
+    """THE record key: every record, budget and dead-letter id is derived from this value."""
+    key = RecordKey(
+        business_key=business_key,
+        prompt_version=prompt_version,
+        model_id=model_id,
+        fingerprint=fingerprint,
+    )
+    if replay_generation is not None:
+        key["replay_generation"] = replay_generation
+    if redrive_of is not None:
+        key["redrive_of"] = redrive_of
+    return key
 
 
 def _is_empty(part: Any) -> bool:
@@ -40,7 +153,12 @@ def _is_empty(part: Any) -> bool:
         return True
     if isinstance(part, str):
         return not part.strip()
-    if isinstance(part, (list, dict)):
+    if isinstance(part, list | dict):
         return not part
     # Numbers and booleans are real values, including 0 and False.
     return False
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,27 +1,107 @@
-"""Powertools' DynamoDB persistence layer, made to release a record it could not complete."""
+"""Powertools' DynamoDB persistence layer, made safe to release and able to say what it stores.
+
+Three changes to ``DynamoDBPersistenceLayer``, each for a failure seen under combined faults:
+
+- **A release deletes only the caller's own lock.** Powertools deletes the record
+  unconditionally when the function raises or a save fails. If the save's UpdateItem was
+  applied but its answer lost (a client timeout), that delete removed a COMPLETED record and
+  the retry billed again; if the holder's lock had expired and another delivery took it, the
+  delete dropped that delivery's lock. Here the delete is conditional on ``status =
+  INPROGRESS`` and on this thread's own ``in_progress_expiration``, the lock's identity.
+- **A failed save releases the lock** (conditionally, as above) and re-raises, so the
+  delivery fails as a transient error and its retry really runs, instead of meeting
+  ``IdempotencyAlreadyInProgressError`` until the lock's deadline.
+- :func:`stored_form` is the exact serialisation Powertools' ``save_success`` writes, so a
+  result is checked for storability with the serialiser that stores it.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from typing import Any
 
-from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+from aws_lambda_powertools.shared.json_encoder import Encoder
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
+    STATUS_CONSTANTS,
+    DataRecord,
+)
+from botocore.exceptions import ClientError
 
 logger = logging.getLogger(__name__)
 
 
+def stored_form(result: Any) -> str:
+    """``result`` as Powertools stores it (``json.dumps(..., cls=Encoder, sort_keys=True)``).
+    Raises ``TypeError`` or ``ValueError`` for a value the store cannot serialise (a
+    ``date``, a ``set``, dict keys of mixed types, ...)."""
+    return json.dumps(result, cls=Encoder, sort_keys=True)
+
+
 class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
-    """``DynamoDBPersistenceLayer`` whose failed ``save_success`` deletes the record.
+    """``DynamoDBPersistenceLayer`` whose releases are conditional on the caller's own lock
+    and whose failed ``save_success`` releases that lock. See the module docstring."""
 
-    Powertools leaves an INPROGRESS record behind when the final UpdateItem fails (throttling,
-    an item over DynamoDB's 400 KB, an access error). Every retry then meets
-    ``IdempotencyAlreadyInProgressError`` until the attempt's deadline, and the event is filed
-    as a harmless duplicate although nobody owns its outcome. Here the record is deleted
-    first and the save error re-raised, so the delivery fails as a transient error and its
-    retry really runs.
-    """
+    def __init__(self, *, table_name: str, boto3_client: Any) -> None:
+        super().__init__(table_name=table_name, boto3_client=boto3_client)
+        # Locks this thread holds, by record id: an invocation runs on one thread, and two
+        # threads of one process (the local run) can hold locks of one record in turn.
+        self._held = threading.local()
 
-    def save_success(self, data: dict[str, Any], result: dict) -> None:
+    def bind(self, config: IdempotencyConfig, record_prefix: str) -> None:
+        """Configure as Powertools' decorator would, so record ids can be computed before
+        the first call."""
+        self.configure(config=config, key_prefix=record_prefix)
+
+    def record_id(self, data: dict[str, Any]) -> str:
+        """The record id (``<prefix>#<hash of the record key>``) ``data`` maps to."""
+        record_id = self._get_hashed_idempotency_key(data=data)
+        if record_id is None:  # raise_on_no_idempotency_key is always on here
+            raise ValueError("the request has no record key")
+        return record_id
+
+    def _locks(self) -> dict[str, int]:
+        locks: dict[str, int] | None = getattr(self._held, "locks", None)
+        if locks is None:
+            locks = self._held.locks = {}
+        return locks
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        super()._put_record(data_record=data_record)
+        if data_record.in_progress_expiry_timestamp is not None:
+            self._locks()[data_record.idempotency_key] = data_record.in_progress_expiry_timestamp
+
+    def _delete_record(self, data_record: DataRecord) -> None:
+        lock = self._locks().pop(data_record.idempotency_key, None)
+        condition = "#status = :inprogress"
+        names = {"#status": self.status_attr}
+        values: dict[str, Any] = {":inprogress": {"S": STATUS_CONSTANTS["INPROGRESS"]}}
+        if lock is not None:
+            condition += " AND #lock = :lock"
+            names["#lock"] = self.in_progress_expiry_attr
+            values[":lock"] = {"N": str(lock)}
+        try:
+            self.client.delete_item(
+                TableName=self.table_name,
+                Key=self._get_key(data_record.idempotency_key),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            # Completed meanwhile (a save applied but answered with an error), or another
+            # delivery holds the lock now: either way the record is not ours to delete.
+            logger.info("idempotency record kept: it is completed or another delivery holds it")
+
+    def _update_record(self, data_record: DataRecord) -> None:
+        super()._update_record(data_record=data_record)
+        self._locks().pop(data_record.idempotency_key, None)
+
+    def save_success(self, data: dict[str, Any], result: dict[str, Any]) -> None:
         try:
             super().save_success(data=data, result=result)
         except Exception as save_error:
@@ -33,12 +113,21 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
 
     def in_progress_expiry_ms(self, data: dict[str, Any]) -> int | None:
         """The in-progress expiry (epoch ms) of the record ``data`` maps to, if it is held;
-        None when unknown. Best effort: it reads Powertools' record by its hashed key."""
+        None when unknown. Best effort: one consistent GetItem."""
         try:
-            key = self._get_hashed_idempotency_key(data=data)
-            if key is None:
-                return None
-            expiry = self._get_record(key).in_progress_expiry_timestamp
+            expiry = self._get_record(self.record_id(data)).in_progress_expiry_timestamp
             return None if expiry is None else int(expiry)  # DynamoDB numbers are Decimals
         except Exception:
             return None
+
+    def stored_result(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """The COMPLETED result stored for ``data``'s record, or None (absent, in progress,
+        or unreadable)."""
+        try:
+            record = self._get_record(self.record_id(data))
+        except Exception:
+            return None
+        if record.status != STATUS_CONSTANTS["COMPLETED"]:
+            return None
+        stored = record.response_json_as_dict()
+        return stored if isinstance(stored, dict) else None

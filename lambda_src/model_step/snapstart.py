@@ -23,9 +23,9 @@ def prime_for_snapstart(environ: dict[str, str] | None = None) -> bool:
         return False
     import anthropic  # noqa: F401  (about a second of cold start, now inside the snapshot)
 
-    from .runtime import _shared_session
+    from .components import shared_session
 
-    botocore_session = _shared_session()._session
+    botocore_session = shared_session()._session
     for service in PRIMED_SERVICE_MODELS:
         botocore_session.get_service_model(service)
     return True

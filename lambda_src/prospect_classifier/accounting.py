@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from upload_accounting import LedgerSettings, UploadLedger
+
+if TYPE_CHECKING:
+    from model_step.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ def _shared_ledger() -> UploadLedger | None:
         return _ledger
 
 
-def record_outcome(event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
+def record_outcome(event: Mapping[str, Any], outcome: Outcome) -> None:
     """Count this delivery (and, once per row, the row's label or failure)."""
     ledger = _shared_ledger()
     if ledger is not None:

@@ -18,11 +18,12 @@ from .store import ProspectStore
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
+    from model_step.outcome import Outcome
 
 store = ProspectStore()
 
 
-def record_delivery(event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
+def record_delivery(event: Mapping[str, Any], outcome: Outcome) -> None:
     """The step's ``on_outcome`` hook: upsert a completed classification, then count the
     delivery on the upload ledger. A duplicate delivery replays the stored answer and upserts
     the same values again, so the row converges whichever delivery gets there. Either write

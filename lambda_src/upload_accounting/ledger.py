@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -35,6 +35,11 @@ from prospect_contract.put_events import ClassicBus, detail_json, send_batch
 from .config import LedgerSettings
 from .errors import SummaryPublishError
 from .summary import summary_detail
+
+if TYPE_CHECKING:
+    # The model step's outcome type, for type checkers only: this package is bundled into
+    # functions that do not ship model_step (the recorder, the sweeper).
+    from model_step.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +76,7 @@ def utc_now_iso(now: float) -> str:
     )
 
 
-def delivery_increments(outcome: Mapping[str, Any] | None) -> dict[str, int]:
+def delivery_increments(outcome: Outcome | Mapping[str, Any] | None) -> dict[str, int]:
     """Per-delivery counters from a model-step outcome (contract §3), zeros dropped."""
     if not outcome:
         return {}
@@ -299,7 +304,7 @@ class UploadLedger:
         """Counters of a delivery that settled no row (rate limited, retry later)."""
         self._add_counters(upload_id, delivery_increments(outcome))
 
-    def record_outcome(self, event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
+    def record_outcome(self, event: Mapping[str, Any], outcome: Outcome) -> None:
         """The classify step's ``on_outcome`` hook (contract §3), for row events."""
         detail = event.get("detail")
         if not isinstance(detail, Mapping):
@@ -308,13 +313,13 @@ class UploadLedger:
         if not isinstance(upload_id, str) or not upload_id or not _is_row_number(row_number):
             logger.warning("outcome without upload_id/row_number; not accounted")
             return
-        result = outcome.get("result") or {}
-        status = outcome.get("status")
-        if status == "completed" and result.get("label"):
-            self.row_classified(upload_id, int(row_number), str(result["label"]), outcome)
-        elif status == "dead_lettered":
-            code = outcome.get("error_code") or result.get("error_code") or "Unknown"
-            self.row_failed(upload_id, int(row_number), str(code), outcome)
+        result = outcome.get("result")
+        row = int(row_number)
+        if result is not None and result["status"] == "completed" and result.get("label"):
+            self.row_classified(upload_id, row, str(result.get("label")), outcome)
+        elif result is not None and result["status"] == "dead_lettered":
+            code = outcome.get("error_code") or result["error_code"] or "Unknown"
+            self.row_failed(upload_id, row, str(code), outcome)
         else:
             self.record_delivery(upload_id, outcome)
 

@@ -14,7 +14,10 @@ Script entries (one per request, in order; once the script is used up every requ
   ``APIConnectionError``).
 - ``Reply(...)``: full control of status, text, stop reason, body, headers and delay. Use
   ``headers`` for ``retry-after`` / ``retry-after-ms`` on a 429 or 529 and for
-  ``x-should-retry``; ``stop_reason`` for ``max_tokens``, ``refusal`` and the others.
+  ``x-should-retry``; ``stop_reason`` for ``max_tokens``, ``refusal`` and the others;
+  ``chunks`` and ``chunk_delay`` for a slow answer: the headers at once, then the body in
+  ``chunks`` pieces ``chunk_delay`` seconds apart (no single read waits long, the whole
+  answer does).
 
 ``script`` may also be a callable ``(index, body) -> entry``.
 
@@ -71,6 +74,8 @@ class Reply:
     body: dict | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float | None = None
+    chunks: int = 1
+    chunk_delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,13 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             # Keep test output clean; the recorded requests are the log.
             return
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (its timeout or deadline) mid-request: nothing to do.
+                self.close_connection = True
+
         def do_POST(self) -> None:  # http.server's naming
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
@@ -219,10 +231,18 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 payload = api._success_body(text, body, reply.stop_reason)
             else:
                 payload = _error_body(reply.status)
-            self._send(reply.status, payload, request_id, reply.headers)
+            self._send(
+                reply.status, payload, request_id, reply.headers, reply.chunks, reply.chunk_delay
+            )
 
         def _send(
-            self, status: int, payload: dict, request_id: str, extra: dict | None = None
+            self,
+            status: int,
+            payload: dict,
+            request_id: str,
+            extra: dict | None = None,
+            chunks: int = 1,
+            chunk_delay: float = 0.0,
         ) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
@@ -232,10 +252,15 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             for name, value in (extra or {}).items():
                 self.send_header(name, value)
             self.end_headers()
+            size = max(1, -(-len(data) // max(1, chunks)))
             try:
-                self.wfile.write(data)
+                for start in range(0, len(data), size):
+                    if start:
+                        api._wait(chunk_delay)
+                    self.wfile.write(data[start : start + size])
+                    self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
-                # The client gave up (its timeout); nothing left to do.
-                pass
+                # The client gave up (its timeout or deadline); nothing left to do.
+                self.close_connection = True
 
     return Handler

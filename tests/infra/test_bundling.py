@@ -1,10 +1,12 @@
-"""Docker-free bundling: a stable asset hash, shipped bytecode, a clear error when pip fails."""
+"""Docker-free bundling: locked requirements, a stable asset hash, byte-identical trees,
+shipped bytecode, and an error that names the cause when bundling cannot proceed."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import struct
+import zipfile
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -12,7 +14,13 @@ import pytest
 from aws_cdk import assertions
 from aws_cdk import aws_lambda as lambda_
 
-from constructs_lib import LocalBundlingError, LocalPipBundling
+from constructs_lib import (
+    LocalBundlingError,
+    LocalPipBundling,
+    ModelStepHandler,
+    PropValidationError,
+    lock_requirements,
+)
 from constructs_lib.bundling import (
     BUNDLING_SKIPPED,
     NO_BYTECODE,
@@ -22,12 +30,31 @@ from constructs_lib.bundling import (
     lambda_src_root,
     pip_platform,
 )
+from constructs_lib.bundling_errors import (
+    PackageIndexUnreachableError,
+    RequirementsConflictError,
+    RequirementsNotLockedError,
+)
+from constructs_lib.dependency_lock import (
+    LockTarget,
+    check_installed,
+    lock_path,
+    read_requirements,
+    resolve_locks,
+)
+from constructs_lib.lock_requirements import LIBRARY_REQUIREMENTS
+from constructs_lib.pip_failure import explain_pip_failure
 from constructs_lib.python_function import python_function
 
-from .conftest import NO_BUNDLING
+from .conftest import NO_BUNDLING, step_props
 
 RUNTIME = lambda_src_root() / "model_step"
 REQS = [RUNTIME / "requirements.txt"]
+X86 = LockTarget("3.13", "manylinux2014_x86_64")
+ARM = LockTarget("3.13", "manylinux2014_aarch64")
+LOCK = resolve_locks(REQS, X86)
+#: Network-free pip: no config file (this machine's adds find-links and local indexes).
+PIP_OFFLINE_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_RETRIES": "0", "PIP_NO_INPUT": "1"}
 
 
 @pytest.fixture
@@ -37,29 +64,76 @@ def runtime_copy(tmp_path):
     return copy
 
 
+@pytest.fixture
+def isolated_pip(monkeypatch, tmp_path):
+    """pip sees only what a test sets: no config file, no retries, an empty cache."""
+    for key in list(os.environ):
+        if key.startswith("PIP_"):
+            monkeypatch.delenv(key)
+    for key, value in PIP_OFFLINE_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
+    return monkeypatch
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def fake_sha(char: str = "0") -> str:
+    return "sha256:" + char * 64
+
+
+# --------------------------------------------------------------------------- hash
 def test_hash_is_stable_across_calls():
-    first = bundle_hash([RUNTIME], REQS, "manylinux2014_x86_64", "3.13")
-    assert first == bundle_hash([RUNTIME], REQS, "manylinux2014_x86_64", "3.13")
+    first = bundle_hash([RUNTIME], LOCK, "manylinux2014_x86_64", "3.13")
+    assert first == bundle_hash([RUNTIME], resolve_locks(REQS, X86), "manylinux2014_x86_64", "3.13")
 
 
 def test_hash_ignores_bytecode_caches(runtime_copy):
-    before = bundle_hash([runtime_copy], REQS, "manylinux2014_x86_64", "3.13")
+    before = bundle_hash([runtime_copy], LOCK, "manylinux2014_x86_64", "3.13")
     (runtime_copy / "__pycache__").mkdir(exist_ok=True)
     (runtime_copy / "__pycache__" / "handler.cpython-311.pyc").write_bytes(b"\x00")
-    assert bundle_hash([runtime_copy], REQS, "manylinux2014_x86_64", "3.13") == before
+    assert bundle_hash([runtime_copy], LOCK, "manylinux2014_x86_64", "3.13") == before
 
 
 def test_hash_changes_with_handler_code(runtime_copy):
-    before = bundle_hash([runtime_copy], REQS, "manylinux2014_x86_64", "3.13")
+    before = bundle_hash([runtime_copy], LOCK, "manylinux2014_x86_64", "3.13")
     (runtime_copy / "handler.py").write_text("# changed\n", encoding="utf-8")
-    assert bundle_hash([runtime_copy], REQS, "manylinux2014_x86_64", "3.13") != before
+    assert bundle_hash([runtime_copy], LOCK, "manylinux2014_x86_64", "3.13") != before
 
 
 def test_hash_differs_per_architecture():
     # An arm64 and an x86_64 function must never share one staged asset.
-    x86 = bundle_hash([RUNTIME], REQS, pip_platform(lambda_.Architecture.X86_64), "3.13")
-    arm = bundle_hash([RUNTIME], REQS, pip_platform(lambda_.Architecture.ARM_64), "3.13")
+    x86 = bundle_hash([RUNTIME], LOCK, pip_platform(lambda_.Architecture.X86_64), "3.13")
+    arm = bundle_hash(
+        [RUNTIME], resolve_locks(REQS, ARM), pip_platform(lambda_.Architecture.ARM_64), "3.13"
+    )
     assert x86 != arm
+
+
+def copy_lock(tmp_path: Path, edit=lambda text: text) -> Path:
+    """The runtime's requirements and x86_64 lock, copied (the lock edited by ``edit``)."""
+    reqs = write(tmp_path / "locked" / "requirements.txt", REQS[0].read_text())
+    write(lock_path(reqs, X86), edit(lock_path(REQS[0], X86).read_text()))
+    return reqs
+
+
+def test_hash_follows_the_locked_versions_and_hashes_not_the_comments(tmp_path):
+    base = bundle_hash([RUNTIME], LOCK, X86.platform, "3.13")
+
+    def with_lock(name, edit):
+        return bundle_hash([RUNTIME], resolve_locks([copy_lock(tmp_path / name, edit)], X86),
+                           X86.platform, "3.13")  # fmt: skip
+
+    # GIVEN the same lock with comments changed THEN the same hash
+    assert with_lock("comments", lambda t: t.replace("# via", "#   via")) == base
+    # GIVEN one locked version or one accepted file hash changed THEN another hash
+    assert with_lock("version", lambda t: t.replace("jiter==0.19.0", "jiter==0.19.1")) != base
+    first_hash = LOCK.by_name()["jiter"].hashes[0].removeprefix("sha256:")
+    assert with_lock("sha", lambda t: t.replace(first_hash, "f" * 64)) != base
 
 
 def test_platform_tags():
@@ -67,7 +141,7 @@ def test_platform_tags():
     assert pip_platform(lambda_.Architecture.X86_64) == "manylinux2014_x86_64"
 
 
-def test_copy_only_bundle_has_no_caches_or_tests(tmp_path, runtime_copy):
+def test_copy_only_bundle_has_no_caches_tests_requirements_or_locks(tmp_path, runtime_copy):
     (runtime_copy / "__pycache__").mkdir(exist_ok=True)
     (runtime_copy / "__pycache__" / "x.pyc").write_bytes(b"\x00")
     (runtime_copy / "tests").mkdir()
@@ -77,19 +151,368 @@ def test_copy_only_bundle_has_no_caches_or_tests(tmp_path, runtime_copy):
     assert (out / "model_step" / "handler.py").is_file()
     assert not list(out.rglob("__pycache__")) and not list(out.rglob("tests"))
     assert not (out / "model_step" / "requirements.txt").exists()
+    assert not list(out.rglob("*.lock"))
 
 
-def test_pip_failure_says_why(tmp_path, runtime_copy):
-    # --no-index keeps this test offline: pip cannot find the wheel, as on a
-    # machine without index access.
-    reqs = tmp_path / "requirements.txt"
-    reqs.write_text("--no-index\nanthropic==2.14.0\n")
+# --------------------------------------------------------------------------- the locks
+@pytest.mark.parametrize("target", [X86, ARM], ids=lambda t: t.machine)
+@pytest.mark.parametrize("name", LIBRARY_REQUIREMENTS)
+def test_every_library_lock_is_current_complete_and_hashed(name, target):
+    # GIVEN a bundled function's requirements.txt WHEN resolved for a target
+    requirements = lambda_src_root() / name / "requirements.txt"
+    lock = resolve_locks([requirements], target)
+    # THEN its lock (not stale, for that target) pins every direct requirement, with hashes
+    pins = {p.name: p for p in lock.packages}
+    for line in read_requirements(requirements):
+        assert pins[line.name].version == line.pinned_version, line
+    assert all(p.hashes and all(h.startswith("sha256:") for h in p.hashes) for p in pins.values())
+    # AND it leaves out what the Lambda runtime provides
+    assert not {"boto3", "botocore", "s3transfer"} & set(pins)
+
+
+def test_the_model_step_lock_holds_the_whole_sdk_closure():
+    # The transitive packages that used to float are pinned now.
+    assert {"pydantic", "pydantic-core", "httpx2", "anyio", "jiter"} <= set(LOCK.by_name())
+
+
+def test_a_stale_lock_is_refused(tmp_path):
+    # GIVEN requirements.txt edited after its lock was written
+    reqs = copy_lock(tmp_path)
+    reqs.write_text(reqs.read_text() + "six==1.17.0\n")
+    # WHEN resolved THEN bundling refuses, saying what to run
+    with pytest.raises(RequirementsNotLockedError) as error:
+        resolve_locks([reqs], X86)
+    assert "changed since requirements-x86_64.lock was written" in str(error.value)
+    assert "python -m constructs_lib.lock_requirements" in str(error.value)
+
+
+def test_a_lock_for_another_target_is_refused(tmp_path):
+    reqs = copy_lock(tmp_path)
+    with pytest.raises(RequirementsNotLockedError) as error:
+        resolve_locks([reqs], LockTarget("3.14", X86.platform))
+    assert "for cp313-manylinux2014_x86_64, not cp314-manylinux2014_x86_64" in str(error.value)
+
+
+def test_a_requirements_file_with_index_options_is_refused(tmp_path):
+    reqs = write(tmp_path / "requirements.txt", "--index-url https://example.org/simple\nsix\n")
     with pytest.raises(LocalBundlingError) as error:
-        LocalPipBundling([runtime_copy], [reqs], "manylinux2014_aarch64").bundle(tmp_path / "o")
+        resolve_locks([reqs], X86)
+    assert "line 1" in str(error.value) and "PIP_INDEX_URL" in str(error.value)
+
+
+# --------------------------------------------------------------------------- custom requirements
+def test_a_custom_requirement_against_the_runtime_pin_names_both_sides(tmp_path):
+    # GIVEN a handler that asks for another Powertools than the runtime's lock pins
+    extra = write(tmp_path / "my_step" / "requirements.txt", "aws-lambda-powertools==3.36.0\n")
+    # WHEN resolved with the runtime's lock
+    with pytest.raises(RequirementsConflictError) as error:
+        resolve_locks([*REQS, extra], X86)
+    # THEN the error names the package, each side's file and version, and how to fix it
     message = str(error.value)
-    assert "pip could not install" in message
+    assert "aws-lambda-powertools:" in message
+    assert f"{extra} (line 1) asks ==3.36.0" in message
+    assert "requirements-x86_64.lock (this library's lock) pins 3.37.0" in message
+    assert "network" not in message
+
+
+def test_a_custom_lock_pinning_another_version_names_both_locks(tmp_path):
+    # GIVEN a complete custom lock whose pydantic is not the runtime's
+    extra = write(tmp_path / "requirements.txt", f"pydantic==2.12.0 --hash={fake_sha()}\n")
+    with pytest.raises(RequirementsConflictError) as error:
+        resolve_locks([*REQS, extra], X86)
+    locked = LOCK.by_name()["pydantic"].version
+    assert f"pydantic: {extra} (line 1) asks ==2.12.0, but " in str(error.value)
+    assert f"requirements-x86_64.lock (this library's lock) pins {locked}" in str(error.value)
+
+
+def test_an_unlocked_custom_requirement_is_refused_with_the_lock_command(tmp_path):
+    extra = write(tmp_path / "requirements.txt", "six>=1.16\n")
+    with pytest.raises(RequirementsNotLockedError) as error:
+        resolve_locks([*REQS, extra], X86)
+    message = str(error.value)
+    assert f"{extra} has no lock requirements-x86_64.lock" in message
+    assert f"python -m constructs_lib.lock_requirements {extra}" in message
+
+
+def test_a_fully_hashed_custom_file_is_its_own_lock(tmp_path):
+    # GIVEN a custom file pinned == with hashes, repeating one runtime pin and naming boto3
+    pydantic = LOCK.by_name()["pydantic"]
+    extra = write(
+        tmp_path / "requirements.txt",
+        f"six==1.17.0 --hash={fake_sha('a')}\n"
+        f"{pydantic.requirement_line()}\n"
+        f"boto3==1.40.0 --hash={fake_sha('b')}  # the runtime's, never bundled\n",
+    )
+    # WHEN combined with the runtime's lock THEN six joins, pydantic once, boto3 not at all
+    combined = resolve_locks([*REQS, extra], X86).by_name()
+    assert combined["six"].version == "1.17.0" and combined["six"].source == extra
+    assert combined["pydantic"] == pydantic
+    assert "boto3" not in combined
+    assert set(combined) == {*LOCK.by_name(), "six"}
+
+
+def test_a_custom_requirements_path_must_exist(tmp_path):
+    package = write(tmp_path / "my_step" / "__init__.py", "").parent
+    with pytest.raises(PropValidationError) as error:
+        ModelStepHandler.from_package(
+            package, handler="my_step.handler.handler", requirements="no/such/requirements.txt"
+        )
+    message = str(error.value)
+    assert "'no/such/requirements.txt'" in message and "does not exist" in message
+
+
+def test_custom_requirements_are_optional(tmp_path):
+    package = write(tmp_path / "my_step" / "__init__.py", "").parent
+    handler = ModelStepHandler.from_package(package, handler="my_step.handler.handler")
+    assert handler.requirements == REQS
+
+
+def test_a_conflicting_custom_handler_fails_synth_with_both_versions(tmp_path):
+    # GIVEN the issue's case, through the public API, in a synth that skips bundling
+    from constructs_lib import IdempotentModelStep
+
+    package = write(tmp_path / "my_step" / "__init__.py", "").parent
+    extra = write(package / "requirements.txt", "aws-lambda-powertools==3.36.0\n")
+    handler = ModelStepHandler.from_package(
+        package, handler="my_step.handler.handler", requirements=extra
+    )
+    stack = cdk.Stack(cdk.App(context=NO_BUNDLING, outdir=str(tmp_path / "out")), "S")
+    # WHEN the step is built THEN synth stops with both versions, not with pip's resolver
+    with pytest.raises(RequirementsConflictError, match=r"asks ==3\.36\.0.*pins 3\.37\.0"):
+        IdempotentModelStep(stack, "Step", **step_props(stack, handler=handler))
+
+
+def test_the_lock_command_refuses_a_conflict_before_resolving(tmp_path, capsys):
+    extra = write(tmp_path / "requirements.txt", "aws-lambda-powertools==3.36.0\n")
+    assert lock_requirements.main([str(extra)]) == 1
+    err = capsys.readouterr().err
+    assert "asks ==3.36.0" in err and "pins 3.37.0" in err
+    assert not list(tmp_path.glob("*.lock"))
+
+
+def test_the_lock_command_locks_a_custom_file_for_both_architectures(
+    tmp_path, runtime_copy, isolated_pip
+):
+    # GIVEN a custom requirement, served by a local index to uv (locking) and pip (bundling)
+    links = tmp_path / "links"
+    tiny_wheel(links)
+    for key, value in {"UV_OFFLINE": "1", "PIP_NO_INDEX": "1"}.items():
+        isolated_pip.setenv(key, value)
+    for tool in ("UV", "PIP"):
+        isolated_pip.setenv(f"{tool}_FIND_LINKS", str(links))
+    isolated_pip.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    extra = write(tmp_path / "my_step" / "requirements.txt", "tinypkg>=1  # floats here\n")
+    # WHEN locked with the command users run
+    assert lock_requirements.main([str(extra)]) == 0
+    # THEN each architecture's lock pins it with the wheel's hash, against the runtime's lock
+    for target in (X86, ARM):
+        combined = resolve_locks([*REQS, extra], target).by_name()
+        assert combined["tinypkg"].version == "1.0"
+        assert combined["tinypkg"].source == lock_path(extra, target)
+        assert set(combined) == {*resolve_locks(REQS, target).by_name(), "tinypkg"}
+    # AND bundling installs that lock, its hash checked by pip
+    out = tmp_path / "out"
+    LocalPipBundling([runtime_copy], [extra], X86.platform).bundle(out)
+    assert (out / "tinypkg" / "__init__.py").is_file()
+
+
+# --------------------------------------------------------------------------- installed closure
+def fake_dist(site: Path, name: str, version: str, *requires: str) -> None:
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata += [f"Requires-Dist: {r}" for r in requires]
+    write(site / f"{name.replace('-', '_')}-{version}.dist-info" / "METADATA",
+          "\n".join(metadata) + "\n")  # fmt: skip
+
+
+def lock_of(tmp_path: Path, target: LockTarget, *pins: str) -> object:
+    text = "".join(f"{pin} --hash={fake_sha()}\n" for pin in pins)
+    return resolve_locks([write(tmp_path / "lock.txt", text)], target)
+
+
+def test_installed_closure_is_checked_with_the_targets_markers(tmp_path):
+    # GIVEN packages whose dependencies apply only on another Python or CPU, or come
+    # with Lambda (boto3)
+    site = tmp_path / "site"
+    fake_dist(site, "app", "1.0",
+              "helper>=2", "tomli; python_version < '3.11'",
+              "x86-only; platform_machine == 'x86_64'", "boto3>=1.30",
+              "extra-only; extra == 'cli'")  # fmt: skip
+    fake_dist(site, "helper", "2.1")
+    lock = lock_of(tmp_path, ARM, "app==1.0", "helper==2.1")
+    # WHEN checked for arm64 on CPython 3.13 THEN nothing is missing
+    check_installed(site, lock)
+
+
+def test_installed_closure_names_a_missing_and_a_mismatched_dependency(tmp_path):
+    # GIVEN a custom package needing an older pydantic than the lock, and a missing one
+    site = tmp_path / "site"
+    fake_dist(site, "legacy-client", "0.9", "pydantic<2", "missing-dep==1.*")
+    fake_dist(site, "pydantic", "2.14.4")
+    lock = lock_of(tmp_path, X86, "legacy-client==0.9", "pydantic==2.14.4")
+    with pytest.raises(RequirementsConflictError) as error:
+        check_installed(site, lock)
+    message = str(error.value)
+    assert "legacy-client 0.9" in message
+    assert "requires pydantic<2, but pydantic 2.14.4 is locked" in message
+    assert "requires missing-dep==1.*, which no lock provides" in message
+
+
+def test_installed_closure_follows_requested_extras(tmp_path):
+    site = tmp_path / "site"
+    fake_dist(site, "app", "1.0", "lib[fast]>=1")
+    fake_dist(site, "lib", "1.2", "speedups; extra == 'fast'")
+    lock = lock_of(tmp_path, X86, "app==1.0", "lib==1.2")
+    with pytest.raises(RequirementsConflictError, match=r"lib 1\.2\[fast\].*speedups"):
+        check_installed(site, lock)
+
+
+# --------------------------------------------------------------------------- pip failures
+def tiny_wheel(directory: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
+    """A real, minimal pure-Python wheel, built here, so pip and uv need no index."""
+    import base64
+    import hashlib
+
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 1\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    rows = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        rows.append(f"{path},sha256={digest.decode()},{len(text.encode())}\n")
+    files[f"{info}/RECORD"] = "".join(rows) + f"{info}/RECORD,,\n"
+    directory.mkdir(parents=True, exist_ok=True)
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def test_an_unreachable_index_says_so(tmp_path, runtime_copy, isolated_pip):
+    # GIVEN an index nothing listens on
+    isolated_pip.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    bundling = LocalPipBundling([runtime_copy], REQS, "manylinux2014_aarch64")
+    # WHEN the lock is installed THEN the error says the index could not be reached
+    with pytest.raises(PackageIndexUnreachableError) as error:
+        bundling.bundle(tmp_path / "out")
+    message = str(error.value)
+    assert "could not reach http://127.0.0.1:9/simple/" in message
+    assert "needs network access to a package index" in message
     assert "manylinux2014_aarch64 wheels for CPython 3.13" in message
-    assert "anthropic==2.14.0" in message
+    assert "\x1b[" not in message  # pip's own lines, quoted without terminal colours
+
+
+def test_a_wheel_missing_from_a_reachable_index_is_not_called_a_network_problem(
+    tmp_path, runtime_copy, isolated_pip
+):
+    # GIVEN a reachable (local) index that holds only an sdist of the locked package
+    links = tmp_path / "links"
+    write(links / "tinypkg-1.0.tar.gz", "not a real sdist")
+    isolated_pip.setenv("PIP_NO_INDEX", "1")
+    isolated_pip.setenv("PIP_FIND_LINKS", str(links))
+    reqs = write(tmp_path / "requirements.txt", f"tinypkg==1.0 --hash={fake_sha()}\n")
+    # WHEN installed THEN the error names the package and the wheels it needs, no network hint
+    with pytest.raises(LocalBundlingError) as error:
+        LocalPipBundling([runtime_copy], [reqs], X86.platform).bundle(tmp_path / "out")
+    message = str(error.value)
+    assert "has no manylinux2014_x86_64 wheels for CPython 3.13 of tinypkg==1.0" in message
+    assert "network" not in message and not isinstance(error.value, PackageIndexUnreachableError)
+
+
+def test_a_file_that_does_not_match_the_lock_is_refused(tmp_path, runtime_copy, isolated_pip):
+    # GIVEN an index serving a wheel whose sha256 the lock does not list
+    links = tmp_path / "links"
+    tiny_wheel(links)
+    isolated_pip.setenv("PIP_NO_INDEX", "1")
+    isolated_pip.setenv("PIP_FIND_LINKS", str(links))
+    reqs = write(tmp_path / "requirements.txt", f"tinypkg==1.0 --hash={fake_sha()}\n")
+    with pytest.raises(LocalBundlingError) as error:
+        LocalPipBundling([runtime_copy], [reqs], X86.platform).bundle(tmp_path / "out")
+    message = str(error.value)
+    assert "sha256 is not in the lock" in message and "tinypkg==1.0" in message
+    assert "network" not in message
+
+
+def test_a_locked_wheel_installs_with_its_metadata_and_no_foreign_records(
+    tmp_path, runtime_copy, isolated_pip
+):
+    # GIVEN an index serving exactly the locked wheel
+    import hashlib
+
+    links = tmp_path / "links"
+    wheel = tiny_wheel(links)
+    isolated_pip.setenv("PIP_NO_INDEX", "1")
+    isolated_pip.setenv("PIP_FIND_LINKS", str(links))
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    reqs = write(tmp_path / "requirements.txt", f"tinypkg==1.0 --hash=sha256:{sha}\n")
+    # WHEN bundled THEN the package and its dist-info are in the asset, beside the runtime
+    out = tmp_path / "out"
+    LocalPipBundling([runtime_copy], [reqs], X86.platform).bundle(out)
+    assert (out / "tinypkg" / "__init__.py").read_text() == "VALUE = 1\n"
+    record = (out / "tinypkg-1.0.dist-info" / "RECORD").read_text()
+    assert "tinypkg/__init__.py" in record and "../" not in record
+    assert (out / "model_step" / "handler.py").is_file()
+
+
+def test_pip_failures_are_told_apart_by_pips_log():
+    # pip 23-25 wording, as logged with --log; only a failed connection gets the network hint
+    refused = (
+        "Could not fetch URL https://mirror.example/simple/jiter/: connection error: "
+        "HTTPSConnectionPool(host='mirror.example', port=443): Max retries exceeded "
+        "(Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] "
+        "Connection refused')) - skipping\n"
+        "ERROR: No matching distribution found for jiter==0.19.0\n"
+    )
+    conflict = (
+        "ERROR: Cannot install a==1 and b==2 because these package versions have conflicting "
+        "dependencies.\nThe conflict is caused by:\n    a 1 depends on c<2\n    b 2 depends "
+        "on c>=2\nERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n"
+    )
+    unreachable = explain_pip_failure("", refused, X86)
+    assert isinstance(unreachable, PackageIndexUnreachableError)
+    assert "https://mirror.example/simple/jiter/" in str(unreachable)
+    resolved = explain_pip_failure(conflict, conflict, X86)
+    assert isinstance(resolved, RequirementsConflictError)
+    assert "a 1 depends on c<2" in str(resolved) and "network" not in str(resolved)
+    missing = explain_pip_failure("ERROR: No matching distribution found for x==1\n", "", X86)
+    assert "network" not in str(missing) and "x==1" in str(missing)
+
+
+# --------------------------------------------------------------------------- byte identity
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.bundling
+def test_two_bundlings_with_different_pip_caches_build_byte_identical_trees(tmp_path, monkeypatch):
+    # GIVEN the splitter's asset inputs (its lock: Powertools and two small packages),
+    # bytecode included when this machine has a CPython 3.13
+    src = lambda_src_root()
+    packages = [src / "prospect_splitter", src / "upload_accounting"]
+    reqs = [src / "prospect_splitter" / "requirements.txt"]
+    compiler = find_bytecode_python("3.13")
+    # WHEN bundled twice, each time with an empty pip cache of its own
+    trees = []
+    for name in ("first", "second"):
+        monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / f"cache-{name}"))
+        out = tmp_path / name / "asset"
+        bundling = LocalPipBundling(packages, reqs, X86.platform, compiler=compiler)
+        bundling.bundle(out)
+        trees.append(tree(out))
+    # THEN every file's path and bytes are the same
+    first, second = trees
+    assert sorted(first) == sorted(second)
+    assert [path for path in first if first[path] != second[path]] == []
+    # AND the asset holds exactly the lock's distributions
+    assert bundling.lock is not None
+    dist_infos = {p.split("/")[0] for p in first if p.split("/")[0].endswith(".dist-info")}
+    expected = {f"{p.name.replace('-', '_')}-{p.version}.dist-info" for p in bundling.lock.packages}
+    assert dist_infos == expected
+    if compiler is not None:
+        assert any(path.endswith(".cpython-313.pyc") for path in first)
 
 
 # --------------------------------------------------------------------------- bytecode
@@ -123,7 +546,7 @@ def python313():
 def test_hash_differs_per_bytecode_mode(python313):
     # GIVEN one set of inputs WHEN built with .pyc, without, or not at all THEN three keys.
     hashes = {
-        bundle_hash([RUNTIME], REQS, "manylinux2014_x86_64", "3.13", mode)
+        bundle_hash([RUNTIME], LOCK, "manylinux2014_x86_64", "3.13", mode)
         for mode in (NO_BYTECODE, python313.mode, BUNDLING_SKIPPED)
     }
     assert len(hashes) == 3

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from constructs_lib.bundling import RUNTIME_PROVIDED, find_bytecode_python
+from constructs_lib.dependency_lock import LockTarget, resolve_locks
 
 from .conftest import REPO, cdk_cli, cli_env
 from .test_snapshot_and_compliance import lint
@@ -138,12 +139,34 @@ def test_a_read_only_copy_imports_from_the_shipped_bytecode(tmp_path):
     assert not [p for p in task.rglob("*.pyc") if "cpython-313" not in p.name]
 
 
-def test_model_step_asset_pins_the_sdk_and_powertools():
-    pins = (REPO / "lambda_src/model_step/requirements.txt").read_text().split()
-    for asset in model_step_assets():
-        for pin in pins:
-            name, version = pin.split("==")
-            assert (asset / f"{name.replace('-', '_')}-{version}.dist-info").is_dir(), (asset, pin)
+def locked_distributions(asset: Path, architecture: str) -> set[str]:
+    """The dist-info names the asset's lock installs: model_step's, the splitter's, or none."""
+    machine = "aarch64" if architecture == "arm64" else "x86_64"
+    target = LockTarget.for_machine(LAMBDA_PYTHON, machine)
+    for name in ("model_step", "prospect_splitter"):
+        if (asset / name).is_dir():
+            lock = resolve_locks([REPO / "lambda_src" / name / "requirements.txt"], target)
+            return {f"{p.name.replace('-', '_')}-{p.version}.dist-info" for p in lock.packages}
+    return set()
+
+
+def test_every_asset_installs_exactly_its_lock():
+    # GIVEN each function's staged asset and its architecture
+    checked = 0
+    for template_path in CDK_OUT.glob("*.template.json"):
+        for resource in json.loads(template_path.read_text())["Resources"].values():
+            if resource["Type"] != "AWS::Lambda::Function":
+                continue
+            asset = CDK_OUT / resource["Metadata"]["aws:asset:path"]
+            (architecture,) = resource["Properties"].get("Architectures", ["x86_64"])
+            # THEN its distributions are the lock's, at the locked versions, and no others
+            installed = {p.name for p in asset.glob("*.dist-info")}
+            assert installed == locked_distributions(asset, architecture), asset
+            # AND no RECORD names a file outside the asset (console scripts are dropped)
+            for record in asset.glob("*.dist-info/RECORD"):
+                assert "../" not in record.read_text(), record
+            checked += bool(installed)
+    assert checked >= 2  # the model step and the splitter
 
 
 def test_every_bundled_handler_imports_under_the_lambda_python(tmp_path):

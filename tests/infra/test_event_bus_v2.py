@@ -159,15 +159,12 @@ def test_buffer_queue_has_no_resource_policy_for_eventbridge_on_a_v2_bus(raw):
 
 # ---------------------------------------------------------------- v2 alarms
 def _alarms(raw: dict) -> dict[str, dict]:
-    return {
-        v["Properties"]["MetricName"]: v["Properties"]
-        for v in resources(raw, "AWS::CloudWatch::Alarm").values()
-    }
+    return {k: v["Properties"] for k, v in resources(raw, "AWS::CloudWatch::Alarm").items()}
 
 
 @pytest.mark.parametrize("metric", ["OnFailureDestinationDelivered", "EventsDropped"])
 def test_v2_delivery_alarms_use_the_bus_and_subscriber_arns(raw, metric):
-    alarm = _alarms(raw)[metric]
+    [alarm] = [a for a in _alarms(raw).values() if a["MetricName"] == metric]
     bus = only(raw, "AWS::EventsV2::EventBus")[0]
     sub = only(raw, "AWS::EventsV2::Subscriber")[0]
     assert alarm["Namespace"] == "AWS/EventsV2"
@@ -199,9 +196,11 @@ def test_snap_start_deletes_a_superseded_version_and_its_billed_snapshot(raw):
     assert version["DeletionPolicy"] == "Delete"
 
 
-def test_snap_start_mapping_invokes_the_alias_not_latest(raw):
-    _, mapping = only(raw, "AWS::Lambda::EventSourceMapping")
-    assert ":live" in json.dumps(mapping["Properties"]["FunctionName"])
+def test_snap_start_mappings_invoke_the_alias_not_latest(raw):
+    # GIVEN the buffer queue's mapping and the redrive queue's  THEN both invoke "live"
+    mappings = resources(raw, "AWS::Lambda::EventSourceMapping").values()
+    assert len(mappings) == 2
+    assert all(":live" in json.dumps(m["Properties"]["FunctionName"]) for m in mappings)
 
 
 def test_snap_start_alias_has_a_fixed_construct_id(raw):

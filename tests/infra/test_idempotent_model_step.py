@@ -11,6 +11,7 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match
 
 from constructs_lib import IdempotentModelStep
@@ -47,8 +48,18 @@ def logical_id(raw: dict, type_: str) -> str:
 
 
 def queue_id(raw: dict, name: str) -> str:
-    """The logical id of the step's ``DeadLetterQueue`` or ``BufferQueue``."""
+    """The logical id of the step's ``DeadLetterQueue``, ``BufferQueue`` or ``RedriveQueue``."""
     return next(k for k in resources(raw, "AWS::SQS::Queue") if k.startswith(f"Classify{name}"))
+
+
+def mapping_of(raw: dict, queue: str) -> dict:
+    """The properties of the event source mapping that reads the step's ``queue``."""
+    found = [
+        v["Properties"] for v in resources(raw, "AWS::Lambda::EventSourceMapping").values()
+        if v["Properties"]["EventSourceArn"] == arn(queue_id(raw, queue))
+    ]  # fmt: skip
+    assert len(found) == 1, f"{queue}: {len(found)} mappings"
+    return found[0]
 
 
 def arn(logical: str) -> dict:
@@ -175,10 +186,11 @@ def test_buffer_queue_keeps_rows_14_days(raw):
     assert _buffer(raw)["MessageRetentionPeriod"] == 14 * 24 * 3600
 
 
-def test_buffer_queue_redrives_to_the_dlq_after_max_attempts_plus_one(raw):
+def test_buffer_queue_redrives_to_the_redrive_queue_after_max_attempts_plus_six(raw):
+    # GIVEN MAX_ATTEMPTS 3  THEN 3 receives that run + 1 to dead-letter + 5 for throttles
     assert _buffer(raw)["RedrivePolicy"] == {
-        "deadLetterTargetArn": arn(queue_id(raw, "DeadLetterQueue")),
-        "maxReceiveCount": 4,
+        "deadLetterTargetArn": arn(queue_id(raw, "RedriveQueue")),
+        "maxReceiveCount": 9,
     }
 
 
@@ -214,16 +226,90 @@ def test_buffer_queue_accepts_only_this_rule(raw):
 
 
 def test_mapping_reads_the_buffer_one_row_at_a_time_with_partial_batch_responses(raw):
-    mapping = only(raw, "AWS::Lambda::EventSourceMapping")["Properties"]
-    assert mapping["EventSourceArn"] == arn(queue_id(raw, "BufferQueue"))
+    mapping = mapping_of(raw, "BufferQueue")
     assert (mapping["BatchSize"], mapping["FunctionResponseTypes"]) == (
         1, ["ReportBatchItemFailures"]
     )  # fmt: skip
 
 
 def test_mapping_caps_concurrency_at_the_default_10(raw):
-    mapping = only(raw, "AWS::Lambda::EventSourceMapping")["Properties"]
-    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 10}
+    assert mapping_of(raw, "BufferQueue")["ScalingConfig"] == {"MaximumConcurrency": 10}
+
+
+def test_the_function_has_exactly_two_mappings_buffer_and_redrive(raw):
+    function = logical_id(raw, "AWS::Lambda::Function")
+    mappings = resources(raw, "AWS::Lambda::EventSourceMapping").values()
+    assert sorted(m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0] for m in mappings) == sorted(
+        queue_id(raw, q) for q in ("BufferQueue", "RedriveQueue")
+    )
+    assert {json.dumps(m["Properties"]["FunctionName"]) for m in mappings} == {
+        json.dumps({"Ref": function})
+    }
+
+
+# ---------------------------------------------------------------- redrive queue
+def _redrive(raw: dict) -> dict:
+    return raw["Resources"][queue_id(raw, "RedriveQueue")]["Properties"]
+
+
+def test_redrive_queue_is_standard_and_encrypted_like_the_dlq(raw):
+    props = _redrive(raw)
+    assert "FifoQueue" not in props and props["SqsManagedSseEnabled"] is True
+
+
+def test_redrive_queue_visibility_timeout_is_six_function_timeouts(raw):
+    timeout = only(raw, "AWS::Lambda::Function")["Properties"]["Timeout"]
+    assert _redrive(raw)["VisibilityTimeout"] == 6 * timeout == 540
+
+
+def test_redrive_queue_keeps_rows_14_days(raw):
+    assert _redrive(raw)["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_redrive_queue_dead_letters_to_the_dlq_5_receives_after_the_buffers_count(raw):
+    # A moved message may keep its receive count (moto keeps it): 9 + 5, so the redrive
+    # queue's consumer gets 5 receives either way, never 0.
+    assert _redrive(raw)["RedrivePolicy"] == {
+        "deadLetterTargetArn": arn(queue_id(raw, "DeadLetterQueue")),
+        "maxReceiveCount": 14,
+    }
+
+
+def _queue_policy(raw: dict, queue: str) -> list[dict]:
+    return next(
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for p in resources(raw, "AWS::SQS::QueuePolicy").values()
+        if p["Properties"]["Queues"] == [{"Ref": queue_id(raw, queue)}]
+    )
+
+
+def test_redrive_queue_refuses_non_tls_access(raw):
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+        for s in _queue_policy(raw, "RedriveQueue")
+    )
+
+
+def test_redrive_queue_lets_no_one_send(raw):
+    # Only SQS's redrive policy puts rows there; its policy allows nothing.
+    assert [s for s in _queue_policy(raw, "RedriveQueue") if s["Effect"] == "Allow"] == []
+
+
+def test_redrive_mapping_reads_one_row_at_a_time_with_partial_batch_responses(raw):
+    mapping = mapping_of(raw, "RedriveQueue")
+    assert (mapping["BatchSize"], mapping["FunctionResponseTypes"]) == (
+        1, ["ReportBatchItemFailures"]
+    )  # fmt: skip
+
+
+def test_redrive_mapping_runs_at_most_2_at_once(raw):
+    assert mapping_of(raw, "RedriveQueue")["ScalingConfig"] == {"MaximumConcurrency": 2}
+
+
+def test_environment_names_the_redrive_queue_by_arn(raw):
+    # The runtime tells the two sources apart by a record's eventSourceARN.
+    env = only(raw, "AWS::Lambda::Function")["Properties"]["Environment"]["Variables"]
+    assert env["REDRIVE_QUEUE_ARN"] == arn(queue_id(raw, "RedriveQueue"))
 
 
 def test_function_has_no_reserved_concurrency_by_default(raw):
@@ -281,17 +367,22 @@ def test_dlq_refuses_non_tls_access(template, raw):
 
 # ---------------------------------------------------------------- alarms
 def _alarms(raw: dict) -> dict[str, dict]:
+    """Each alarm's properties by its construct id (``DeadLetterMessagesAlarm``, ...)."""
     return {
-        v["Properties"]["MetricName"]: v["Properties"]
+        v["Metadata"]["aws:cdk:path"].split("/")[-2]: v["Properties"]
         for v in resources(raw, "AWS::CloudWatch::Alarm").values()
     }
+
+
+def _queue_dimension(raw: dict, queue: str) -> list[dict]:
+    return [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id(raw, queue), "QueueName"]}}]
 
 
 def test_eventbridge_dlq_alarms_use_rule_and_custom_bus_dimensions(raw):
     alarms = _alarms(raw)
     rule = {"Ref": logical_id(raw, "AWS::Events::Rule")}
     bus = {"Ref": logical_id(raw, "AWS::Events::EventBus")}
-    for name in ("InvocationsSentToDlq", "InvocationsFailedToBeSentToDlq"):
+    for name in ("SentToDlqAlarm", "FailedToBeSentToDlqAlarm"):
         assert alarms[name]["Namespace"] == "AWS/Events"
         assert sorted(alarms[name]["Dimensions"], key=lambda d: d["Name"]) == [
             {"Name": "EventBusName", "Value": bus},
@@ -299,10 +390,38 @@ def test_eventbridge_dlq_alarms_use_rule_and_custom_bus_dimensions(raw):
         ]
 
 
-def test_dlq_alarm_fires_on_any_message_arriving(raw):
-    alarm = _alarms(raw)["NumberOfMessagesSent"]
-    assert (alarm["Namespace"], alarm["Statistic"], alarm["Threshold"]) == ("AWS/SQS", "Sum", 1)
+def test_dlq_depth_alarm_sees_every_message_redrives_included(raw):
+    # GIVEN SQS does not count a redriven message as sent  THEN the alarm watches the depth
+    alarm = _alarms(raw)["DeadLetterMessagesAlarm"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == (
+        "ApproximateNumberOfMessagesVisible", "Maximum", 60, 1
+    )  # fmt: skip
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["Dimensions"] == _queue_dimension(raw, "DeadLetterQueue")
+
+
+def test_dlq_received_alarm_sees_a_message_a_consumer_took_first(raw):
+    alarm = _alarms(raw)["DeadLetterReceivedAlarm"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == (
+        "NumberOfMessagesReceived", "Sum", 60, 1
+    )  # fmt: skip
+    assert alarm["Dimensions"] == _queue_dimension(raw, "DeadLetterQueue")
+
+
+def test_redrive_queue_alarm_fires_on_any_row_sqs_gave_up_on(raw):
+    alarm = _alarms(raw)["RedriveQueueAlarm"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == (
+        "NumberOfMessagesReceived", "Sum", 60, 1
+    )  # fmt: skip
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["Dimensions"] == _queue_dimension(raw, "RedriveQueue")
+
+
+def test_every_alarm_says_what_to_do(raw):
+    for name, alarm in _alarms(raw).items():
+        assert len(alarm["AlarmDescription"]) <= 1024, name
+    assert "ReceivesExhausted" in _alarms(raw)["RedriveQueueAlarm"]["AlarmDescription"]
+    assert "redrive the DLQ" in _alarms(raw)["DeadLetterMessagesAlarm"]["AlarmDescription"]
 
 
 def test_every_alarm_treats_missing_data_as_not_breaching(raw):
@@ -311,22 +430,21 @@ def test_every_alarm_treats_missing_data_as_not_breaching(raw):
 
 def test_every_alarm_notifies_the_alarm_topic(raw):
     topic = {"Ref": logical_id(raw, "AWS::SNS::Topic")}
-    assert [a["AlarmActions"] for a in _alarms(raw).values()] == [[topic]] * 4
+    assert [a["AlarmActions"] for a in _alarms(raw).values()] == [[topic]] * 6
 
 
 def test_buffer_age_alarm_fires_at_half_of_max_event_age(raw):
-    alarm = _alarms(raw)["ApproximateAgeOfOldestMessage"]
-    assert (alarm["Namespace"], alarm["Statistic"], alarm["Threshold"]) == (
-        "AWS/SQS", "Maximum", 43200
+    alarm = _alarms(raw)["BufferAgeAlarm"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Threshold"]) == (
+        "ApproximateAgeOfOldestMessage", "Maximum", 43200
     )  # fmt: skip
-    assert alarm["Dimensions"] == [
-        {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id(raw, "BufferQueue"), "QueueName"]}}
-    ]
+    assert alarm["Dimensions"] == _queue_dimension(raw, "BufferQueue")
 
 
 def test_no_async_lambda_alarms_because_nothing_invokes_it_asynchronously(raw):
     # AsyncEventsDropped / DestinationDeliveryFailures only exist for async invokes.
-    assert not {"AsyncEventsDropped", "DestinationDeliveryFailures"} & set(_alarms(raw))
+    metrics = {a["MetricName"] for a in _alarms(raw).values()}
+    assert not {"AsyncEventsDropped", "DestinationDeliveryFailures"} & metrics
 
 
 def test_default_bus_alarms_use_rule_name_alone(tmp_path_factory):
@@ -334,7 +452,7 @@ def test_default_bus_alarms_use_rule_name_alone(tmp_path_factory):
     stack = cdk.Stack(app, "DefaultBus")
     make_step(stack)
     raw = synth(app).templates["DefaultBus"]
-    dims = [a["Dimensions"] for n, a in _alarms(raw).items() if n.startswith("Invocations")]
+    dims = [a["Dimensions"] for a in _alarms(raw).values() if a["Namespace"] == "AWS/Events"]
     assert all([d["Name"] for d in dim] == ["RuleName"] for dim in dims) and len(dims) == 2
 
 
@@ -374,8 +492,19 @@ def test_iam_sends_only_to_the_dlq_and_the_buffer_queue(raw):
     )
 
 
-def test_iam_may_change_visibility_only_on_the_buffer_queue(raw):
-    assert _resources_for(raw, "sqs:ChangeMessageVisibility") == [arn(queue_id(raw, "BufferQueue"))]
+def test_iam_may_change_visibility_only_on_the_step_queues_it_consumes(raw):
+    assert _resources_for(raw, "sqs:ChangeMessageVisibility") == [
+        arn(queue_id(raw, q)) for q in ("BufferQueue", "RedriveQueue")
+    ]
+
+
+def test_iam_consumes_the_redrive_queue_as_its_mapping_needs(raw):
+    redrive = arn(queue_id(raw, "RedriveQueue"))
+    granted = [a for s in _statements(raw) if s["Resource"] == redrive for a in _actions(s)]
+    assert sorted(granted) == [
+        "sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl", "sqs:ReceiveMessage",
+    ]  # fmt: skip
 
 
 def test_iam_reads_only_the_secret(raw):
@@ -428,8 +557,10 @@ def test_attributes_and_retry_arithmetic(demo):
     assert isinstance(step.rule, events.Rule)
     assert step.table is not None and step.dead_letter_queue is not None
     assert step.buffer_queue is not None and step.alias is None and step.subscriber is None
-    assert len(step.alarms) == 4
+    assert isinstance(step.redrive_queue, sqs.Queue)
+    assert len(step.alarms) == 6
     assert (step.max_attempts, step.max_model_requests_per_delivery) == (3, 3)
+    assert step.buffer_max_receive_count == 3 + 1 + 5
 
 
 @pytest.mark.parametrize("attempts, expected", [(0, 1), (1, 2), (2, 3)])
@@ -444,15 +575,17 @@ def test_step_is_a_construct_with_stable_child_ids():
     step = make_step(stack)
     assert isinstance(step, IdempotentModelStep)
     assert {c.node.id for c in step.node.children} >= {
-        "IdempotencyTable", "DeadLetterQueue", "BufferQueue", "FunctionLogGroup",
-        "FunctionServiceRole", "Function", "Rule",
-        "SentToDlqAlarm", "FailedToBeSentToDlqAlarm", "DeadLetterMessagesAlarm", "BufferAgeAlarm",
+        "IdempotencyTable", "DeadLetterQueue", "BufferQueue", "RedriveQueue",
+        "FunctionLogGroup", "FunctionServiceRole", "Function", "Rule",
+        "SentToDlqAlarm", "FailedToBeSentToDlqAlarm", "DeadLetterMessagesAlarm",
+        "DeadLetterReceivedAlarm", "RedriveQueueAlarm", "BufferAgeAlarm",
     }  # fmt: skip
 
 
-def test_one_step_is_15_resources(raw):
-    # The README quotes this figure; CloudFormation allows 500 per stack.
-    assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 15
+def test_one_step_is_20_resources(raw):
+    # The docs quote this figure; CloudFormation allows 500 per stack. The redrive queue
+    # brought 5: the queue, its TLS policy, its mapping and two alarms.
+    assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 20
 
 
 # ---------------------------------------------------------------- providers / handlers
@@ -487,6 +620,23 @@ def variants(tmp_path_factory) -> dict:
         lambda_src_root() / "prospect_classifier", handler="prospect_classifier.handler.handler"
     ), environment={"PROSPECTS_TABLE_NAME": "prospects"})  # fmt: skip
     return synth(app).templates["Variants"]
+
+
+def test_extra_packages_are_bundled_beside_the_handler_before_the_runtime():
+    # GIVEN a custom handler with one extra package  WHEN it is made
+    # THEN the asset holds the handler's package, the extra one, then the runtime
+    from constructs_lib import ModelStepHandler
+    from constructs_lib.bundling import lambda_src_root
+
+    src = lambda_src_root()
+    handler = ModelStepHandler.from_package(
+        src / "prospect_classifier",
+        handler="prospect_classifier.handler.handler",
+        extra_packages=[src / "upload_accounting"],
+    )
+    assert [p.name for p in handler.packages] == [
+        "prospect_classifier", "upload_accounting", "model_step"
+    ]  # fmt: skip
 
 
 def _fn(raw: dict, prefix: str) -> dict:
@@ -545,7 +695,9 @@ def test_cap_of_one_reserves_one_concurrent_execution(variants):
 
 def test_cap_of_one_keeps_the_mapping_at_lambdas_minimum_of_2(variants):
     mapping = _by_prefix(
-        variants, "CapOneFunctionSqsEventSource", "AWS::Lambda::EventSourceMapping"
+        variants,
+        "CapOneFunctionSqsEventSourceVariantsCapOneBufferQueue",
+        "AWS::Lambda::EventSourceMapping",
     )
     assert mapping["ScalingConfig"] == {"MaximumConcurrency": 2}
 
@@ -566,8 +718,24 @@ def test_max_concurrency_is_the_mapping_scaling_config(tmp_path_factory):
     stack = cdk.Stack(app, "Cap")
     step = make_step(stack, max_concurrency=250)
     raw = synth(app).templates["Cap"]
-    mapping = _by_prefix(raw, "StepFunctionSqsEventSource", "AWS::Lambda::EventSourceMapping")
+    mapping = _by_prefix(
+        raw, "StepFunctionSqsEventSourceCapStepBufferQueue", "AWS::Lambda::EventSourceMapping"
+    )
     assert mapping["ScalingConfig"] == {"MaximumConcurrency": 250} and step.max_concurrency == 250
+
+
+def test_the_redrive_mapping_stays_at_2_whatever_the_cap(tmp_path_factory):
+    # GIVEN a cap of 250  THEN rows SQS gave up on are still read 2 at a time
+    app = new_app(tmp_path_factory, "cap-redrive")
+    stack = cdk.Stack(app, "CapRedrive")
+    make_step(stack, max_concurrency=250)
+    raw = synth(app).templates["CapRedrive"]
+    mapping = _by_prefix(
+        raw,
+        "StepFunctionSqsEventSourceCapRedriveStepRedriveQueue",
+        "AWS::Lambda::EventSourceMapping",
+    )
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 2}
 
 
 # ---------------------------------------------------------------- secrets
@@ -614,6 +782,32 @@ def test_metric_rate_limited_is_the_runtime_emf_metric_of_this_step(demo_step):
         "IdempotentModelStep", "RateLimited", "Sum"
     )  # fmt: skip
     assert metric.dimensions == {"service": "Metrics/Classify"}
+
+
+def test_metric_dead_letter_messages_counts_client_sends_only(demo_step):
+    # SQS does not count a message its redrive policy moved; the docstring says so.
+    metric = demo_step.metric_dead_letter_messages()
+    assert (metric.metric_name, metric.statistic) == ("NumberOfMessagesSent", "Sum")
+    assert "redrive" in (IdempotentModelStep.metric_dead_letter_messages.__doc__ or "")
+
+
+def test_metric_dead_letter_visible_is_the_dlq_depth(demo_step):
+    metric = demo_step.metric_dead_letter_visible()
+    assert (metric.namespace, metric.metric_name, metric.statistic) == (
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum"
+    )  # fmt: skip
+
+
+def test_metric_dead_letter_received_counts_receives_from_the_dlq(demo_step):
+    metric = demo_step.metric_dead_letter_received()
+    assert (metric.metric_name, metric.statistic) == ("NumberOfMessagesReceived", "Sum")
+    assert metric.dimensions == {"QueueName": demo_step.dead_letter_queue.queue_name}
+
+
+def test_metric_redrive_received_counts_receives_from_the_redrive_queue(demo_step):
+    metric = demo_step.metric_redrive_received()
+    assert (metric.metric_name, metric.statistic) == ("NumberOfMessagesReceived", "Sum")
+    assert metric.dimensions == {"QueueName": demo_step.redrive_queue.queue_name}
 
 
 def test_metric_buffer_age_is_the_oldest_buffered_message(demo_step):

@@ -151,6 +151,38 @@ def test_custom_handler_path_must_be_a_package(tmp_path):
         ModelStepHandler.from_package(tmp_path, handler=f"{tmp_path.name}.handler.handler")
 
 
+def test_extra_package_must_be_a_package(tmp_path):
+    (tmp_path / "my_step").mkdir()
+    (tmp_path / "my_step" / "__init__.py").write_text("")
+    (tmp_path / "not_a_package").mkdir()
+    with pytest.raises(
+        PropValidationError, match=r"extra_packages must be a Python package directory"
+    ):
+        ModelStepHandler.from_package(
+            tmp_path / "my_step",
+            handler="my_step.handler.handler",
+            extra_packages=[tmp_path / "not_a_package"],
+        )
+
+
+def test_extra_packages_need_distinct_names(tmp_path):
+    for package in ("my_step", "other/my_step", "other/model_step"):
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    with pytest.raises(PropValidationError, match=r"distinct names .*\['my_step', 'my_step'\]"):
+        ModelStepHandler.from_package(
+            tmp_path / "my_step",
+            handler="my_step.handler.handler",
+            extra_packages=[tmp_path / "other" / "my_step"],
+        )
+    with pytest.raises(PropValidationError, match=r"'model_step' is the library's runtime"):
+        ModelStepHandler.from_package(
+            tmp_path / "my_step",
+            handler="my_step.handler.handler",
+            extra_packages=[tmp_path / "other" / "model_step"],
+        )
+
+
 def test_retry_budget_range():
     with pytest.raises(
         PropValidationError, match=r"max_model_requests_per_delivery must be between 1 and 3, got 0"

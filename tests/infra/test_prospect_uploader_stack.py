@@ -288,7 +288,7 @@ def test_every_alarm_notifies_the_alert_topic(raw):
     alarms = [
         v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"
     ]
-    assert len(alarms) == 12  # 9 + the Classify buffer-age alarm + completion alert + sweeper
+    assert len(alarms) == 14  # 6 of the Classify step + 8 of the pipeline
     assert all(a["AlarmActions"] == [ref(raw, "AlertTopic/Resource")] for a in alarms)
     assert {a["TreatMissingData"] for a in alarms} == {"notBreaching"}
 

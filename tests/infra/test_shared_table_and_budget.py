@@ -57,15 +57,25 @@ def test_both_roles_get_the_table_grant(shared):
     assert len(granted) == 2
 
 
-def test_shared_dlq_takes_both_buffer_queues_redrive(shared):
-    # GIVEN two steps sharing one DLQ  THEN each step's own buffer redrives to it
+def test_shared_dlq_takes_both_redrive_queues_redrive(shared):
+    # GIVEN two steps sharing one DLQ  THEN each step's own redrive queue redrives to it
     dlq = next(k for k in shared["Resources"] if k.startswith("SharedDlq"))
     redrives = [
         v["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
         for k, v in shared["Resources"].items()
-        if v["Type"] == "AWS::SQS::Queue" and "BufferQueue" in k
+        if v["Type"] == "AWS::SQS::Queue" and "RedriveQueue" in k
     ]
     assert redrives == [{"Fn::GetAtt": [dlq, "Arn"]}] * 2
+
+
+def test_each_buffer_queue_redrives_to_its_own_steps_redrive_queue(shared):
+    for step in ("Summarize", "Classify"):
+        [buffer] = [
+            v for k, v in shared["Resources"].items() if k.startswith(f"{step}BufferQueue")
+            and v["Type"] == "AWS::SQS::Queue"
+        ]  # fmt: skip
+        target = buffer["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+        assert target.startswith(f"{step}RedriveQueue")
 
 
 def test_steps_sharing_a_table_get_distinct_record_prefixes(shared):
@@ -129,7 +139,7 @@ def test_retry_budget_fails_cdk_synth(tmp_path):
     assert "OverBudget/Step may make 3 model requests per delivery" in result.stderr
 
 
-def test_a_step_with_shared_table_and_queue_is_12_resources(shared):
-    # The README quotes this figure: buffer queue + policy, log group, role + policy,
-    # function, event source mapping, rule and four alarms.
-    assert len([k for k in shared["Resources"] if k.startswith("Summarize")]) == 12
+def test_a_step_with_shared_table_and_queue_is_17_resources(shared):
+    # The docs quote this figure: buffer and redrive queues + their policies, log group,
+    # role + policy, function, two event source mappings, rule and six alarms.
+    assert len([k for k in shared["Resources"] if k.startswith("Summarize")]) == 17

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly
+from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly, short_path
 from constructs_lib.local_engine.environment import environment_union
 from constructs_lib.local_engine.errors import (
     AssemblyNotFoundError,
@@ -52,16 +52,24 @@ def test_rules_targets_and_event_source_mappings(assembly):
     alert_target = rules["UploadAlertRule"].targets[0]
     assert alert_target.resource_type == "AWS::SNS::Topic"
     assert "InputTemplate" in alert_target.input_transformer
+    # Keyed by function and queue: the classifier reads its buffer and its redrive queue.
     mappings = {
-        assembly.function(m.function_logical_id).handler: m
+        (
+            assembly.function(m.function_logical_id).handler,
+            short_path(assembly.resources[m.source_logical_id].path),
+        ): m
         for m in assembly.event_source_mappings()
     }
-    recorder = mappings["failure_recorder.handler.handler"]
+    recorder = mappings["failure_recorder.handler.handler", "FailureQueue"]
     assert recorder.batch_size == 10 and recorder.report_batch_item_failures
     assert recorder.max_concurrency is None
-    step = mappings["prospect_classifier.handler.handler"]
+    step = mappings["prospect_classifier.handler.handler", "Classify/BufferQueue"]
     assert step.batch_size == 1 and step.report_batch_item_failures
     assert step.max_concurrency == 10
+    redrive = mappings["prospect_classifier.handler.handler", "Classify/RedriveQueue"]
+    assert redrive.batch_size == 1 and redrive.report_batch_item_failures
+    assert redrive.max_concurrency == 2
+    assert len(mappings) == 3
     assert assembly.upload_bucket().path.endswith("/UploadBucket/Resource")
 
 

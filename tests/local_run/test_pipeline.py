@@ -37,6 +37,15 @@ def faulty_run(cdk_out: Path, tmp_path_factory) -> RunResult:
     )
 
 
+def _classify_queue(result: RunResult, name: str) -> dict:
+    """The counters of Classify's ``BufferQueue`` or ``RedriveQueue`` (both feed its function)."""
+    (queue,) = [
+        q for queue_name, q in result.queues.items()
+        if q.get("consumer") == "Classify/Function" and f"-Classify{name}" in queue_name
+    ]  # fmt: skip
+    return queue
+
+
 def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_run):
     result = duplicated_run
     _assert_invariants(result)
@@ -61,10 +70,12 @@ def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_ru
     # (a batch item failure or a delayed copy); the mapping never exceeded its cap.
     classify = result.functions["Classify/Function"]
     assert classify["attempts"] > result.deliveries
-    (buffer,) = [q for q in result.queues.values() if q.get("consumer") == "Classify/Function"]
+    buffer = _classify_queue(result, "BufferQueue")
     assert buffer["first_receives"] >= result.deliveries
     assert 1 <= buffer["peak_concurrency"] <= buffer["max_concurrency"] == 10
     assert buffer["left"] == 0 and buffer["redriven"] == 0
+    redrive = _classify_queue(result, "RedriveQueue")
+    assert redrive["max_concurrency"] == 2 and redrive["received"] == redrive["left"] == 0
     assert result.alerts == 1  # the sample has invalid rows
 
 
@@ -85,7 +96,7 @@ def test_faults_end_in_the_failure_store_and_stay_within_the_retry_bound(faulty_
     failures = {k: v for k, v in result.model_outcomes.items() if k != "200"}
     assert failures, "the local model injected no fault"
     # Transient failures were retried from the buffer queue, and nothing was left on it.
-    (buffer,) = [q for q in result.queues.values() if q.get("consumer") == "Classify/Function"]
+    buffer = _classify_queue(result, "BufferQueue")
     assert buffer["received"] > buffer["first_receives"] or buffer["delayed_sends"] > 0
     assert buffer["left"] == 0
     assert "400" in failures  # ... and the handler dead-lettered a rejected request itself

@@ -6,8 +6,10 @@ Real handler code, real Powertools, the real Anthropic SDK over HTTP to a fake M
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +63,19 @@ class FakeLambdaContext:
         return self.remaining_millis
 
 
+class ShiftedClock:
+    """Moves the runtime's wall clock (``model_step.clock.now``) ahead of real time."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import model_step.clock
+
+        self.offset = 0.0
+        monkeypatch.setattr(model_step.clock, "now", lambda: time.time() + self.offset)
+
+    def shift(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @dataclass
 class Aws:
     """The mocked AWS resources of one test."""
@@ -71,7 +86,8 @@ class Aws:
     secret_arn: str
 
     def dead_letters(self) -> list[dict]:
-        """Every message on the DLQ: {"body": parsed JSON, "attributes": {name: value}}."""
+        """Every message on the DLQ: {"body": the event, "marker": the runtime's
+        ``dead_letter`` member of the body (or None), "attributes": {name: value}}."""
         found = []
         while True:
             response = self.sqs.receive_message(
@@ -84,9 +100,12 @@ class Aws:
             if not messages:
                 return found
             for message in messages:
+                body = json.loads(message["Body"])
+                marker = body.pop("dead_letter", None) if isinstance(body, dict) else None
                 found.append(
                     {
-                        "body": json.loads(message["Body"]),
+                        "body": body,
+                        "marker": marker,
                         "attributes": {
                             name: value["StringValue"]
                             for name, value in message.get("MessageAttributes", {}).items()
@@ -98,7 +117,23 @@ class Aws:
                 )
 
     def idempotency_items(self) -> list[dict]:
-        return self.dynamodb.scan(TableName=TABLE)["Items"]
+        """Powertools' records (the keys' budget items left out: see ``budgets``)."""
+        return [item for item in self._table_items() if not _is_budget(item)]
+
+    def budgets(self) -> dict[str, dict]:
+        """The keys' attempt-budget items, by record id."""
+        return {
+            item["id"]["S"].removesuffix("#budget"): item
+            for item in self._table_items()
+            if _is_budget(item)
+        }
+
+    def _table_items(self) -> list[dict]:
+        return self.dynamodb.scan(TableName=TABLE, ConsistentRead=True)["Items"]
+
+
+def _is_budget(item: dict) -> bool:
+    return item["id"]["S"].endswith("#budget")
 
 
 @pytest.fixture
@@ -273,3 +308,91 @@ def log_capture() -> Iterator[StringIO]:
 
 def log_records(buffer: StringIO) -> list[dict]:
     return [json.loads(line) for line in buffer.getvalue().splitlines() if line]
+
+
+# -- the buffer queue, as Lambda's poller hands its records over ---------------------------------
+def now_iso(seconds_ago: float = 0) -> str:
+    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fresh_event(row_number: int = 1, seconds_ago: float = 0, **fields) -> dict:
+    return make_event(prospect_detail(row_number=row_number, **fields), time=now_iso(seconds_ago))
+
+
+@dataclass
+class Buffer:
+    sqs: object
+    url: str
+    arn: str
+    calls: list = field(default_factory=list)
+
+    def batch(self, event: dict | str, *, receive_count: int | None = None) -> dict:
+        """Send ``event`` to the buffer queue, receive it, and shape it as Lambda does."""
+        attributes: dict = {}
+        body = event if isinstance(event, str) else json.dumps(event)
+        self.sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageAttributes=attributes)
+        [message] = self.sqs.receive_message(
+            QueueUrl=self.url,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            MaxNumberOfMessages=1,
+            VisibilityTimeout=30,
+        )["Messages"]
+        record_attributes = dict(message["Attributes"])
+        if receive_count is not None:
+            record_attributes["ApproximateReceiveCount"] = str(receive_count)
+        return {
+            "Records": [
+                {
+                    "messageId": message["MessageId"],
+                    "receiptHandle": message["ReceiptHandle"],
+                    "body": message["Body"],
+                    "attributes": record_attributes,
+                    "messageAttributes": {
+                        name: {"stringValue": value["StringValue"], "dataType": value["DataType"]}
+                        for name, value in message.get("MessageAttributes", {}).items()
+                    },
+                    "md5OfBody": message["MD5OfBody"],
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": self.arn,
+                    "awsRegion": "us-east-1",
+                }
+            ]
+        }
+
+    def requeued(self) -> list[dict]:
+        return [p for name, p in self.calls if name == "SendMessage" and p["QueueUrl"] == self.url]
+
+    def visibility_changes(self) -> list[dict]:
+        return [p for name, p in self.calls if name == "ChangeMessageVisibility"]
+
+
+@pytest.fixture
+def buffer(model_env, monkeypatch):
+    sqs = model_env.sqs
+    url = sqs.create_queue(QueueName="model-step-buffer")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    monkeypatch.setenv("BUFFER_QUEUE_URL", url)
+    buffer = Buffer(sqs=sqs, url=url, arn=arn)
+
+    def record(model, params, **_kwargs):
+        buffer.calls.append((model.name, dict(params)))
+
+    events = boto3_session().events
+    events.register("before-parameter-build.sqs", record)
+    yield buffer
+    events.unregister("before-parameter-build.sqs", record)
+
+
+@pytest.fixture
+def outcomes():
+    seen: list[tuple[dict, dict]] = []
+
+    def hook(event, outcome):
+        seen.append((event, dict(outcome)))
+
+    hook.seen = seen
+    return hook

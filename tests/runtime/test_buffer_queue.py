@@ -1,4 +1,4 @@
-"""The buffer-queue (SQS) path of ``ModelStep.handle`` (issue 8.2, contract 2 and 3).
+"""The buffer-queue (SQS) path of ``ModelStep.handle`` (issues 8.2 and 15).
 
 The buffer queue is a real moto queue: records are sent to it, received with their real
 receipt handles and attributes, and handed to the handler in Lambda's SQS event shape. What
@@ -7,108 +7,15 @@ the runtime sends back to SQS is observed with a botocore ``before-parameter-bui
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
 from tests.fakes import Reply
 
-from .conftest import FakeLambdaContext, boto3_session, make_event, prospect_detail
-
-
-def now_iso(seconds_ago: float = 0) -> str:
-    when = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds_ago)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def fresh_event(row_number: int = 1, seconds_ago: float = 0, **fields) -> dict:
-    return make_event(prospect_detail(row_number=row_number, **fields), time=now_iso(seconds_ago))
-
-
-@dataclass
-class Buffer:
-    sqs: object
-    url: str
-    arn: str
-    calls: list = field(default_factory=list)
-
-    def batch(
-        self, event: dict | str, *, attempts: int | None = None, receive_count: int | None = None
-    ) -> dict:
-        """Send ``event`` to the buffer queue, receive it, and shape it as Lambda does."""
-        attributes = {}
-        if attempts is not None:
-            attributes["attempts"] = {"DataType": "String", "StringValue": str(attempts)}
-        body = event if isinstance(event, str) else json.dumps(event)
-        self.sqs.send_message(QueueUrl=self.url, MessageBody=body, MessageAttributes=attributes)
-        [message] = self.sqs.receive_message(
-            QueueUrl=self.url,
-            AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-            MaxNumberOfMessages=1,
-            VisibilityTimeout=30,
-        )["Messages"]
-        record_attributes = dict(message["Attributes"])
-        if receive_count is not None:
-            record_attributes["ApproximateReceiveCount"] = str(receive_count)
-        return {
-            "Records": [
-                {
-                    "messageId": message["MessageId"],
-                    "receiptHandle": message["ReceiptHandle"],
-                    "body": message["Body"],
-                    "attributes": record_attributes,
-                    "messageAttributes": {
-                        name: {"stringValue": value["StringValue"], "dataType": value["DataType"]}
-                        for name, value in message.get("MessageAttributes", {}).items()
-                    },
-                    "md5OfBody": message["MD5OfBody"],
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": self.arn,
-                    "awsRegion": "us-east-1",
-                }
-            ]
-        }
-
-    def requeued(self) -> list[dict]:
-        return [p for name, p in self.calls if name == "SendMessage" and p["QueueUrl"] == self.url]
-
-    def visibility_changes(self) -> list[dict]:
-        return [p for name, p in self.calls if name == "ChangeMessageVisibility"]
-
-
-@pytest.fixture
-def buffer(model_env, monkeypatch):
-    sqs = model_env.sqs
-    url = sqs.create_queue(QueueName="model-step-buffer")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    monkeypatch.setenv("BUFFER_QUEUE_URL", url)
-    buffer = Buffer(sqs=sqs, url=url, arn=arn)
-
-    def record(model, params, **_kwargs):
-        buffer.calls.append((model.name, dict(params)))
-
-    events = boto3_session().events
-    events.register("before-parameter-build.sqs", record)
-    yield buffer
-    events.unregister("before-parameter-build.sqs", record)
-
-
-@pytest.fixture
-def outcomes():
-    seen: list[tuple[dict, dict]] = []
-
-    def hook(event, outcome):
-        seen.append((event, dict(outcome)))
-
-    hook.seen = seen
-    return hook
+from .conftest import FakeLambdaContext, ShiftedClock, fresh_event, make_event, prospect_detail
 
 
 def test_an_sqs_batch_is_answered_with_batch_item_failures(make_step, fake_api, buffer, outcomes):
@@ -155,10 +62,13 @@ def test_a_rate_limit_re_enqueues_a_delayed_copy_and_is_no_attempt(
     [copy] = buffer.requeued()
     assert json.loads(copy["MessageBody"]) == event
     assert low <= copy["DelaySeconds"] <= high
-    # One earlier receive was a transient attempt; the rate limit is not one.
-    assert copy["MessageAttributes"]["attempts"] == {"DataType": "String", "StringValue": "1"}
+    # The copy carries nothing of this message: the key's budget is on the key.
+    assert "MessageAttributes" not in copy
     assert model_env.dead_letters() == []
     assert model_env.idempotency_items() == []
+    # The rate limit is no attempt: the claim was given back, the wait counted.
+    [budget] = model_env.budgets().values()
+    assert (budget["attempts"]["N"], budget["rate_limited"]["N"]) == ("0", "1")
     [(_, outcome)] = outcomes.seen
     assert outcome["status"] == "rate_limited"
     assert (outcome["model_requests"], outcome["rate_limited"], outcome["result"]) == (0, 1, None)
@@ -170,42 +80,52 @@ def test_a_rate_limited_row_past_its_max_event_age_is_a_stored_dead_letter(
     make_step, fake_api, model_env, buffer, outcomes, monkeypatch
 ):
     monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "3600")
-    fake_api.script = [Reply(status=429, headers={"retry-after": "60"})]
+    fake_api.script = [Reply(status=429, headers={"retry-after": "60"})] * 2
     step = make_step(on_outcome=outcomes)
-    event = fresh_event(seconds_ago=3_570)  # 3570 s old + 60 s wait > 3600 s
+    event = fresh_event()
+    clock = ShiftedClock(monkeypatch)
 
+    first = step.handle(buffer.batch(event), FakeLambdaContext())  # first seen now: it waits
+    clock.shift(3_570)  # 3570 s after the step first saw it + 60 s wait > 3600 s
     response = step.handle(buffer.batch(event), FakeLambdaContext())
     step.handle(buffer.batch(event), FakeLambdaContext())  # a duplicate replays it
 
-    assert response == {"batchItemFailures": []}
-    assert buffer.requeued() == []
-    assert fake_api.request_count == 1
+    assert first == response == {"batchItemFailures": []}
+    assert len(buffer.requeued()) == 1
+    assert fake_api.request_count == 2
     [message] = model_env.dead_letters()
     assert message["body"] == event
     assert message["attributes"]["ERROR_CODE"] == "RateLimitExhausted"
     assert message["attributes"]["REQUEST_ID"] == fake_api.last_request.request_id
     assert "still rate limited" in message["attributes"]["ERROR_MESSAGE"]
-    assert [o["status"] for _, o in outcomes.seen] == ["dead_lettered", "dead_lettered"]
-    assert outcomes.seen[0][1]["rate_limited"] == 1
-    assert outcomes.seen[1][1]["replayed"] is True
+    statuses = [o["status"] for _, o in outcomes.seen]
+    assert statuses == ["rate_limited", "dead_lettered", "dead_lettered"]
+    assert outcomes.seen[1][1]["rate_limited"] == 1
+    assert outcomes.seen[2][1]["replayed"] is True
 
 
 def test_a_transient_failure_below_max_attempts_is_a_spaced_batch_item_failure(
     make_step, fake_api, model_env, buffer, outcomes
 ):
-    fake_api.script = [500]
+    fake_api.script = [500, 500]
     step = make_step(on_outcome=outcomes)
-    batch = buffer.batch(fresh_event(), attempts=1, receive_count=1)
+    event = fresh_event()
+    first = buffer.batch(event)
+    step.handle(first, FakeLambdaContext())
+    batch = buffer.batch(event)  # another copy of the event: the same key, the same budget
 
     response = step.handle(batch, FakeLambdaContext())
 
     message_id = batch["Records"][0]["messageId"]
     assert response == {"batchItemFailures": [{"itemIdentifier": message_id}]}
-    [change] = buffer.visibility_changes()
-    assert change["VisibilityTimeout"] == 120  # attempt 2: Lambda's 2-minute spacing
+    first_change, change = buffer.visibility_changes()
+    assert first_change["VisibilityTimeout"] == 60  # attempt 1: Lambda's 1-minute spacing
+    assert change["VisibilityTimeout"] == 120  # attempt 2 of the KEY: 2 minutes
     assert change["ReceiptHandle"] == batch["Records"][0]["receiptHandle"]
     assert model_env.idempotency_items() == []
-    [(_, outcome)] = outcomes.seen
+    [budget] = model_env.budgets().values()
+    assert (budget["attempts"]["N"], budget["last_error"]["S"]) == ("2", "InternalServerError")
+    (_, outcome) = outcomes.seen[-1]
     assert (outcome["status"], outcome["error_code"]) == ("retry", "InternalServerError")
     assert outcome["model_requests"] == 1
 
@@ -217,19 +137,21 @@ def test_a_transient_failure_below_max_attempts_is_a_spaced_batch_item_failure(
 def test_the_last_transient_attempt_is_dead_lettered_by_the_runtime(
     make_step, fake_api, model_env, buffer, outcomes, entry, error_code
 ):
-    fake_api.script = [entry]
+    fake_api.script = [entry] * 3
     step = make_step(on_outcome=outcomes)
     event = fresh_event()
+    for _ in range(2):  # two attempts of the key fail, each on its own copy of the event
+        step.handle(buffer.batch(event), FakeLambdaContext())
 
-    response = step.handle(buffer.batch(event, attempts=2, receive_count=1), FakeLambdaContext())
+    response = step.handle(buffer.batch(event), FakeLambdaContext())
     again = step.handle(buffer.batch(event), FakeLambdaContext())
 
     assert response == again == {"batchItemFailures": []}
-    assert fake_api.request_count == 1
+    assert fake_api.request_count == 3
     [message] = model_env.dead_letters()
     assert message["attributes"]["ERROR_CODE"] == error_code
-    assert outcomes.seen[0][1]["status"] == "dead_lettered"
-    assert outcomes.seen[0][1]["result"]["error_code"] == error_code
+    assert outcomes.seen[2][1]["status"] == "dead_lettered"
+    assert outcomes.seen[2][1]["result"]["error_code"] == error_code
 
 
 def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
@@ -241,7 +163,9 @@ def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
     holder_context = FakeLambdaContext(remaining_millis=60_000)
     holder = threading.Thread(target=step.handle, args=(event, holder_context))
     holder.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while fake_api.request_count == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the holder has the lock once its request reached the model
 
     response = step.handle(buffer.batch(event), FakeLambdaContext())
     holder.join(timeout=10)
@@ -250,7 +174,6 @@ def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
     [copy] = buffer.requeued()
     # Until the holder's in-progress expiry (its Lambda deadline, 60 s here).
     assert 57 <= copy["DelaySeconds"] <= 62
-    assert copy["MessageAttributes"]["attempts"]["StringValue"] == "0"
     assert fake_api.request_count == 1
     statuses = [(o["status"], o["error_code"]) for _, o in outcomes.seen]
     assert ("retry", "IdempotencyAlreadyInProgressError") in statuses

@@ -79,28 +79,21 @@ def test_record_accounting():
         "receiptHandle": "rh-1",
         "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:buffer",
         "attributes": {"ApproximateReceiveCount": "2"},
-        "messageAttributes": {
-            "attempts": {"stringValue": "1", "dataType": "String"},
-            "rate_limited": {"stringValue": "4", "dataType": "String"},
-        },
     }
-    now = dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC)
-    delivery = buffer_queue.QueueDelivery.from_record(record, {"time": "2026-01-01T00:00:00Z"}, now)
+    delivery = buffer_queue.QueueDelivery.from_record(record, None)
     assert (delivery.message_id, delivery.receipt_handle) == ("m-1", "rh-1")
     assert delivery.event_source_arn == record["eventSourceARN"]
-    assert (delivery.attempt, delivery.attempts_used, delivery.rate_limited_before) == (3, 2, 4)
-    assert delivery.event_age_seconds == 60.0
+    assert (delivery.receive_count, delivery.source) == (2, "buffer")
 
-    bare = buffer_queue.QueueDelivery.from_record({}, {}, now)
-    assert (bare.attempt, bare.attempts_used, bare.event_age_seconds) == (1, 0, 0.0)
+    bare = buffer_queue.QueueDelivery.from_record({}, None)
+    assert (bare.receive_count, bare.source) == (1, "buffer")
 
 
-def test_event_age_falls_back_to_the_sent_timestamp():
-    now = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.UTC)
-    sent = int((now - dt.timedelta(seconds=90)).timestamp() * 1000)
-    attributes = {"SentTimestamp": str(sent)}
-    assert buffer_queue.event_age_seconds({"time": "not a time"}, attributes, now) == 90.0
-    assert buffer_queue.event_age_seconds({"time": "2026-01-01T00:20:00Z"}, {}, now) == 0.0
+def test_a_record_from_the_redrive_queue_is_told_apart_by_its_source_arn():
+    arn = "arn:aws:sqs:us-east-1:123456789012:redrive"
+    record = {"eventSourceARN": arn, "attributes": {"ApproximateReceiveCount": "1"}}
+    assert buffer_queue.QueueDelivery.from_record(record, arn).source == "redrive"
+    assert buffer_queue.QueueDelivery.from_record(record, arn + "-other").source == "buffer"
 
 
 @pytest.mark.parametrize(
@@ -123,11 +116,6 @@ def test_queue_name_from_arn():
     arn = "arn:aws:sqs:us-east-1:123456789012:buffer"
     assert buffer_queue.queue_url_from_arn(arn) == ("buffer", "123456789012")
     assert buffer_queue.queue_url_from_arn("arn:aws:sns:us-east-1:1:t") is None
-
-
-def test_a_time_without_a_zone_is_utc():
-    now = dt.datetime(2026, 1, 1, 0, 2, tzinfo=dt.UTC)
-    assert buffer_queue.event_age_seconds({"time": "2026-01-01T00:00:00"}, {}, now) == 120.0
 
 
 @pytest.mark.parametrize(

@@ -112,3 +112,33 @@ def test_bad_secret_never_echoes_content(raw):
     with pytest.raises(ConfigurationError) as info:
         parse_secret_string(raw)
     assert "sk-wrong-field" not in str(info.value)
+
+
+def test_the_defaults_are_the_ones_environment_declares():
+    from model_step import config, environment
+
+    parsed = Settings.from_environment(
+        {
+            environment.IDEMPOTENCY_TABLE_NAME: "t",
+            environment.DEAD_LETTER_QUEUE_URL: "q",
+            environment.IDEMPOTENCY_KEY: "[a]",
+            environment.PROMPT_VERSION: "v",
+            environment.SYSTEM_PROMPT: "s",
+        }
+    )
+    declared = {v.name: v.default for v in environment.VARIABLES}
+    assert declared[environment.MODEL_ID] == parsed.model_id == config.DEFAULT_MODEL_ID
+    expected = {
+        environment.MAX_TOKENS: parsed.max_tokens,
+        environment.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: parsed.expires_after_seconds,
+        environment.MODEL_TIMEOUT_SECONDS: parsed.model_timeout_seconds,
+        environment.MAX_EVENT_AGE_SECONDS: parsed.max_event_age_seconds,
+        environment.MAX_ATTEMPTS: parsed.max_attempts,
+        environment.API_KEY_MAX_AGE_SECONDS: parsed.api_key_max_age_seconds,
+    }
+    for name, value in expected.items():
+        assert float(declared[name]) == float(value), name
+    assert declared[environment.IDEMPOTENCY_RECORD_PREFIX] == parsed.record_prefix
+    assert declared[environment.MODEL_PROVIDER] == parsed.model_provider
+    assert declared[environment.POWERTOOLS_SERVICE_NAME] == parsed.service_name
+    assert declared[environment.POWERTOOLS_METRICS_NAMESPACE] == parsed.metrics_namespace

@@ -17,19 +17,20 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
 from botocore.exceptions import ClientError
+from model_step.model_call import MAX_STORED_ANSWER_BYTES
 from model_step.persistence import ReleasingDynamoDBPersistenceLayer
-from model_step.runtime import MAX_STORED_ANSWER_BYTES
 
 from .conftest import TABLE, FakeLambdaContext, boto3_session, make_event, prospect_detail
 
 
 @pytest.fixture
 def failing_update_item():
-    """Make the next N UpdateItem calls fail the way DynamoDB throttling does."""
+    """Make the next N saves of a result (Powertools' UpdateItem that writes ``data``) fail
+    the way DynamoDB throttling does."""
     state = {"left": 0}
 
-    def hook(**_kwargs):
-        if state["left"] > 0:
+    def hook(params, **_kwargs):
+        if state["left"] > 0 and ":response_data" in params.get("ExpressionAttributeValues", {}):
             state["left"] -= 1
             raise ClientError(
                 {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
@@ -37,9 +38,9 @@ def failing_update_item():
             )
 
     events = boto3_session().events
-    events.register("before-call.dynamodb.UpdateItem", hook)
+    events.register("before-parameter-build.dynamodb.UpdateItem", hook)
     yield state
-    events.unregister("before-call.dynamodb.UpdateItem", hook)
+    events.unregister("before-parameter-build.dynamodb.UpdateItem", hook)
 
 
 def test_failed_update_item_releases_the_record_so_the_retry_runs(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import csv
 from collections import Counter
 from dataclasses import dataclass, field
@@ -104,7 +103,7 @@ def count_csv_rows(path: Path) -> int | None:
     try:
         with path.open(encoding="utf-8-sig", newline="") as handle:
             records = [record for record in csv.reader(handle) if record]
-    except (UnicodeDecodeError, csv.Error, codecs.CodecRegistryError):
+    except (UnicodeDecodeError, csv.Error):
         return None
     return max(0, len(records) - 1)
 

@@ -1,0 +1,150 @@
+"""The parts of a model step, built once per container on its first invocation: settings,
+AWS clients, the Powertools idempotency objects, the model call and the queues."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+
+from .budget import AttemptBudget
+from .buffer_queue import BufferQueue
+from .client import ModelClientProvider
+from .config import Settings
+from .dead_letter import DeadLetterPublisher
+from .key import RecordKey
+from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
+from .persistence import ReleasingDynamoDBPersistenceLayer
+from .work import UnitOfWork
+
+DEAD_LETTER_SUFFIX = "#dead-letter"
+#: An operator's DLQ redrive buys exactly one new request for the key.
+REDRIVE_ATTEMPTS = 1
+
+# boto3 sessions are not thread-safe to create clients from, so every client is created under
+# this lock. Steps share one default session so its loaded service models are reused.
+_CLIENT_LOCK = threading.Lock()
+_default_session: boto3.session.Session | None = None
+
+
+def shared_session() -> boto3.session.Session:
+    """The process-wide default boto3 session."""
+    global _default_session
+    if _default_session is None:
+        _default_session = boto3.session.Session()
+    return _default_session
+
+
+class StepComponents:
+    """Everything a step's deliveries share."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        build_user_message: BuildUserMessage,
+        parse_answer: ParseAnswer | None,
+        boto3_session: boto3.session.Session | None,
+        handler_prompt_version: str | None,
+    ) -> None:
+        self.settings = settings
+        self.logger = Logger(service=settings.service_name)
+        self._session = boto3_session
+        self._clients: dict[str, Any] = {}
+        self.fingerprint = request_fingerprint(settings, handler_prompt_version)
+        self.work = UnitOfWork(self)
+        self.idempotency_config = IdempotencyConfig(
+            event_key_jmespath="key",
+            payload_validation_jmespath="detail",
+            # Belt and braces: extract_business_key already rejects incomplete keys.
+            raise_on_no_idempotency_key=True,
+            expires_after_seconds=settings.expires_after_seconds,
+        )
+        self.persistence = self._persistence(self.idempotency_config, settings.record_prefix)
+        self.complete = idempotent_function(
+            self.work.complete,
+            data_keyword_argument="request",
+            persistence_store=self.persistence,
+            config=self.idempotency_config,
+            key_prefix=settings.record_prefix,
+        )
+        # The DLQ hand-off has its own record (and persistence object: Powertools keeps the
+        # prefix on it), keyed on the dead-lettered record's key; no payload validation.
+        self.dead_letter_config = IdempotencyConfig(
+            event_key_jmespath="key",
+            raise_on_no_idempotency_key=True,
+            expires_after_seconds=settings.expires_after_seconds,
+        )
+        hand_off_prefix = settings.record_prefix + DEAD_LETTER_SUFFIX
+        self.hand_off_persistence = self._persistence(self.dead_letter_config, hand_off_prefix)
+        self.hand_off = idempotent_function(
+            self.work.hand_off,
+            data_keyword_argument="request",
+            persistence_store=self.hand_off_persistence,
+            config=self.dead_letter_config,
+            key_prefix=hand_off_prefix,
+        )
+        self.model_call = ModelCall(
+            settings,
+            ModelClientProvider(settings, self.boto3_client),
+            build_user_message,
+            parse_answer,
+        )
+        self.dead_letters = DeadLetterPublisher(
+            settings.dead_letter_queue_url, lambda: self.boto3_client("sqs")
+        )
+        self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
+
+    def _persistence(
+        self, config: IdempotencyConfig, prefix: str
+    ) -> ReleasingDynamoDBPersistenceLayer:
+        layer = ReleasingDynamoDBPersistenceLayer(
+            table_name=self.settings.idempotency_table_name,
+            boto3_client=self.boto3_client("dynamodb"),
+        )
+        layer.bind(config, prefix)
+        return layer
+
+    def boto3_client(self, service_name: str) -> Any:
+        """A cached boto3 client for ``service_name``, created on first use."""
+        with _CLIENT_LOCK:
+            if service_name not in self._clients:
+                session = self._session or shared_session()
+                self._clients[service_name] = session.client(service_name)
+            return self._clients[service_name]
+
+    def register_context(self, context: Any) -> None:
+        """Give Powertools the Lambda context, so a lock expires at this invocation's deadline.
+        ``idempotent_function`` does not do this itself; without it a timed-out invocation
+        would leave its record INPROGRESS until expiry and block every retry."""
+        self.idempotency_config.register_lambda_context(context)
+        self.dead_letter_config.register_lambda_context(context)
+
+    def budget(self, request: dict[str, Any]) -> AttemptBudget:
+        """The attempt budget of the record ``request`` maps to: ``MAX_ATTEMPTS`` requests, or
+        one for an operator's DLQ redrive."""
+        key: RecordKey = request["key"]
+        limit = REDRIVE_ATTEMPTS if "redrive_of" in key else self.settings.max_attempts
+        return self._budget(self.persistence.record_id(request), limit)
+
+    def hand_off_counter(self, request: dict[str, Any]) -> AttemptBudget:
+        """The budget item of a dead letter's hand-off record, which counts it once."""
+        return self._budget(self.hand_off_persistence.record_id(request), 0)
+
+    def _budget(self, record_id: str, limit: int) -> AttemptBudget:
+        return AttemptBudget(
+            self.boto3_client("dynamodb"),
+            self.settings.idempotency_table_name,
+            record_id,
+            limit,
+            self.settings.expires_after_seconds,
+        )
+
+    def dead_letter_id(self, dead_key: dict[str, Any]) -> str:
+        """The stable id of the dead letter of ``dead_key`` (sha256 of its hand-off record)."""
+        record_id = self.hand_off_persistence.record_id({"key": dead_key})
+        return hashlib.sha256(record_id.encode()).hexdigest()

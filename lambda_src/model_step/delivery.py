@@ -1,0 +1,46 @@
+"""One delivery of one event: the state its parts share, and the signal to wait."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .buffer_queue import QueueDelivery
+from .delivery_log import DeliveryLog
+from .model_call import Spend
+from .outcome import DeliveryStatus
+
+IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
+
+
+class Wait(Exception):
+    """Raised inside the unit of work so the lock is released and the row waits ``seconds``
+    on the buffer queue as a delayed copy; no attempt is spent."""
+
+    def __init__(self, status: DeliveryStatus, code: str, seconds: float) -> None:
+        super().__init__(code)
+        self.status = status
+        self.code = code
+        self.seconds = seconds
+
+
+@dataclass
+class Delivery:
+    """Per-delivery state shared with the idempotent functions (one per delivery)."""
+
+    event: Mapping[str, Any]
+    context: Any
+    log: DeliveryLog
+    queue: QueueDelivery | None = None
+    request: dict[str, Any] | None = None  # {"key": RecordKey, "detail": canonical detail}
+    spend: Spend = field(default_factory=Spend)
+    attempts_spent: int = 0
+    ran: bool = False  # the unit of work ran
+    sent_dead_letter: bool = False
+    counted_dead_letter: bool = False
+
+    @property
+    def replayed(self) -> bool:
+        """The result came from stored records: no request, no DLQ message."""
+        return not self.ran and not self.sent_dead_letter

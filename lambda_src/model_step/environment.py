@@ -1,0 +1,211 @@
+"""Every environment variable the model-step runtime reads: its name, meaning and default.
+
+This is the one place the names are spelled. The CDK construct (``IdempotentModelStep``)
+builds the function's environment from these constants and refuses a user ``environment``
+that would override any ``reserved`` name; the runtime's settings read the same constants;
+the docs render :data:`VARIABLES` as a table.
+
+Standard library only, on purpose: the construct loads this file by its path, without
+importing the ``model_step`` package (whose ``__init__`` imports boto3 and Powertools, which
+a CDK app does not have).
+
+Example::
+
+    from model_step import environment
+
+    environment.MAX_ATTEMPTS                          # "MAX_ATTEMPTS"
+    environment.by_name(environment.MAX_ATTEMPTS).default  # "3"
+    [v.name for v in environment.VARIABLES if v.origin == "construct"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+#: Who sets a variable:
+#:
+#: - ``"construct"``: ``IdempotentModelStep`` sets it from its props;
+#: - ``"local"``: never set on a deployed step; a local run or a test may set it;
+#: - ``"caller"``: a step's ``environment`` prop may set it (the runtime passes it on);
+#: - ``"lambda"``: the Lambda service sets it.
+Origin = Literal["construct", "local", "caller", "lambda"]
+
+
+@dataclass(frozen=True)
+class EnvironmentVariable:
+    """One variable: what it means and what the runtime assumes when it is unset."""
+
+    #: The variable's name, e.g. ``"MAX_ATTEMPTS"``.
+    name: str
+    #: One line for the docs: what the runtime does with it.
+    meaning: str
+    #: The runtime's value when the variable is unset, spelled as the variable would be
+    #: (``"3"``); ``None`` when there is none (the feature is off, or it is ``required``).
+    default: str | None = None
+    #: The runtime refuses to start without it (``ConfigurationError``).
+    required: bool = False
+    #: Who sets it; see :data:`Origin`.
+    origin: Origin = "construct"
+
+    @property
+    def reserved(self) -> bool:
+        """A step's ``environment`` prop may not set it: only the construct (or Lambda) does.
+
+        ``ANTHROPIC_API_KEY`` is reserved although the construct never sets it: on a
+        deployed function a plain-text key would win over the secret.
+        """
+        return self.origin != "caller"
+
+
+IDEMPOTENCY_TABLE_NAME: Final = "IDEMPOTENCY_TABLE_NAME"
+IDEMPOTENCY_RECORD_PREFIX: Final = "IDEMPOTENCY_RECORD_PREFIX"
+IDEMPOTENCY_KEY: Final = "IDEMPOTENCY_KEY"
+IDEMPOTENCY_EXPIRES_AFTER_SECONDS: Final = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS"
+DEAD_LETTER_QUEUE_URL: Final = "DEAD_LETTER_QUEUE_URL"
+BUFFER_QUEUE_URL: Final = "BUFFER_QUEUE_URL"
+REDRIVE_QUEUE_ARN: Final = "REDRIVE_QUEUE_ARN"
+PROMPT_VERSION: Final = "PROMPT_VERSION"
+SYSTEM_PROMPT: Final = "SYSTEM_PROMPT"
+MODEL_ID: Final = "MODEL_ID"
+MAX_TOKENS: Final = "MAX_TOKENS"
+MODEL_PROVIDER: Final = "MODEL_PROVIDER"
+MODEL_TIMEOUT_SECONDS: Final = "MODEL_TIMEOUT_SECONDS"
+MAX_EVENT_AGE_SECONDS: Final = "MAX_EVENT_AGE_SECONDS"
+MAX_ATTEMPTS: Final = "MAX_ATTEMPTS"
+ALLOWED_LABELS: Final = "ALLOWED_LABELS"
+ANTHROPIC_API_KEY_SECRET_ARN: Final = "ANTHROPIC_API_KEY_SECRET_ARN"
+API_KEY_MAX_AGE_SECONDS: Final = "API_KEY_MAX_AGE_SECONDS"
+ANTHROPIC_API_KEY: Final = "ANTHROPIC_API_KEY"
+ANTHROPIC_BASE_URL: Final = "ANTHROPIC_BASE_URL"
+POWERTOOLS_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
+POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
+POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
+AWS_REGION: Final = "AWS_REGION"
+AWS_LAMBDA_INITIALIZATION_TYPE: Final = "AWS_LAMBDA_INITIALIZATION_TYPE"
+
+#: Every variable, in the order the docs list them.
+VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
+    EnvironmentVariable(
+        IDEMPOTENCY_TABLE_NAME,
+        "DynamoDB table of the idempotency records (partition key `id`, TTL `expiration`)",
+        required=True,
+    ),
+    EnvironmentVariable(
+        DEAD_LETTER_QUEUE_URL,
+        "SQS queue that receives the events a retry cannot fix, each with an ERROR_CODE",
+        required=True,
+    ),
+    EnvironmentVariable(
+        IDEMPOTENCY_KEY,
+        "JMESPath over the event's `detail` that selects the business key; every part must "
+        "be present",
+        required=True,
+    ),
+    EnvironmentVariable(
+        PROMPT_VERSION,
+        "joins the key, so a new prompt version gets new answers",
+        required=True,
+    ),
+    EnvironmentVariable(
+        SYSTEM_PROMPT,
+        "the system prompt of every request; joins the key's fingerprint",
+        required=True,
+    ),
+    EnvironmentVariable(MODEL_ID, "the model to call; joins the key", "claude-haiku-5-5"),
+    EnvironmentVariable(MAX_TOKENS, "`max_tokens` of each request; joins the key", "1024"),
+    EnvironmentVariable(
+        IDEMPOTENCY_RECORD_PREFIX,
+        "prefix of every record id; the construct sets the step's construct path, never the "
+        "function name",
+        "model-step",
+    ),
+    EnvironmentVariable(
+        MODEL_PROVIDER,
+        "`anthropic` (the Claude API) or `bedrock` (IAM credentials, region from AWS_REGION)",
+        "anthropic",
+    ),
+    EnvironmentVariable(
+        ANTHROPIC_API_KEY_SECRET_ARN,
+        'Secrets Manager secret holding the API key (raw, or JSON `{"api_key": ...}`); '
+        "never logged",
+    ),
+    EnvironmentVariable(
+        API_KEY_MAX_AGE_SECONDS,
+        "how long a container reuses the API key before reading the secret again",
+        "300",
+    ),
+    EnvironmentVariable(
+        ANTHROPIC_API_KEY,
+        "an API key that wins over the secret, for local runs; refused on a deployed step",
+        origin="local",
+    ),
+    EnvironmentVariable(
+        ANTHROPIC_BASE_URL,
+        "the Messages API's address, read by the SDK itself (a proxy, or a fake in tests)",
+        origin="caller",
+    ),
+    EnvironmentVariable(
+        IDEMPOTENCY_EXPIRES_AFTER_SECONDS, "how long a stored outcome is replayed", "86400"
+    ),
+    EnvironmentVariable(
+        ALLOWED_LABELS,
+        "comma-separated labels; any other answer is dead-lettered (unset: any answer)",
+    ),
+    EnvironmentVariable(
+        MODEL_TIMEOUT_SECONDS,
+        "upper bound of the SDK timeout; the one used is min(this, remaining time - 3 s)",
+        "60",
+    ),
+    EnvironmentVariable(
+        MAX_EVENT_AGE_SECONDS,
+        "buffer queue: how long a rate-limited row may wait before it is dead-lettered as "
+        "RateLimitExhausted",
+        "86400",
+    ),
+    EnvironmentVariable(
+        MAX_ATTEMPTS,
+        "buffer queue: transient-failure attempts per event (`lambda_retry_attempts + 1`)",
+        "3",
+    ),
+    EnvironmentVariable(
+        BUFFER_QUEUE_URL,
+        "buffer queue: where rate-limited and in-progress rows are re-enqueued with a delay "
+        "(unset on the direct path)",
+    ),
+    EnvironmentVariable(
+        REDRIVE_QUEUE_ARN,
+        "the redrive queue's ARN; a record from it (its eventSourceARN) is a row SQS gave "
+        "up on after maxReceiveCount receives",
+    ),
+    EnvironmentVariable(
+        POWERTOOLS_SERVICE_NAME, "logger service and metrics dimension", "model-step"
+    ),
+    EnvironmentVariable(
+        POWERTOOLS_METRICS_NAMESPACE, "CloudWatch (EMF) metrics namespace", "IdempotentModelStep"
+    ),
+    EnvironmentVariable(
+        POWERTOOLS_LOG_LEVEL,
+        "Powertools log level; set it in a local run",
+        "INFO",
+        origin="local",
+    ),
+    EnvironmentVariable(
+        AWS_REGION, "the region of the Bedrock client and of the AWS clients", origin="lambda"
+    ),
+    EnvironmentVariable(
+        AWS_LAMBDA_INITIALIZATION_TYPE,
+        "`snap-start` while Lambda builds a SnapStart snapshot: the SDK is imported at init",
+        origin="lambda",
+    ),
+)
+
+#: Names a step's ``environment`` prop may not set (``IdempotentModelStep`` refuses them).
+RESERVED_NAMES: Final = frozenset(v.name for v in VARIABLES if v.reserved)
+
+_BY_NAME: Final = {v.name: v for v in VARIABLES}
+
+
+def by_name(name: str) -> EnvironmentVariable:
+    """The declaration of ``name``; ``KeyError`` for a name the runtime does not read."""
+    return _BY_NAME[name]

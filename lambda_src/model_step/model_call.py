@@ -1,0 +1,287 @@
+"""The model call: build the request, send it under a total deadline, turn the answer into a
+result to store (or a non-retryable error), and count what it cost."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from . import clock, deadline
+from .client import ModelClientProvider
+from .config import Settings
+from .dead_letter import truncate
+from .errors import (
+    COMPLETE_STOP_REASONS,
+    IncompleteAnswerError,
+    InvalidAnswerError,
+    LabelNotAllowedError,
+    MaxTokensReachedError,
+    ModelRefusedError,
+    NonRetryableError,
+    ResultTooLargeError,
+    RetryableAnswerError,
+    classify_model_error,
+    is_rate_limited,
+    should_retry_header,
+)
+from .key import REPLAY_GENERATION_FIELD, RecordKey
+from .outcome import CompletedResult, Usage, zero_usage
+from .persistence import stored_form
+
+BuildUserMessage = Callable[[dict[str, Any]], str]
+ParseAnswer = Callable[[str], Any]
+
+#: Seconds kept between the model call's deadline and Lambda's, so the failure is a clean
+#: exception (record released, retry scheduled) rather than a kill after a billed request.
+TIMEOUT_SAFETY_MARGIN_SECONDS = 3.0
+#: Never give a request less than this; a shorter deadline could not succeed anyway.
+MIN_MODEL_TIMEOUT_SECONDS = 1.0
+#: At most this many bytes of answer text are stored (as Powertools stores it: JSON with
+#: ASCII escapes). See docs/runtime.md ("Stored results") for why 64 KB.
+MAX_STORED_ANSWER_BYTES = 64 * 1024
+#: The whole stored result must fit in this, far below DynamoDB's 400 KB item limit; a
+#: larger one is dead-lettered as ``ResultTooLarge``.
+MAX_STORED_RESULT_BYTES = 300 * 1024
+#: Error code of a request stopped by its total deadline.
+DEADLINE_EXCEEDED = "ModelDeadlineExceeded"
+
+
+def default_user_message(detail: Mapping[str, Any]) -> str:
+    """The default user message: the event detail as JSON with sorted keys (stable, so the
+    same event always produces the same request)."""
+    return json.dumps(detail, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def model_timeout(limit_seconds: float, context: Any) -> float:
+    """The request's total deadline: ``min(limit_seconds, remaining Lambda time - 3 s)``, at
+    least 1 s."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return limit_seconds
+    budget = float(remaining()) / 1000 - TIMEOUT_SAFETY_MARGIN_SECONDS
+    return max(MIN_MODEL_TIMEOUT_SECONDS, min(limit_seconds, budget))
+
+
+def request_fingerprint(settings: Settings, handler_prompt_version: str | None = None) -> str:
+    """sha256 over everything that shapes the request: system prompt, model id, max_tokens,
+    sorted allowed labels, PROMPT_VERSION and a custom handler's declared prompt version."""
+    document = {
+        "system_prompt": settings.system_prompt,
+        "model_id": settings.model_id,
+        "max_tokens": settings.max_tokens,
+        "allowed_labels": sorted(settings.allowed_labels),
+        "prompt_version": settings.prompt_version,
+        "handler_prompt_version": handler_prompt_version,
+    }
+    encoded = json.dumps(document, sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def cap_answer(text: str, limit: int = MAX_STORED_ANSWER_BYTES) -> tuple[str, bool]:
+    """``(text, False)`` if its stored form (JSON, ASCII escapes) fits ``limit`` bytes, else
+    the longest prefix that fits and True."""
+    if len(json.dumps(text)) <= limit:
+        return text, False
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(json.dumps(text[:middle])) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low], True
+
+
+@dataclass
+class Spend:
+    """What one delivery's model call cost."""
+
+    requests: int = 0  # billed requests (a 401, 429 or 529 answer is not billed)
+    rate_limited: int = 0  # 429 / 529 answers
+    usage: Usage = field(default_factory=zero_usage)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything that can fail before a request is sent, done before the attempt is
+    claimed: a failure here spends no attempt."""
+
+    client: Any
+    user_message: str
+
+
+class ModelCall:
+    """One model request per attempt, and what its answer means."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clients: ModelClientProvider,
+        build_user_message: BuildUserMessage,
+        parse_answer: ParseAnswer | None,
+    ) -> None:
+        self._settings = settings
+        self._clients = clients
+        self._build_user_message = build_user_message
+        self._parse_answer = parse_answer
+
+    def prepare(self, detail: dict[str, Any]) -> Prepared:
+        """Build the user message and get the SDK client (reading the API key)."""
+        return Prepared(self._clients.get(), self._build_user_message(detail))
+
+    def send(self, prepared: Prepared, context: Any, spend: Spend) -> Any:
+        """Send the request under its total deadline and return the SDK message. A 401 with a
+        rotated key re-reads the secret once and retries once (a 401 is not billed). Raises
+        the ``NonRetryableError`` an SDK error stands for, or the transient error itself."""
+        client = prepared.client
+        try:
+            return self._send_once(client, prepared.user_message, context, spend)
+        except Exception as exc:
+            if not _is_auth_failure(exc) or not self._clients.can_refresh:
+                _raise_classified(exc)
+            client, changed = self._clients.refresh(client)
+            if not changed:
+                _raise_classified(exc)
+        try:
+            return self._send_once(client, prepared.user_message, context, spend)
+        except Exception as retry_exc:
+            _raise_classified(retry_exc)
+
+    def _send_once(self, client: Any, user_message: str, context: Any, spend: Spend) -> Any:
+        settings = self._settings
+        seconds = model_timeout(settings.model_timeout_seconds, context)
+        try:
+            with deadline.total(seconds):
+                # No temperature/top_p/top_k: the default model rejects non-default values.
+                message = client.messages.create(
+                    model=settings.model_id,
+                    max_tokens=settings.max_tokens,
+                    system=settings.system_prompt,
+                    messages=[{"role": "user", "content": user_message}],
+                    timeout=seconds,
+                )
+        except Exception as exc:
+            if is_rate_limited(exc):
+                spend.rate_limited = 1
+            elif getattr(exc, "status_code", None) != 401:
+                spend.requests = 1
+            raise
+        spend.requests = 1
+        spend.usage = Usage(
+            input_tokens=int(message.usage.input_tokens),
+            output_tokens=int(message.usage.output_tokens),
+        )
+        return message
+
+    def result(self, message: Any, key: RecordKey) -> CompletedResult:
+        """The result to store for a billed answer; raises a ``NonRetryableError`` for an
+        answer that is not one (incomplete, a label not allowed, unparseable, unstorable)."""
+        settings = self._settings
+        request_id = getattr(message, "_request_id", None)
+        stop_reason = getattr(message, "stop_reason", None)
+        if stop_reason not in COMPLETE_STOP_REASONS:
+            raise _incomplete(stop_reason, message.usage.output_tokens, request_id)
+        full_text = "".join(
+            getattr(block, "text", "") for block in message.content if block.type == "text"
+        ).strip()
+        text, truncated = cap_answer(full_text)
+        result = CompletedResult(
+            status="completed",
+            key=key["business_key"],
+            answer=text,
+            answer_truncated=truncated,
+            request_id=request_id,
+            model=str(message.model),
+            prompt_version=settings.prompt_version,
+            stop_reason=str(stop_reason),
+            usage=Usage(
+                input_tokens=int(message.usage.input_tokens),
+                output_tokens=int(message.usage.output_tokens),
+            ),
+            completed_at=clock.utc_iso(),
+        )
+        if REPLAY_GENERATION_FIELD in key:
+            result["replay_generation"] = key["replay_generation"]
+        if settings.allowed_labels:
+            label = full_text.lower()
+            if label not in settings.allowed_labels:
+                allowed = list(settings.allowed_labels)
+                raise LabelNotAllowedError(
+                    f"answer {truncate(full_text, 200)!r} is not one of {allowed}",
+                    request_id=request_id,
+                )
+            result["label"] = label
+        if self._parse_answer is not None:
+            result["parsed"] = self._parse(full_text, request_id)
+        check_storable(result, request_id)
+        return result
+
+    def _parse(self, text: str, request_id: str | None) -> Any:
+        assert self._parse_answer is not None
+        try:
+            return self._parse_answer(text)
+        except RetryableAnswerError:
+            raise
+        except NonRetryableError as exc:
+            exc.request_id = exc.request_id or request_id
+            raise
+        except Exception as exc:
+            # A parser bug or an unparseable answer is the same answer on every retry: stored
+            # as a dead letter, never three billed calls.
+            raise InvalidAnswerError(
+                f"parse_answer raised {type(exc).__name__}: {truncate(str(exc), 300)}",
+                request_id=request_id,
+            ) from exc
+
+
+def check_storable(result: CompletedResult, request_id: str | None) -> None:
+    """Serialise ``result`` exactly as the store will, so a value it cannot hold (a ``date``,
+    a ``set``, dict keys of mixed types) or one too large is a stored dead letter after ONE
+    request, never a failed save that every delivery pays again."""
+    try:
+        size = len(stored_form(result))
+    except (TypeError, ValueError) as exc:
+        raise InvalidAnswerError(
+            f"the parsed answer cannot be stored as JSON: {type(exc).__name__}: "
+            f"{truncate(str(exc), 300)}",
+            request_id=request_id,
+        ) from exc
+    if size > MAX_STORED_RESULT_BYTES:
+        raise ResultTooLargeError(
+            f"result to store is {size} bytes, over {MAX_STORED_RESULT_BYTES}",
+            request_id=request_id,
+        )
+
+
+def error_code(exc: BaseException) -> str:
+    """The code a failure is reported and stored under."""
+    code = getattr(exc, "error_code", None)
+    if isinstance(code, str):
+        return code
+    if type(exc).__name__ == "APITimeoutError" and deadline.fired():
+        return DEADLINE_EXCEEDED
+    return type(exc).__name__
+
+
+def _is_auth_failure(exc: BaseException) -> bool:
+    return getattr(exc, "status_code", None) == 401 and should_retry_header(exc) is not True
+
+
+def _raise_classified(exc: BaseException) -> NoReturn:
+    """Raise the non-retryable error an SDK exception stands for, or the exception itself."""
+    rejected = classify_model_error(exc)
+    if rejected is not None:
+        raise rejected from exc
+    raise exc
+
+
+def _incomplete(stop_reason: Any, output_tokens: int, request_id: str | None) -> NonRetryableError:
+    message = f"stop_reason {stop_reason!r} is not a complete answer ({output_tokens} tokens)"
+    if stop_reason == "max_tokens":
+        return MaxTokensReachedError(message, request_id=request_id)
+    if stop_reason == "refusal":
+        return ModelRefusedError(message, request_id=request_id)
+    return IncompleteAnswerError(message, request_id=request_id)

@@ -1,0 +1,87 @@
+"""The typed shapes a model step stores, returns and reports (stdlib only).
+
+- A **result** is what one record stores and every duplicate replays: a
+  :class:`CompletedResult` (the answer) or a :class:`DeadLetteredResult` (a failure that a
+  retry cannot fix, or a used-up budget).
+- An **outcome** is what ``on_outcome`` receives for one delivery: the delivery's status
+  (a terminal result, or a wait) and what that delivery cost.
+
+``upload_accounting`` (the Prospect Uploader's ledger) reads outcomes with these types; it
+imports this module for type checking only, so it needs no ``model_step`` at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+#: A terminal result's status.
+ResultStatus = Literal["completed", "dead_lettered"]
+#: A delivery's status: a terminal result, or a wait (``retry``: a transient failure or a
+#: concurrent duplicate; ``rate_limited``: a 429/529 the row waits out).
+DeliveryStatus = Literal["completed", "dead_lettered", "retry", "rate_limited"]
+
+
+class Usage(TypedDict):
+    """Tokens of the billed request (zeros when none was made)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class CompletedResult(TypedDict):
+    """A stored answer."""
+
+    status: Literal["completed"]
+    key: list[Any]
+    answer: str
+    answer_truncated: bool
+    request_id: str | None
+    model: str
+    prompt_version: str
+    stop_reason: str
+    usage: Usage
+    completed_at: str
+    #: With ``ALLOWED_LABELS``: the normalised label.
+    label: NotRequired[str]
+    #: With a ``parse_answer``: what it returned.
+    parsed: NotRequired[Any]
+    replay_generation: NotRequired[int]
+
+
+class DeadLetteredResult(TypedDict):
+    """A stored failure: the event went (or goes) to the dead-letter queue once."""
+
+    status: Literal["dead_lettered"]
+    error_code: str
+    error_message: str
+    request_id: str | None
+    key: list[Any] | None
+    model: str
+    prompt_version: str
+    #: Stable per record: every DLQ message for it carries this id.
+    dead_letter_id: NotRequired[str]
+    dead_letter_message_id: NotRequired[str | None]
+    replay_generation: NotRequired[int]
+
+
+StepResult = CompletedResult | DeadLetteredResult
+
+
+class Outcome(TypedDict):
+    """What ``on_outcome(event, outcome)`` receives once per delivery."""
+
+    status: DeliveryStatus
+    #: The result came from a stored record: this delivery made no model request for it.
+    replayed: bool
+    #: Billed model requests this delivery made (0 or 1).
+    model_requests: int
+    #: 429/529 answers this delivery got (0 or 1).
+    rate_limited: int
+    usage: Usage
+    result: StepResult | None
+    error_code: str | None
+
+
+def zero_usage() -> Usage:
+    """No tokens."""
+    return Usage(input_tokens=0, output_tokens=0)
