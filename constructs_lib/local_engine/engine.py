@@ -718,9 +718,9 @@ class LocalEngine:
         named = spec.environment.get("DEAD_LETTER_QUEUE_URL")
         if named is not None:
             url = str(self.aws.resolver.resolve(named, f"{spec.logical_id}.DEAD_LETTER_QUEUE_URL"))
-            queue = self.queues.by_url_or_arn(url)
-            if queue is not None:
-                ends.setdefault(queue.name, queue)
+            named_queue = self.queues.by_url_or_arn(url)
+            if named_queue is not None:
+                ends.setdefault(named_queue.name, named_queue)
         found = []
         for queue in ends.values():
             summary = StepDeadLetters(self._queue_paths.get(queue.name, queue.name))

@@ -82,17 +82,20 @@ class ModelRequests:
         original = httpx2.HTTPTransport.handle_request
         observer = self
 
-        def handle_request(transport: httpx2.HTTPTransport, request: httpx2.Request) -> Any:
+        def handle_request(
+            transport: httpx2.HTTPTransport, request: httpx2.Request
+        ) -> httpx2.Response:
             key = getattr(_state, "key", _UNMARKED)
             if key is _UNMARKED:
                 return original(transport, request)
-            return observer._observe(original, transport, request, key)
+            response: httpx2.Response = observer._observe(original, transport, request, key)
+            return response
 
-        httpx2.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
+        setattr(httpx2.HTTPTransport, "handle_request", handle_request)  # noqa: B010
         try:
             yield self
         finally:
-            httpx2.HTTPTransport.handle_request = original  # type: ignore[method-assign]
+            setattr(httpx2.HTTPTransport, "handle_request", original)  # noqa: B010
 
     def _observe(self, original: Any, transport: Any, request: Any, key: str | None) -> Any:
         started = time.monotonic()

@@ -102,14 +102,15 @@ def _item_level_transaction_rollback() -> Iterator[None]:
                     _restore(*backup)
             raise
 
-    copy_module = backend_module.copy
-    backend_module.copy = _CopyWithoutTables(Table)  # type: ignore[assignment]
+    # The backend module's own name for the copy module (it does `import copy`).
+    copy_module = getattr(backend_module, "copy")  # noqa: B009
+    setattr(backend_module, "copy", _CopyWithoutTables(Table))  # noqa: B010
     DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
     try:
         yield
     finally:
         DynamoDBBackend.transact_write_items = original  # type: ignore[method-assign]
-        backend_module.copy = copy_module
+        setattr(backend_module, "copy", copy_module)  # noqa: B010
 
 
 def _backup(backend: Any, entry: dict[str, Any]) -> tuple[Any, Any, Any, Any] | None:

@@ -35,7 +35,7 @@ STARTUP_SECONDS = 60.0
 #: (173 s at --rate-limit 30; 242 s with faults, kills and throttles).
 WALL_SECONDS_PER_RECEIVE = 0.12
 #: The step sends a row its redrive queue hands it back to the buffer queue up to twice
-#: (model_step.runtime.REDRIVE_REQUEUES): three passes through the queue chain at most.
+#: (model_step.work.REDRIVE_REQUEUES): three passes through the queue chain at most.
 REDRIVE_ROUNDS = 3
 #: A throttle rate this high or higher is costed as this (a rate of 1 never runs anything,
 #: and every row then ends by redrive after its receives, which the tail covers).

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from constructs_lib.local_engine.engine import DEFAULT_RUN_TIMEOUT_SECONDS
 from constructs_lib.local_engine.lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
     DEFAULT_TIMEOUT_CAP_SECONDS,
