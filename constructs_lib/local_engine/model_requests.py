@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -161,9 +162,12 @@ def record_key_of(event: Any, key_expression: str | None) -> str | None:
 
 
 def _canonical(value: Any) -> Any:
-    """Numbers by value (``1`` and ``1.0`` are one key part), as the model step compares them."""
+    """Numbers by value (``1`` and ``1.0`` are one key part) and strings in Unicode NFC, as
+    the model step compares key parts (``model_step.key.canonical``)."""
     if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, list):

@@ -34,13 +34,13 @@ def test_billed_requests_are_counted_per_key_and_429s_are_not_billed():
                 _ask(api, "one again")
         with requests.for_key("row 2"), pytest.raises(anthropic.RateLimitError):
             _ask(api, "two")
-        _ask_unmarked = api.request_count
+        received = api.request_count
     # THEN the 200 is billed to its key, the 429s to nobody, and answers were timed
     assert requests.billed == {"row 1": 1}
     assert requests.sent == 3 and requests.statuses == {"200": 1, "429": 2}
     assert requests.max_billed_per_key == 1
     assert set(requests.answer_ms()) == {"p50", "p99", "max"}
-    assert _ask_unmarked == 3
+    assert received == 3  # the model saw all three
 
 
 def test_a_request_outside_an_invocation_is_neither_counted_nor_killed():
@@ -73,8 +73,10 @@ def _sqs_event(detail, **extra):
 
 def test_the_record_key_follows_the_model_steps_key():
     key = record_key_of(_sqs_event({"upload_id": "u", "row_number": 1, "notes": "a"}), KEY)
-    # Other fields, the event id and 1 vs 1.0 make no other key ...
+    # Other fields, the event id, 1 vs 1.0 and NFC vs NFD spellings make no other key ...
     assert key == record_key_of(_sqs_event({"upload_id": "u", "row_number": 1.0}), KEY)
+    nfc = record_key_of(_sqs_event({"upload_id": "caf\u00e9", "row_number": 1}), KEY)
+    assert nfc == record_key_of(_sqs_event({"upload_id": "cafe\u0301", "row_number": 1}), KEY)
     assert key == record_key_of(
         {"id": "e2", "detail": {"upload_id": "u", "row_number": 1, "notes": "b"}}, KEY
     )
