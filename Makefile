@@ -16,18 +16,36 @@ UV_VERSION := 0.13.9
 # 144 s instead of 250 s for the suite here. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
+UV_STAMP := $(VENV)/.uv
 PY_STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+# checkov pins boto3 1.35, too old for the dev venv (eventbridgev2): it gets a venv of its own.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
+# Offline and quiet: no Prisma Cloud guidelines download, no PyPI version check.
+CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
+	$(CURDIR)/$(CHECKOV_VENV)/bin/checkov --skip-download --framework cloudformation
 
-.PHONY: setup synth test soak lint typecheck typecheck-runtime demo demo-faults bench deploy-local mutate lock clean
+.PHONY: setup synth test soak lint typecheck typecheck-runtime checkov demo demo-faults bench deploy-local mutate lock dist clean
 
-setup: $(PY_STAMP) $(NODE_STAMP)
+setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 
-$(PY_STAMP): pyproject.toml requirements-dev.lock
+# uv alone, in .venv: enough for `make dist`, which needs none of the dev packages.
+$(UV_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null
+	touch $@
+
+$(PY_STAMP): pyproject.toml requirements-dev.lock $(UV_STAMP)
 	$(BIN)/uv pip sync -q --python $(BIN)/python requirements-dev.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	touch $@
+
+# Bytecode compiled at install: PYTHONDONTWRITEBYTECODE=1 would otherwise make every
+# checkov run compile its thousand modules again (about half its run time here).
+$(CHECKOV_STAMP): requirements-checkov.lock $(PY_STAMP)
+	test -x $(CHECKOV_VENV)/bin/python || $(BIN)/uv venv -q --python $(BIN)/python $(CHECKOV_VENV)
+	$(BIN)/uv pip sync -q --compile-bytecode --python $(CHECKOV_VENV)/bin/python requirements-checkov.lock
 	touch $@
 
 $(NODE_STAMP): package.json package-lock.json $(PY_STAMP)
@@ -80,6 +98,10 @@ test: setup cdk.out/manifest.json
 soak: setup cdk.out/manifest.json
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
 
+# checkov on every synthesized template; `make test` runs the same scan (tests/infra).
+checkov: setup cdk.out/manifest.json
+	$(CHECKOV) --compact --quiet $(addprefix -f ,$(wildcard cdk.out/*.template.json))
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -117,7 +139,15 @@ mutate: setup
 # CPython 3.13 on manylinux2014 x86_64 and aarch64, hashes included; see docs/bundling.md).
 lock: $(PY_STAMP)
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
+	$(BIN)/uv pip compile -q --group pyproject.toml:checkov --universal --python-version 3.11 -o requirements-checkov.lock
 	$(BIN)/python -m constructs_lib.lock_requirements --library
 
+# The wheel and sdist users install (the package is not on PyPI), in dist/. uv builds the
+# sdist, then the wheel from it, each in an isolated environment (setuptools>=77).
+dist: $(UV_STAMP)
+	rm -rf dist
+	$(BIN)/uv build -q --out-dir dist
+	@ls dist/*.whl dist/*.tar.gz
+
 clean:
-	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate
+	rm -rf cdk.out .pytest_cache .ruff_cache .mypy_cache .mutate dist

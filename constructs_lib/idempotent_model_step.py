@@ -48,6 +48,7 @@ from .alarms import (
     occurrence_alarm,
     threshold_alarm,
 )
+from .checkov_acknowledgments import MODEL_STEP, acknowledge_checkov_findings
 from .event_bus_v2 import EventBusV2Base
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
@@ -402,6 +403,7 @@ class IdempotentModelStep(Construct):
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
         super().__init__(scope, id)
+        acknowledge_checkov_findings(self, MODEL_STEP)
         props = _StepProps(
             event_pattern=event_pattern,
             idempotency_key=idempotency_key,

@@ -52,6 +52,7 @@ from .lambda_faults import FaultRates, LambdaFaults, LambdaKilled
 from .local_aws import LocalAws, local_aws, queue_url_for_arn, secret_arns
 from .model_requests import ModelRequests, record_key_of
 from .progress import Progress
+from .scheduling import DEFAULT_RUN_TIMEOUT_SECONDS as DEFAULT_RUN_TIMEOUT_SECONDS
 from .scheduling import Scheduler, WorkTracker
 from .sqs_queues import LocalQueue, LocalQueues, MappingPoller, queue_name_of
 from .targets import LambdaTarget, SnsTarget, SqsTarget, Target
@@ -59,7 +60,6 @@ from .targets import LambdaTarget, SnsTarget, SqsTarget, Target
 logger = logging.getLogger(__name__)
 
 IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
-DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
 # EventBridge v2 subscriber retry defaults (field notes): 5 attempts, 300 s.
 DEFAULT_V2_RETRY_ATTEMPTS = 5
 DEFAULT_V2_EVENT_AGE = 300

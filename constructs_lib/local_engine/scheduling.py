@@ -13,6 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 
+#: Wall seconds a run may take to settle (``WorkTracker.wait_idle``) before it fails. Here,
+#: in a module without boto3, so ``prospect-uploader --help`` can show it without the
+#: ``local`` extra installed.
+DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
+
 
 class Scheduler:
     """Runs callbacks after a delay on one daemon thread. ``call_later(seconds, fn)``."""

@@ -2,7 +2,8 @@
 
 Exit codes: 0 the upload was processed and every invariant holds; 1 the upload was rejected
 (the recorded reason is printed) or an invariant does not hold; 2 usage errors (bad options,
-a missing file, no ``cdk.out``, ``--model anthropic`` without a key); 130 interrupted.
+a missing file, no ``cdk.out``, ``--model anthropic`` without a key, the ``local`` extra not
+installed); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -11,22 +12,30 @@ import argparse
 import sys
 import threading
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
+# Only modules without boto3 or moto here: `--help`, and the message that names the missing
+# extra, must work where the `local` extra is not installed. The local run is imported in
+# _run(), once its dependencies are known to be there.
+from constructs_lib.local_engine.errors import LocalRunError
 from constructs_lib.local_engine.lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
     DEFAULT_TIMEOUT_CAP_SECONDS,
 )
 from constructs_lib.local_engine.progress import Progress
 
-from .local_run.errors import LocalRunError
-from .local_run.invariants import check_invariants
-from .local_run.options import RunOptions
-from .local_run.pipeline import LocalPipeline
-from .local_run.report import json_line, render_table
+if TYPE_CHECKING:
+    from .local_run.pipeline import LocalPipeline
 
 PROG = "prospect-uploader"
+#: What each command imports beyond the library's own dependencies: the ``local`` extra.
+EXTRA_MODULES = {
+    "run": ("boto3", "moto", "anthropic", "aws_lambda_powertools"),
+    "viewer": ("botocore",),
+}
+LOCAL_EXTRA_INSTALL = "pip install 'idempotent-model-step[local]'"
 RUN_EPILOG = """\
 counts (the summary table and --json):
   rows            data rows in FILE (header and blank lines excluded)
@@ -241,7 +250,17 @@ def _viewer(args: argparse.Namespace, err: TextIO) -> int:
     return 0
 
 
+def missing_extra(command: str) -> list[str]:
+    """The modules ``command`` needs that are not installed (empty when all are)."""
+    return [module for module in EXTRA_MODULES[command] if find_spec(module) is None]
+
+
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .local_run.invariants import check_invariants
+    from .local_run.options import RunOptions
+    from .local_run.pipeline import LocalPipeline
+    from .local_run.report import json_line, render_table
+
     options = RunOptions(
         csv_path=args.file,
         cdk_out=args.cdk_out,
@@ -298,6 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point; returns the exit code (see the module docstring)."""
     args = build_parser().parse_args(argv)
     out, err = sys.stdout, sys.stderr
+    missing = missing_extra(args.command)
+    if missing:
+        print(
+            f"{PROG}: error: '{args.command}' needs the library's 'local' extra "
+            f"({', '.join(missing)} not installed): {LOCAL_EXTRA_INSTALL}",
+            file=err,
+        )
+        return 2
     if args.command == "viewer":
         return _viewer(args, err)
     try:

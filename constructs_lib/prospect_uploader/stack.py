@@ -64,6 +64,7 @@ from .. import defaults
 from .._validation import PropValidationError, check_int_range
 from ..alarms import events_rule_metric, occurrence_alarm
 from ..bundling import lambda_src_root
+from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_findings
 from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep
 from ..model_step_handler import ModelStepHandler
@@ -198,6 +199,7 @@ class ProspectUploaderStack(Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
+        acknowledge_checkov_findings(self, PROSPECT_UPLOADER)
         # Grant log delivery through the bucket policy, not legacy ACLs (which
         # BUCKET_OWNER_ENFORCED disables). Set before any bucket is created.
         self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)

@@ -20,7 +20,15 @@ FENCE = re.compile(r"^(```|~~~)")
 
 
 def markdown_files() -> list[Path]:
-    skip = {".venv", "node_modules", "cdk.out", ".mutate", ".pytest_cache", "build"}
+    skip = {
+        ".venv",
+        ".venv-checkov",
+        "node_modules",
+        "cdk.out",
+        ".mutate",
+        ".pytest_cache",
+        "build",
+    }
     return sorted(
         p
         for p in ROOT.rglob("*.md")

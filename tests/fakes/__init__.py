@@ -1,5 +1,5 @@
-"""Stdlib-only fakes of the external services the Lambda code talks to over HTTP."""
+"""The fake Messages API, re-exported from where it ships: ``constructs_lib.testing``."""
 
-from .messages_api import FakeMessagesAPI, RecordedRequest, Reply
+from constructs_lib.testing.messages_api import FakeMessagesAPI, RecordedRequest, Reply
 
 __all__ = ["FakeMessagesAPI", "RecordedRequest", "Reply"]

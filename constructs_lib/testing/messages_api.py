@@ -42,7 +42,7 @@ from typing import Any
 from constructs_lib.local_engine.loopback import LoopbackServer
 
 ScriptEntry = Any  # int | str | Reply
-Script = Sequence[ScriptEntry] | Callable[[int, dict], ScriptEntry]
+Script = Sequence[ScriptEntry] | Callable[[int, dict[str, Any]], ScriptEntry]
 
 # The error "type" the real API puts in the body for each status.
 ERROR_TYPES = {
@@ -71,7 +71,7 @@ class Reply:
     status: int = 200
     text: str | None = None
     stop_reason: str = "end_turn"
-    body: dict | None = None
+    body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float | None = None
     chunks: int = 1
@@ -83,7 +83,7 @@ class RecordedRequest:
     """What the fake saw: the parsed JSON body, headers (lower-cased names), request id sent."""
 
     path: str
-    body: dict
+    body: dict[str, Any]
     headers: dict[str, str]
     request_id: str
 
@@ -143,21 +143,23 @@ class FakeMessagesAPI(LoopbackServer):
             return self.requests[-1]
 
     # -- internals ---------------------------------------------------------------------------
-    def _record(self, path: str, body: dict, headers: dict[str, str]) -> tuple[int, str]:
+    def _record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
         with self._lock:
             index = len(self.requests)
             request_id = f"req_fake_{next(self._ids):04d}"
             self.requests.append(RecordedRequest(path, body, headers, request_id))
             return index, request_id
 
-    def _entry_for(self, index: int, body: dict) -> ScriptEntry:
+    def _entry_for(self, index: int, body: dict[str, Any]) -> ScriptEntry:
         if callable(self.script):
             return self.script(index, body)
         if index < len(self.script):
             return self.script[index]
         return 200
 
-    def _success_body(self, text: str, request_body: dict, stop_reason: str = "end_turn") -> dict:
+    def _success_body(
+        self, text: str, request_body: dict[str, Any], stop_reason: str = "end_turn"
+    ) -> dict[str, Any]:
         return {
             "id": f"msg_fake_{index_hex(len(self.requests))}",
             "type": "message",
@@ -179,7 +181,7 @@ def index_hex(value: int) -> str:
     return f"{value:08x}"
 
 
-def _error_body(status: int) -> dict:
+def _error_body(status: int) -> dict[str, Any]:
     error_type = ERROR_TYPES.get(status, "api_error")
     message = f"fake {status} {error_type}"
     return {"type": "error", "error": {"type": error_type, "message": message}}
@@ -238,9 +240,9 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
         def _send(
             self,
             status: int,
-            payload: dict,
+            payload: dict[str, Any],
             request_id: str,
-            extra: dict | None = None,
+            extra: dict[str, str] | None = None,
             chunks: int = 1,
             chunk_delay: float = 0.0,
         ) -> None:
