@@ -24,7 +24,14 @@ from types import TracebackType
 from typing import Any
 
 from . import identity
-from .assembly import CloudAssembly, FunctionSpec, SubscriberSpec, TargetSpec
+from .assembly import (
+    MODEL_STEP_MARKER_ENV,
+    CloudAssembly,
+    FunctionSpec,
+    SubscriberSpec,
+    TargetSpec,
+    short_path,
+)
 from .environment import UNSAFE_VARIABLES, environment_union, patched_environ
 from .errors import AssemblyError, EmulatorError, RunTimeoutError
 from .event_bus import EventRouter, LocalRule, bus_name, capture_put_events
@@ -41,7 +48,9 @@ from .lambda_async import (
     function_identity,
     snapshot,
 )
+from .lambda_faults import FaultRates, LambdaFaults, LambdaKilled
 from .local_aws import LocalAws, local_aws, queue_url_for_arn, secret_arns
+from .model_requests import ModelRequests, record_key_of
 from .progress import Progress
 from .scheduling import DEFAULT_RUN_TIMEOUT_SECONDS as DEFAULT_RUN_TIMEOUT_SECONDS
 from .scheduling import Scheduler, WorkTracker
@@ -61,14 +70,16 @@ class EngineSettings:
     """How the engine runs the stack (defaults in brackets).
 
     ``duplicates`` [1] copies of every event to each Lambda target; ``concurrency`` [4]
-    worker threads; ``seconds_per_minute`` [1.0], ``timeout_cap_seconds`` [4.0] and ``seed``
+    worker threads; ``seconds_per_minute`` [1.0], ``timeout_cap_seconds`` [8.0] and ``seed``
     [0]: see :class:`~.lambda_async.AsyncSettings`; ``run_timeout_seconds`` [300];
     ``environment`` [none]: variables set over the functions' own (a local model's URL
     and key, for example); ``check_iam`` [True]: evaluate every AWS call a handler makes
     against its function's role (:mod:`.iam`); ``redelivery_hooks`` [none]: by function
     display name, a hook that makes that function's ``duplicates`` copies Lambda re-runs
     after a failed attempt rather than duplicate deliveries (see
-    :class:`~.targets.LambdaTarget`'s ``before_redelivery``).
+    :class:`~.targets.LambdaTarget`'s ``before_redelivery``); ``kill_rate`` [0] and
+    ``throttle_rate`` [0]: Lambda kills after a model request and throttled SQS receives,
+    seeded by ``seed`` (:mod:`.lambda_faults`).
     """
 
     duplicates: int = 1
@@ -82,6 +93,9 @@ class EngineSettings:
     redelivery_hooks: Mapping[str, Callable[[Mapping[str, Any]], None]] = field(
         default_factory=dict
     )
+    kill_rate: float = 0.0
+    throttle_rate: float = 0.0
+    run_timeout_note: str = ""  # how run_timeout_seconds was chosen (in the timeout error)
 
 
 @dataclass
@@ -90,6 +104,28 @@ class DrainResult:
 
     mapping: str
     left: int = 0
+
+
+@dataclass
+class StepDeadLetters:
+    """Messages that reached a model step's dead-letter queue (``queue``, a construct path),
+    by how they got there: ``sent`` by the step with an ``ERROR_CODE`` (``sent_uncoded``:
+    without one), or ``redriven`` there by SQS from one of the step's queues; of those,
+    ``redriven_uncoded_ran`` carry no code though the function ran with them on that queue,
+    and ``redriven_uncoded_unrun`` carry none because the function never ran with them
+    there (every receive throttled: the function could not run at all)."""
+
+    queue: str
+    sent: int = 0
+    sent_uncoded: int = 0
+    redriven: int = 0
+    redriven_uncoded_ran: int = 0
+    redriven_uncoded_unrun: int = 0
+
+    @property
+    def uncoded(self) -> int:
+        """Dead letters that say nothing of why, though the step could have said it."""
+        return self.sent_uncoded + self.redriven_uncoded_ran
 
 
 class LocalEngine:
@@ -130,6 +166,11 @@ class LocalEngine:
         self.buses_v2: EventBusesV2 | None = None
         self.pollers: list[MappingPoller] = []
         self._scheduler: Scheduler | None = None
+        self.faults = LambdaFaults(
+            FaultRates(settings.kill_rate, settings.throttle_rate, settings.seed)
+        )
+        self.model_requests = ModelRequests(self.faults)
+        self._queue_paths: dict[str, str] = {}  # queue name -> construct path (short)
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> LocalEngine:
@@ -179,6 +220,7 @@ class LocalEngine:
         self._stack.callback(scheduler.stop)
         self._create_local_queues()
         self._stack.enter_context(self.queues.installed(aws.session))
+        self._stack.enter_context(self.model_requests.installed())
         self.environment = environment_union(assembly.functions(), aws.resolver)
         overlay = {
             **self.environment,
@@ -211,6 +253,7 @@ class LocalEngine:
                 tracker=self.tracker,
                 settings=async_settings,
                 on_failure=self._on_failure_sender(spec),
+                scope=self._invocation_scope(spec),
             )
         self._start_pollers()
         self._router = EventRouter(self._local_rules())
@@ -345,6 +388,9 @@ class LocalEngine:
                 tracker=self.tracker,
             )
             self.queues.add(created[logical_id])
+            self._queue_paths[attributes["QueueName"]] = short_path(
+                self.assembly.resources[logical_id].path
+            )
             if redrive:
                 where = f"{logical_id}.RedrivePolicy"
                 target = aws.resolver.resolve(redrive["deadLetterTargetArn"], where)
@@ -386,6 +432,7 @@ class LocalEngine:
                 tracker=self.tracker,
                 may_receive=self._poller_permission(function, queue, "sqs:ReceiveMessage"),
                 on_delete=self._delete_permission(function, queue),
+                faults=self.faults,
             )
             self.pollers.append(poller)
             # Lambda checks these when it creates the mapping, and polls from then on, with
@@ -431,8 +478,12 @@ class LocalEngine:
             with function.stats.lock:
                 function.stats.attempts += 1
             try:
-                with identity.acting_as(function.spec.logical_id):
+                with identity.acting_as(function.spec.logical_id), function.scope(event):
                     result = function.handler(event, context)
+            except LambdaKilled:
+                with function.stats.lock:
+                    function.stats.kills += 1
+                raise
             except Exception as error:
                 with function.stats.lock:
                     name = type(error).__name__
@@ -443,6 +494,18 @@ class LocalEngine:
             return result
 
         return invoke
+
+    def _invocation_scope(self, spec: FunctionSpec) -> Callable[[Any], Any]:
+        """Around each handler call: model requests count against the event's record key
+        (the business key a model step reads from ``IDEMPOTENCY_KEY``)."""
+        expression = spec.environment.get(MODEL_STEP_MARKER_ENV)
+        key_expression = expression if isinstance(expression, str) else None
+        requests = self.model_requests
+
+        def scope(event: Any) -> Any:
+            return requests.for_key(record_key_of(event, key_expression))
+
+        return scope
 
     def _queue_consumer(self, queue_name: str) -> AsyncFunction | None:
         for mapping in self.assembly.event_source_mappings():
@@ -583,9 +646,11 @@ class LocalEngine:
             logger.error("emulator error", exc_info=error)
             raise EmulatorError(f"the local run failed internally: {type(error).__name__}: {error}")
         if not idle:
+            note = self.settings.run_timeout_note
             raise RunTimeoutError(
                 f"the pipeline had not settled after {self.settings.run_timeout_seconds:.0f} s "
                 f"({self.tracker.pending} invocations still in flight)"
+                + (f"; {note}" if note else "")
             )
 
     def _tick(self) -> None:
@@ -596,7 +661,12 @@ class LocalEngine:
         total = sum(s["deliveries"] for s in stats)
         done = sum(s["succeeded"] + s["on_failure"] for s in stats)
         requests = self._model_request_count() if self._model_request_count else 0
-        progress.update(done, total, f"invocations settled, {requests} model requests")
+        progress.update(
+            done,
+            total,
+            f"invocations settled, {requests} model requests "
+            f"(bound {self.settings.run_timeout_seconds:.0f} s)",
+        )
 
     def drain_event_sources(self) -> list[DrainResult]:
         """What each event source mapping left on its queue (its poller ran all along)."""
@@ -606,7 +676,11 @@ class LocalEngine:
         """Counters of every local queue and of the mapping that polls it, by queue name."""
         found: dict[str, dict[str, Any]] = {}
         for queue in self.queues.queues.values():
-            found[queue.name] = {**vars(queue.stats), "left": len(queue)}
+            found[queue.name] = {
+                **vars(queue.stats),
+                "left": len(queue),
+                "path": self._queue_paths.get(queue.name, queue.name),
+            }
         for poller in self.pollers:
             found[poller.queue.name].update(
                 {
@@ -615,6 +689,56 @@ class LocalEngine:
                     **{k: v for k, v in vars(poller.stats).items() if k != "errors"},
                 }
             )
+        return found
+
+    def redriven(self) -> dict[str, int]:
+        """Messages each queue's redrive policy moved on, by the queue's construct path."""
+        return {
+            self._queue_paths.get(queue.name, queue.name): queue.stats.redriven
+            for queue in self.queues.queues.values()
+            if queue.dead_letter is not None
+        }
+
+    def step_dead_letters(self, spec: FunctionSpec) -> list[StepDeadLetters]:
+        """What reached each dead-letter queue of the model step ``spec``: the ends of its
+        mapped queues' redrive chains, and the queue its ``DEAD_LETTER_QUEUE_URL`` names."""
+        sources = {
+            self.aws.physical[m.source_logical_id].attributes["QueueName"]
+            for m in self.assembly.event_source_mappings()
+            if m.enabled and m.function_logical_id == spec.logical_id
+        }
+        ends: dict[str, LocalQueue] = {}
+        for name in sources:
+            queue, visited = self.queues.queues[name], {name}
+            while queue.dead_letter is not None and queue.dead_letter.name not in visited:
+                queue = queue.dead_letter
+                visited.add(queue.name)
+            if queue.name not in sources:
+                ends[queue.name] = queue
+        named = spec.environment.get("DEAD_LETTER_QUEUE_URL")
+        if named is not None:
+            url = str(self.aws.resolver.resolve(named, f"{spec.logical_id}.DEAD_LETTER_QUEUE_URL"))
+            named_queue = self.queues.by_url_or_arn(url)
+            if named_queue is not None:
+                ends.setdefault(named_queue.name, named_queue)
+        found = []
+        for queue in ends.values():
+            summary = StepDeadLetters(self._queue_paths.get(queue.name, queue.name))
+            for arrival, count in queue.arrivals.items():
+                if arrival.how == "sent" and arrival.source == spec.logical_id:
+                    if arrival.coded:
+                        summary.sent += count
+                    else:
+                        summary.sent_uncoded += count
+                elif arrival.how == "redriven" and arrival.source in sources:
+                    summary.redriven += count
+                    if arrival.coded:
+                        continue
+                    if arrival.ran or arrival.killed:
+                        summary.redriven_uncoded_ran += count
+                    else:
+                        summary.redriven_uncoded_unrun += count
+            found.append(summary)
         return found
 
     def function_stats(self) -> dict[str, Mapping[str, Any]]:

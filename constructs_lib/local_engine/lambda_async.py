@@ -12,7 +12,11 @@ Per invocation, as Lambda does it:
   record ``{"version","timestamp","requestContext","requestPayload","responseContext",
   "responsePayload"}`` exactly as Lambda writes it.
 
-Not emulated: Lambda's timeout kill (a handler that overruns is counted in
+A killed attempt (:class:`~.lambda_faults.LambdaKilled` escaped the handler) is a function
+error like any other to Lambda's async queue, and is retried; it is counted in
+``FunctionStats.kills``.
+
+Not emulated: Lambda's own timeout kill (a handler that overruns is counted in
 ``FunctionStats.overruns``, not stopped), throttling, and separate execution environments per
 concurrent invocation (all invocations share one set of modules in this process).
 """
@@ -28,20 +32,39 @@ import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import identity
 from .assembly import FunctionSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
+from .lambda_faults import LambdaKilled
 from .scheduling import Scheduler, WorkTracker
 
 Handler = Callable[[Any, Any], Any]
+#: Opened around each handler call with its event (the engine attributes model requests).
+InvocationScope = Callable[[Any], AbstractContextManager[None]]
 # Lambda's documented async retry waits: 1 minute, then 2 minutes.
 RETRY_WAIT_MINUTES = (1.0, 2.0)
 DEFAULT_SECONDS_PER_MINUTE = 1.0
 DEFAULT_RETRY_JITTER = 0.5
-DEFAULT_TIMEOUT_CAP_SECONDS = 4.0
+# 8 s: the model call's deadline is then 5 s (8 - the runtime's 3 s margin). At 4 s it was
+# 1 s, and on 2 busy cores the local model took up to 1.1 s to answer (p99 0.27 s), so a
+# request it had counted timed out and was billed again. 5 s is 4.5x that worst answer; and
+# 8 s stays under the buffer queue's 540 s visibility timeout on the run's clock (9 s), as
+# AWS keeps the Lambda timeout under it, so a killed invocation's lock has expired when its
+# message comes back. See docs/local-run.md, "The model call's deadline".
+DEFAULT_TIMEOUT_CAP_SECONDS = 8.0
+# The model step's total deadline for a request is the remaining time minus this margin, at
+# least MIN_MODEL_DEADLINE_SECONDS (lambda_src/model_step/model_call.py, model_timeout).
+MODEL_DEADLINE_MARGIN_SECONDS = 3.0
+MIN_MODEL_DEADLINE_SECONDS = 1.0
+
+
+def model_deadline_seconds(remaining_seconds: float) -> float:
+    """The deadline the model step gives a request with ``remaining_seconds`` left."""
+    return max(MIN_MODEL_DEADLINE_SECONDS, remaining_seconds - MODEL_DEADLINE_MARGIN_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -50,10 +73,12 @@ class AsyncSettings:
 
     ``seconds_per_minute`` [1.0]: local seconds per minute of Lambda's retry wait, so the
     first retry comes about 1 s after a failure and the second about 2 s after the next one.
-    Keep it longer than the longest attempt (a model timeout takes at least 1 s): a
-    concurrent duplicate that meets the first delivery's idempotency record IN_PROGRESS is
-    retried, and with waits shorter than that attempt it would use up its retries on
-    ``IdempotencyAlreadyInProgressError`` where minute-long waits let the first finish.
+    On the async (direct) path keep it longer than the longest attempt (a model timeout
+    lasts the model deadline, 5 s with the default cap): a concurrent duplicate that meets
+    the first delivery's idempotency record IN_PROGRESS is retried, and with waits shorter
+    than that attempt it would use up its retries on ``IdempotencyAlreadyInProgressError``
+    where minute-long waits let the first finish. The buffer-queue path waits for the
+    holder's lock instead, whatever the clock.
 
     ``retry_jitter`` [0.5]: each wait is multiplied by a seeded factor in
     ``[1, 1 + retry_jitter)``. Lambda's waits are not exact; without a spread, two copies
@@ -61,9 +86,10 @@ class AsyncSettings:
     keep meeting each other's record, which real waits (seconds of spread against
     sub-second attempts) make rare. ``seed`` [0] seeds the factors.
 
-    ``timeout_cap_seconds`` [4.0]: the context never reports more remaining time than this
-    (the template's Timeout when smaller). The model step sets its SDK timeout to remaining
-    time minus 3 s (at least 1 s), so a hung model request ends after about 1 s locally.
+    ``timeout_cap_seconds`` [8.0]: the context never reports more remaining time than this
+    (the template's Timeout when smaller). The model step gives a request the remaining
+    time minus 3 s (at least 1 s, :func:`model_deadline_seconds`), so a hung model request
+    ends after about 5 s locally, and a killed invocation's lock expires 8 s after it began.
     """
 
     seconds_per_minute: float = DEFAULT_SECONDS_PER_MINUTE
@@ -110,6 +136,7 @@ class FunctionStats:
     succeeded: int = 0
     on_failure: int = 0  # invocations sent to the on-failure destination
     overruns: int = 0  # attempts that ran past the (capped) timeout
+    kills: int = 0  # attempts killed (LambdaKilled): no cleanup ran
     errors: dict[str, int] = field(default_factory=dict)  # by exception type
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -191,8 +218,10 @@ class AsyncFunction:
         tracker: WorkTracker,
         settings: AsyncSettings,
         on_failure: Callable[[dict[str, Any]], None] | None,
+        scope: InvocationScope | None = None,
     ) -> None:
         self.spec = spec
+        self.scope: InvocationScope = scope or (lambda _event: nullcontext())
         self.identity = identity
         self.stats = FunctionStats()
         self._handler = handler
@@ -262,8 +291,13 @@ class AsyncFunction:
         with self.stats.lock:
             self.stats.attempts += 1
         try:
-            with identity.acting_as(self.spec.logical_id):
+            with identity.acting_as(self.spec.logical_id), self.scope(invocation.event):
                 self._handler(invocation.event, context)
+        except LambdaKilled as killed:  # A dead sandbox is a function error to Lambda too.
+            with self.stats.lock:
+                self.stats.kills += 1
+            self._after_error(invocation, killed)
+            return
         except Exception as error:  # Lambda treats every exception as a function error.
             self._count_error(error, context)
             self._after_error(invocation, error)
@@ -273,7 +307,7 @@ class AsyncFunction:
             self.stats.succeeded += 1
         self._settle(invocation, succeeded=True)
 
-    def _after_error(self, invocation: _Invocation, error: Exception) -> None:
+    def _after_error(self, invocation: _Invocation, error: BaseException) -> None:
         retries_done = invocation.attempts - 1
         if retries_done >= self.spec.retry_attempts:
             self._fail(invocation, "RetriesExhausted", error)
@@ -296,7 +330,7 @@ class AsyncFunction:
         real = time.monotonic() - invocation.enqueued
         return real - invocation.waited_local + invocation.waited_nominal
 
-    def _fail(self, invocation: _Invocation, condition: str, error: Exception) -> None:
+    def _fail(self, invocation: _Invocation, condition: str, error: BaseException) -> None:
         with self.stats.lock:
             self.stats.on_failure += 1
         if self._on_failure is not None:
@@ -350,5 +384,6 @@ def snapshot(stats: FunctionStats) -> Mapping[str, Any]:
             "succeeded": stats.succeeded,
             "on_failure": stats.on_failure,
             "overruns": stats.overruns,
+            "kills": stats.kills,
             "errors": dict(stats.errors),
         }

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Self
+from typing import Any, Self
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away (its deadline, or a killed invocation that closed the
+    connection unread) is normal here, not a traceback on stderr."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class LoopbackServer:
@@ -28,7 +39,7 @@ class LoopbackServer:
     def start(self) -> Self:
         """Bind 127.0.0.1 on a free port and serve on a daemon thread."""
         self.stopping.clear()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self.handler_class())
         self._server.daemon_threads = True
         # A short poll interval makes stop() return quickly (the default is 0.5 s).
         threading.Thread(

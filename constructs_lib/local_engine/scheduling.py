@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 
-#: Wall seconds a run may take to settle (``WorkTracker.wait_idle``) before it fails. Here,
-#: in a module without boto3, so ``prospect-uploader --help`` can show it without the
-#: ``local`` extra installed.
+#: Wall seconds an engine run may take to settle (``WorkTracker.wait_idle``) before it fails,
+#: when its caller gives no bound. ``prospect-uploader run`` always gives one, derived from
+#: the work (:mod:`.run_bound`).
 DEFAULT_RUN_TIMEOUT_SECONDS = 300.0
 
 

@@ -20,16 +20,26 @@ timeout, as Lambda's does.
 
 Not emulated: retention (a run is minutes long), FIFO, long polling, batching windows, and
 SQS's occasional duplicate receive of a standard queue.
+
+Lambda faults (:mod:`.lambda_faults`): a poller given ``faults`` throttles a received batch
+(never invokes; the messages come back after their visibility timeout) and treats an
+invocation that raised :class:`~.lambda_faults.LambdaKilled` as killed (nothing deleted).
+Each message remembers, per queue, how often the function ran with it, was killed or was
+throttled; a message moved by a redrive policy leaves that history in the dead-letter
+queue's :attr:`LocalQueue.arrivals`, beside every message sent there (with its sender and
+whether it carried an ``ERROR_CODE`` attribute).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -40,9 +50,11 @@ from urllib.parse import urlparse
 import boto3
 from botocore.awsrequest import AWSResponse
 
+from . import identity
 from .call_hooks import before_call_hooks
 from .iam import DENIED_KEY
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
+from .lambda_faults import LambdaFaults, LambdaKilled
 from .scheduling import Scheduler, WorkTracker
 
 logger = logging.getLogger(__name__)
@@ -72,6 +84,31 @@ class _Message:
     first_receive_ms: int | None = None
     receipt: str | None = None
     in_flight: bool = False
+    # On the queue it is on now: invocations that ran with it (returned or raised), were
+    # killed, or were throttled (received, never invoked).
+    ran: int = 0
+    killed: int = 0
+    throttled: int = 0
+
+
+#: Attribute the model step (and EventBridge) put on every dead letter they send.
+ERROR_CODE_ATTRIBUTE = "ERROR_CODE"
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """How a message reached a queue: ``sent`` by ``sender`` (a function's logical id, None
+    for the engine or an AWS service), or ``redriven`` from ``source`` (a queue name) after
+    ``receives`` receives, of which the function ran ``ran`` times, was killed ``killed``
+    times and was throttled ``throttled`` times. ``coded``: it has an ``ERROR_CODE``."""
+
+    how: str  # "sent" | "redriven"
+    source: str | None
+    coded: bool
+    receives: int = 0
+    ran: int = 0
+    killed: int = 0
+    throttled: int = 0
 
 
 @dataclass
@@ -116,6 +153,7 @@ class LocalQueue:
         self._messages: dict[str, _Message] = {}
         self._by_receipt: dict[str, str] = {}
         self._lock = threading.Lock()
+        self.arrivals: Counter[Arrival] = Counter()
 
     # -- producers -----------------------------------------------------------------------------
     def send(
@@ -141,7 +179,9 @@ class LocalQueue:
             visible_at=time.monotonic() + delay * self._scale,
         )
         self._add(message)
+        arrival = Arrival("sent", identity.current(), _is_coded(body, message.attributes))
         with self._lock:
+            self.arrivals[arrival] += 1
             self.stats.sent += 1
             self.stats.delayed_sends += 1 if delay else 0
         self._wake_at(message.visible_at)
@@ -189,7 +229,20 @@ class LocalQueue:
             self._wake_at(self._messages_visible_at(view["MessageId"]))
         for message in redriven:
             assert self.dead_letter is not None
-            # SQS keeps the message id, body and attributes when it moves a message.
+            arrival = Arrival(
+                "redriven",
+                self.name,
+                ERROR_CODE_ATTRIBUTE in message.attributes,
+                receives=message.receive_count,
+                ran=message.ran,
+                killed=message.killed,
+                throttled=message.throttled,
+            )
+            with self.dead_letter._lock:
+                self.dead_letter.arrivals[arrival] += 1
+            # SQS keeps the message id, body, attributes and receive count when it moves a
+            # message; the history of invocations belongs to the queue it left.
+            message.ran = message.killed = message.throttled = 0
             message.in_flight, message.receipt = False, None
             message.visible_at = time.monotonic()
             self.dead_letter._add(message)
@@ -252,6 +305,14 @@ class LocalQueue:
         visible again when its visibility timeout ends (nothing to do now but wake then)."""
         self._wake_at(self._messages_visible_at(message_id))
 
+    def note(self, message_id: str, outcome: str) -> None:
+        """Remember what Lambda did with a received message: ``ran``, ``killed`` or
+        ``throttled`` (a deleted message is forgotten)."""
+        with self._lock:
+            message = self._messages.get(message_id)
+            if message is not None:
+                setattr(message, outcome, getattr(message, outcome) + 1)
+
     def attributes(self) -> dict[str, str]:
         """GetQueueAttributes: the approximate counts and the settings."""
         now = time.monotonic()
@@ -290,6 +351,8 @@ class PollerStats:
     records: int = 0
     first_receives: int = 0  # records with ApproximateReceiveCount 1
     function_errors: int = 0
+    throttles: int = 0  # batches received and never handed to the function
+    kills: int = 0  # invocations killed (nothing deleted)
     item_failures: int = 0
     peak_concurrency: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -312,8 +375,10 @@ class MappingPoller:
         tracker: WorkTracker,
         may_receive: Callable[[], bool] = lambda: True,
         on_delete: Callable[[int], None] = lambda _n: None,
+        faults: LambdaFaults | None = None,
     ) -> None:
         self.queue = queue
+        self._faults = faults
         self.name = name
         self.stats = PollerStats()
         self._invoke = invoke
@@ -341,6 +406,8 @@ class MappingPoller:
                 if not self._may_receive():
                     return
                 records, _ = self.queue.receive(self._batch_size)
+                if records and self._throttled(records):
+                    continue  # the finally gives the slot back; try the next batch
                 if records:
                     self._tracker.begin()
                     self._executor.submit(self._run, records)
@@ -355,6 +422,20 @@ class MappingPoller:
                 return
             with self._lock:
                 self.stats.peak_concurrency = max(self.stats.peak_concurrency, self._running)
+
+    def _throttled(self, messages: list[dict[str, Any]]) -> bool:
+        """Lambda received the batch and had no concurrency left to invoke: the messages
+        stay in flight until their visibility timeout, as a throttled batch does."""
+        if self._faults is None or not self._faults.throttle_receive(
+            [str(m.get("Body", "")) for m in messages]
+        ):
+            return False
+        with self._lock:
+            self.stats.throttles += 1
+        for message in messages:
+            self.queue.note(message["MessageId"], "throttled")
+            self.queue.release(message["MessageId"])
+        return True
 
     def _run(self, messages: list[dict[str, Any]]) -> None:
         try:
@@ -377,14 +458,24 @@ class MappingPoller:
             )
         try:
             response = self._invoke({"Records": records})
+        except LambdaKilled:  # the sandbox died: nothing is deleted, the batch comes back
+            with self._lock:
+                self.stats.kills += 1
+            for message in messages:
+                self.queue.note(message["MessageId"], "killed")
+                self.queue.release(message["MessageId"])
+            return
         except Exception as exc:  # a function error: the whole batch stays
             with self._lock:
                 self.stats.function_errors += 1
                 name = type(exc).__name__
                 self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
             for message in messages:
+                self.queue.note(message["MessageId"], "ran")
                 self.queue.release(message["MessageId"])
             return
+        for message in messages:
+            self.queue.note(message["MessageId"], "ran")
         failed: set[str] = set()
         if self._report_failures and isinstance(response, dict):
             failed = {
@@ -526,6 +617,20 @@ class LocalQueues:
 
         with before_call_hooks(_PARAMS_KEY, self._before_call, *sessions):
             yield self
+
+
+def _is_coded(body: str, attributes: Mapping[str, Any]) -> bool:
+    """Whether a dead letter says why it failed: an ``ERROR_CODE`` attribute (the model step,
+    EventBridge), or a Lambda on-failure record (its ``responsePayload`` or condition)."""
+    if ERROR_CODE_ATTRIBUTE in attributes:
+        return True
+    if '"requestContext"' not in body:
+        return False
+    try:
+        record = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "condition" in (record.get("requestContext") or {})
 
 
 def _md5(text: str) -> str:

@@ -25,7 +25,6 @@ from constructs_lib.local_engine.lambda_async import (
     DEFAULT_TIMEOUT_CAP_SECONDS,
 )
 from constructs_lib.local_engine.progress import Progress
-from constructs_lib.local_engine.scheduling import DEFAULT_RUN_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from .local_run.pipeline import LocalPipeline
@@ -50,14 +49,19 @@ counts (the summary table and --json):
   alerts          upload summaries published to AlertTopic
   deduplicated    row events a v2 bus answered DEDUPLICATED (a re-run splitter's repeats)
   rate_limited    429 answers of the model (--rate-limit); not billed
+  max_requests_per_key   the most billed model requests one record key got
+  kills, throttles       Lambda faults injected (--kill-rate, --throttle-rate)
+  redriven        messages SQS moved by a redrive policy (redriven_by_queue: per queue)
   input_tokens, output_tokens   billed tokens (200 answers)
   elapsed_s       wall seconds from the upload until everything settled
   aws_calls, denied   handler AWS calls evaluated against their role in cdk.out / denied
 
 invariants (checked; exit 1 when one fails):
-  rows = valid + invalid;  valid = classified + failed;
-  no faults:   failed = 0 and model_requests - rate_limited = valid (at any --duplicates);
-  with faults: model_requests - rate_limited <= MAX_ATTEMPTS x valid, and failed = dlq.
+  rows = valid + invalid;  valid = classified + failed, every failure with a code;
+  max_requests_per_key <= MAX_ATTEMPTS;  no step dead letter without ERROR_CODE unless
+  every receive of it was throttled;
+  no faults (throttles are none): failed = 0 and model_requests - rate_limited = valid;
+  with faults or kills: billed <= MAX_ATTEMPTS x valid, and failed = dlq.
 
 Rules, patterns, targets, retry settings, handlers and environments are read from the cloud
 assembly, so run `make synth` after changing the stack. AWS is moto, in this process; the
@@ -74,10 +78,9 @@ def _positive_int(text: str) -> int:
 
 
 def _rate(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
+    # The range is checked with the other options (validate_options), so the error names
+    # the flag, the value and the range in one UsageError.
+    return float(text)
 
 
 def _positive_float(text: str) -> float:
@@ -136,7 +139,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of rows whose model requests fail (429, 529, 500, timeouts, "
         "400), local model only (default: 0)",
     )
-    run.add_argument("--seed", type=int, default=0, help="seed of the fault plan (default: 0)")
+    run.add_argument(
+        "--kill-rate",
+        type=_rate,
+        default=0.0,
+        metavar="P",
+        help="share of model requests after which Lambda kills the invocation: the model "
+        "answered (and billed) it, the handler never sees the answer; local model only "
+        "(default: 0)",
+    )
+    run.add_argument(
+        "--throttle-rate",
+        type=_rate,
+        default=0.0,
+        metavar="P",
+        help="share of SQS receives Lambda throttles: received, never invoked, back after "
+        "the visibility timeout with a higher receive count (default: 0)",
+    )
+    run.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the fault plan, the kills and the throttles (default: 0)",
+    )
     run.add_argument(
         "--model",
         choices=("local", "anthropic"),
@@ -157,8 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=DEFAULT_TIMEOUT_CAP_SECONDS,
         metavar="SECONDS",
-        help="remaining time a context reports at most; the "
-        "model timeout is that minus 3 s, at least 1 s (default: %(default)s)",
+        help="remaining time a context reports at most; the model call's deadline is that "
+        "minus 3 s, at least 1 s (default: %(default)s; keep it under the buffer queue's "
+        "visibility timeout on the run's clock, 9 s at the default --backoff-minute-ms)",
     )
     run.add_argument(
         "--rate-limit",
@@ -170,10 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--run-timeout",
         type=_positive_float,
-        default=DEFAULT_RUN_TIMEOUT_SECONDS,
+        default=None,
         metavar="SECONDS",
         help="wall seconds the pipeline may take to settle before the run fails (default: "
-        "%(default).0f; a few thousand rows with --duplicates need more)",
+        "derived from the work: rows, copies, faults, the rate limit, the run's clock and "
+        "the step's queues; shown in the summary and in docs/local-run.md)",
     )
     run.add_argument("--key", help="object key of the upload (default: FILE's name)")
     run.add_argument(
@@ -245,6 +272,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         model=args.model,
         seconds_per_minute=args.backoff_minute_ms / 1000,
         rate_limit=args.rate_limit,
+        kill_rate=args.kill_rate,
+        throttle_rate=args.throttle_rate,
         timeout_cap_seconds=args.timeout_cap,
         run_timeout_seconds=args.run_timeout,
         object_key=args.key,

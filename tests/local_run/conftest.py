@@ -41,3 +41,9 @@ def classic_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
     return outdir
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: a whole local run of a minute or less (runs in make test)"
+    )

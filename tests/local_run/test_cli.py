@@ -145,3 +145,36 @@ def test_run_timeout_must_be_positive(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["run", str(_small_csv(tmp_path)), "--run-timeout", "0"])
     assert "--run-timeout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--kill-rate", "1.5"),
+        ("--throttle-rate", "-0.1"),
+        ("--fault-rate", "2"),
+        ("--kill-rate", "nan"),
+    ],
+)
+def test_a_rate_outside_zero_to_one_names_the_flag_the_value_and_the_range(
+    capsys, tmp_path, flag, value
+):
+    code = main(["run", str(_small_csv(tmp_path)), flag, value])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{flag} must be between 0 and 1, got {float(value):g}" in err
+    assert "Traceback" not in err
+
+
+def test_kills_need_the_local_model(capsys, tmp_path):
+    code = main(["run", str(_small_csv(tmp_path)), "--model", "anthropic", "--kill-rate", "0.1"])
+    assert code == 2 and "--kill-rate needs --model local" in capsys.readouterr().err
+
+
+def test_help_names_the_lambda_faults_and_their_counts(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert "--kill-rate" in out and "--throttle-rate" in out
+    assert "max_requests_per_key" in out and "redriven" in out
+    assert "derived from the work" in out

@@ -21,12 +21,17 @@ def check_invariants(result: RunResult) -> list[Check]:
     """Evaluate the invariants of a completed upload.
 
     - rows = valid + invalid (rows counted from the file, not from the splitter);
-    - valid = classified + failed (every valid row ends labelled or recorded as failed);
-    - without faults: failed = 0 and model_requests - rate_limited = valid (one billed
-      request per row at any duplicates, whatever the rate limit's 429s);
-    - with faults: model_requests - rate_limited <= attempts x valid (the step's
-      MAX_ATTEMPTS; 429s are no attempt), and failed = dlq
-      (no row both labelled and recorded, no failure record that names no row);
+    - valid = classified + failed (every valid row ends labelled or recorded as failed), and
+      every recorded failure has an error code;
+    - max_requests_per_key <= MAX_ATTEMPTS: no record key got more billed model requests
+      than the step's budget, whatever the copies, kills, throttles and redrives;
+    - no dead letter of the step without an ERROR_CODE, unless the function could not run at
+      all with it (every receive throttled);
+    - without faults (throttles are none: a throttle is not an attempt): failed = 0 and
+      model_requests - rate_limited = valid (one billed request per row at any duplicates,
+      whatever the rate limit's 429s);
+    - with faults or kills: billed <= MAX_ATTEMPTS x valid, and failed = dlq (no row both
+      labelled and recorded, no failure record that names no row);
     - when IAM was checked: denied = 0 (every handler call allowed by its role).
     """
     checks = [
@@ -41,6 +46,32 @@ def check_invariants(result: RunResult) -> list[Check]:
             f"{result.valid} = {result.classified} + {result.failed}",
             result.valid == result.classified + result.failed,
             _settle_hint(result),
+        ),
+        Check(
+            "failures without a code = 0",
+            f"{result.uncoded_failures} = 0",
+            result.uncoded_failures == 0,
+            "a row's failure record has no error code: FailuresTable cannot say why it failed",
+        ),
+        Check(
+            "max_requests_per_key <= MAX_ATTEMPTS",
+            f"{result.max_requests_per_key} <= {result.max_attempts}",
+            result.max_requests_per_key <= result.max_attempts,
+            "a record key was billed more requests than its attempt budget: the budget is "
+            "counted per message or per copy, not on the key's record",
+        ),
+        Check(
+            "uncoded step dead letters = 0",
+            f"{result.uncoded_dead_letters} = 0",
+            result.uncoded_dead_letters == 0,
+            "a message reached the step's DLQ without an ERROR_CODE although the function ran "
+            "with it (a redrive of a row the step never dead-lettered itself)"
+            + (
+                f"; {result.unrun_dead_letters} more came from receives that were all "
+                "throttled, which is allowed"
+                if result.unrun_dead_letters
+                else ""
+            ),
         ),
     ]
     if result.iam_checked:
@@ -74,15 +105,13 @@ def check_invariants(result: RunResult) -> list[Check]:
             )
         )
     else:
-        bound = (result.retry_attempts + 1) * result.valid
-        billed = result.model_requests - result.rate_limited
+        bound = result.max_attempts * result.valid
         checks.append(
             Check(
-                "model_requests - rate_limited <= attempts x valid",
-                f"{result.model_requests} - {result.rate_limited} <= "
-                f"{result.retry_attempts + 1} x {result.valid}",
-                billed <= bound,
-                "more model requests than Lambda's retries allow",
+                "billed <= MAX_ATTEMPTS x valid",
+                f"{result.billed_requests} <= {result.max_attempts} x {result.valid}",
+                result.billed_requests <= bound,
+                "more billed model requests than the rows' attempt budgets allow",
             )
         )
     checks.append(

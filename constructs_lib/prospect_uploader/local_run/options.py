@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 
-from constructs_lib.local_engine.engine import DEFAULT_RUN_TIMEOUT_SECONDS
 from constructs_lib.local_engine.errors import InputFileError, ModelUnavailableError, UsageError
 from constructs_lib.local_engine.lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
@@ -27,11 +26,15 @@ class RunOptions:
     ``duplicates`` [1] copies of every event to each Lambda target; ``concurrency`` [4]
     worker threads for Lambda invocations; ``fault_rate`` [0.0] and ``seed`` [0] of the
     local model; ``model`` [local] or ``anthropic``; ``seconds_per_minute`` [1.0] and
-    ``timeout_cap_seconds`` [4.0] (see :class:`~.lambda_async.AsyncSettings`);
+    ``timeout_cap_seconds`` [8.0] (see :class:`~.lambda_async.AsyncSettings`);
     ``object_key`` [the file name]; ``log_file`` [a new temp file]; ``code_root``
-    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [300];
+    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [derived from
+    the work: :func:`~constructs_lib.local_engine.run_bound.derive_run_bound`];
     ``rate_limit`` [none]: requests per minute of the run's clock the local model accepts
-    (beyond that it answers 429 with ``retry-after``).
+    (beyond that it answers 429 with ``retry-after``); ``kill_rate`` [0.0]: the share of
+    model requests after which Lambda kills the invocation (local model only);
+    ``throttle_rate`` [0.0]: the share of SQS receives Lambda throttles (both seeded by
+    ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`).
     """
 
     csv_path: Path
@@ -47,8 +50,10 @@ class RunOptions:
     object_key: str | None = None
     log_file: Path | None = None
     code_root: Path | None = None
-    run_timeout_seconds: float = DEFAULT_RUN_TIMEOUT_SECONDS
+    run_timeout_seconds: float | None = None
     rate_limit: int | None = None
+    kill_rate: float = 0.0
+    throttle_rate: float = 0.0
     progress: Progress | None = field(default=None, compare=False)
 
 
@@ -65,8 +70,13 @@ def validate_options(options: RunOptions) -> None:
         raise UsageError("--duplicates must be at least 1")
     if options.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    if not 0.0 <= options.fault_rate <= 1.0:
-        raise UsageError("--fault-rate must be between 0 and 1")
+    for flag, value in (
+        ("--fault-rate", options.fault_rate),
+        ("--kill-rate", options.kill_rate),
+        ("--throttle-rate", options.throttle_rate),
+    ):
+        if not 0.0 <= value <= 1.0:  # also false for NaN
+            raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
     if options.model not in MODELS:
         raise UsageError(f"--model must be one of {', '.join(MODELS)}")
     if options.rate_limit is not None and options.rate_limit < 1:
@@ -76,6 +86,10 @@ def validate_options(options: RunOptions) -> None:
             raise UsageError("--rate-limit needs --model local (the limit is the local model's)")
         if options.fault_rate > 0:
             raise UsageError("--fault-rate needs --model local (faults are injected locally)")
+        if options.kill_rate > 0:
+            raise UsageError(
+                "--kill-rate needs --model local (each kill throws away a billed request)"
+            )
         if not os.environ.get("ANTHROPIC_API_KEY"):
             raise ModelUnavailableError(
                 "--model anthropic calls the real Claude API and needs ANTHROPIC_API_KEY; "
@@ -83,6 +97,8 @@ def validate_options(options: RunOptions) -> None:
             )
     if options.seconds_per_minute <= 0 or options.timeout_cap_seconds <= 0:
         raise UsageError("--backoff-minute-ms and --timeout-cap must be positive")
+    if options.run_timeout_seconds is not None and not options.run_timeout_seconds > 0:
+        raise UsageError(f"--run-timeout must be positive, got {options.run_timeout_seconds:g}")
 
 
 # What the local run imports beyond the library's own dependencies (moto for AWS; the

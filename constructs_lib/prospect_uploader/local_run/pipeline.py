@@ -31,7 +31,14 @@ from constructs_lib.local_engine.engine import DrainResult, EngineSettings, Loca
 from constructs_lib.local_engine.errors import NoMatchingRuleError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_output_to
+from constructs_lib.local_engine.lambda_async import model_deadline_seconds
 from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
+from constructs_lib.local_engine.run_bound import (
+    RunBound,
+    RunWork,
+    derive_run_bound,
+    queue_horizon_seconds,
+)
 
 from .options import RunOptions, require_local_dependencies, validate_options
 from .results import RunResult, count_csv_rows, read_outcome
@@ -75,6 +82,7 @@ class LocalPipeline:
         self._bucket = ""
         self.split_retries = 0
         self._splitter_name = ""
+        self.run_bound: RunBound | None = None  # None: --run-timeout was given
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -119,8 +127,8 @@ class LocalPipeline:
                     labels=_labels(model_step),
                     fault_rate=options.fault_rate,
                     seed=options.seed,
-                    # Longer than the SDK timeout the capped context leads to (>= 1 s).
-                    timeout_hold_seconds=max(1.0, options.timeout_cap_seconds - 3.0) + 0.5,
+                    # Longer than the model call's deadline the capped context leads to.
+                    timeout_hold_seconds=model_deadline_seconds(options.timeout_cap_seconds) + 0.5,
                     rate_limit=RateLimiter(options.rate_limit, options.seconds_per_minute)
                     if options.rate_limit
                     else None,
@@ -130,15 +138,26 @@ class LocalPipeline:
             environment["ANTHROPIC_API_KEY"] = LOCAL_API_KEY
             environment["ANTHROPIC_BASE_URL"] = self._model.base_url
         self._stack.enter_context(handler_output_to(self.log_path))
+        run_timeout, note = options.run_timeout_seconds, "the bound --run-timeout gave"
+        if run_timeout is None:
+            self.run_bound = self._derived_bound(assembly, model_step)
+            run_timeout = self.run_bound.total
+            note = (
+                f"the default bound, derived from the work, was {self.run_bound.describe()}; "
+                "pass --run-timeout SECONDS to allow more"
+            )
         settings = EngineSettings(
             duplicates=options.duplicates,
             concurrency=options.concurrency,
             seconds_per_minute=options.seconds_per_minute,
             timeout_cap_seconds=options.timeout_cap_seconds,
             seed=options.seed,
-            run_timeout_seconds=options.run_timeout_seconds,
+            run_timeout_seconds=run_timeout,
+            run_timeout_note=note,
             environment=environment,
             redelivery_hooks=self._split_retry_hooks(assembly),
+            kill_rate=options.kill_rate,
+            throttle_rate=options.throttle_rate,
         )
         model = self._model
         self._engine = self._stack.enter_context(
@@ -149,6 +168,24 @@ class LocalPipeline:
                 progress=options.progress,
                 log_path=self.log_path,
                 model_request_count=(lambda: model.request_count) if model else None,
+            )
+        )
+
+    def _derived_bound(self, assembly: CloudAssembly, model_step: FunctionSpec) -> RunBound:
+        """The default run timeout: the work of this file under these options."""
+        options = self.options
+        return derive_run_bound(
+            RunWork(
+                rows=count_csv_rows(options.csv_path) or 0,
+                duplicates=options.duplicates,
+                seconds_per_minute=options.seconds_per_minute,
+                rate_limit=options.rate_limit,
+                max_attempts=_attempt_budget(model_step),
+                max_event_age_seconds=_max_event_age(model_step),
+                queue_horizon_seconds=queue_horizon_seconds(assembly, model_step),
+                fault_rate=options.fault_rate,
+                kill_rate=options.kill_rate,
+                throttle_rate=options.throttle_rate,
             )
         )
 
@@ -229,7 +266,7 @@ class LocalPipeline:
             bucket=self._bucket,
             rows=count_csv_rows(options.csv_path),
             duplicates=options.duplicates,
-            faults_enabled=options.fault_rate > 0,
+            faults_enabled=options.fault_rate > 0 or options.kill_rate > 0,
             rate_limit=options.rate_limit,
             retry_attempts=_attempt_budget(model_step) - 1,
             model=options.model,
@@ -256,6 +293,17 @@ class LocalPipeline:
         result.lambda_retries = sum(s["retries"] for s in stats.values())
         result.on_failure_records = sum(s["on_failure"] for s in stats.values())
         result.in_progress_exhausted = engine.in_progress_exhausted
+        result.run_timeout_s = round(engine.settings.run_timeout_seconds, 1)
+        requests = engine.model_requests
+        result.billed_requests = sum(requests.billed.values())
+        result.max_requests_per_key = requests.max_billed_per_key
+        result.model_answer_ms = requests.answer_ms()
+        result.kills = engine.faults.kills
+        result.throttles = engine.faults.throttles
+        result.redriven_by_queue = engine.redriven()
+        for dead_letters in engine.step_dead_letters(model_step):
+            result.uncoded_dead_letters += dead_letters.uncoded
+            result.unrun_dead_letters += dead_letters.redriven_uncoded_unrun
         result.left_on_queue = sum(d.left for d in drains)
         result.alert_messages = [m for target in engine.sns_targets for m in target.messages]
         result.alerts = len(result.alert_messages)
@@ -299,6 +347,14 @@ def _attempt_budget(spec: FunctionSpec) -> int:
     if isinstance(raw, str) and raw.isdigit():
         return int(raw)
     return spec.retry_attempts + 1
+
+
+def _max_event_age(spec: FunctionSpec) -> int:
+    """How long the step holds a row (``MAX_EVENT_AGE_SECONDS``), else Lambda's async age."""
+    raw = spec.environment.get("MAX_EVENT_AGE_SECONDS")
+    if isinstance(raw, str) and raw.isdigit():
+        return int(raw)
+    return spec.max_event_age_seconds
 
 
 def _labels(spec: FunctionSpec) -> tuple[str, ...]:

@@ -31,6 +31,17 @@ JSON_FIELDS = {
     "elapsed_s": "wall seconds from the upload until everything settled",
     "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
     "denied": "of those, denied (the handler got AccessDenied)",
+    "billed_requests": "model requests billed (all but 401, 429 and 529 answers)",
+    "max_requests_per_key": "the most billed requests one record key got (<= max_attempts)",
+    "max_attempts": "the step's attempt budget per key (MAX_ATTEMPTS in the template)",
+    "kills": "invocations killed after their model request was sent (--kill-rate)",
+    "throttles": "SQS receives Lambda throttled, never invoked (--throttle-rate)",
+    "redriven": "messages SQS moved by a redrive policy, all queues",
+    "redriven_by_queue": "the same per queue (construct path): buffer -> redrive -> DLQ",
+    "uncoded_dead_letters": "step dead letters without ERROR_CODE though the function ran",
+    "unrun_dead_letters": "step dead letters whose every receive was throttled (no code)",
+    "model_answer_ms": "wall ms from a model request to its answer: p50, p99, max",
+    "run_timeout_s": "the bound the run had to settle in (derived from the work, or given)",
 }
 
 
@@ -64,6 +75,17 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "rate_limit": result.rate_limit,
         "aws_calls": result.aws_calls,
         "denied": result.denied,
+        "billed_requests": result.billed_requests,
+        "max_requests_per_key": result.max_requests_per_key,
+        "max_attempts": result.max_attempts,
+        "kills": result.kills,
+        "throttles": result.throttles,
+        "redriven": result.redriven,
+        "redriven_by_queue": dict(sorted(result.redriven_by_queue.items())),
+        "uncoded_dead_letters": result.uncoded_dead_letters,
+        "unrun_dead_letters": result.unrun_dead_letters,
+        "model_answer_ms": result.model_answer_ms,
+        "run_timeout_s": result.run_timeout_s,
     }
 
 
@@ -104,7 +126,27 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
             "elapsed s",
             result.elapsed_s,
             f"{result.run_minutes} minutes of the run's clock"
-            + (f" at {result.rate_limit} requests/minute" if result.rate_limit else ""),
+            + (f" at {result.rate_limit} requests/minute" if result.rate_limit else "")
+            + f"; bound {result.run_timeout_s:.0f} s",
+        ),
+        (
+            "max per key",
+            result.max_requests_per_key,
+            f"{JSON_FIELDS['max_requests_per_key']}; max_attempts {result.max_attempts}",
+        ),
+        ("kills", result.kills, JSON_FIELDS["kills"]),
+        ("throttles", result.throttles, JSON_FIELDS["throttles"]),
+        (
+            "redriven",
+            result.redriven,
+            JSON_FIELDS["redriven"]
+            + (
+                " ("
+                + ", ".join(f"{q} {n}" for q, n in sorted(result.redriven_by_queue.items()))
+                + ")"
+                if result.redriven
+                else ""
+            ),
         ),
         ("lambda retries", result.lambda_retries, "async retries of all functions"),
         ("on-failure", result.on_failure_records, "Lambda on-failure records sent to the queue"),

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: A failure record's ``error_code`` that says nothing of why (the recorder's fallback).
+NO_CODE = frozenset({"", "Unknown"})
+
 
 @dataclass
 class RunResult:
@@ -42,8 +45,22 @@ class RunResult:
     functions: dict[str, Any] = field(default_factory=dict)
     queues: dict[str, Any] = field(default_factory=dict)  # local queues and their pollers
     in_progress_exhausted: int = 0  # on-failure records caused by IdempotencyAlreadyInProgress
-    faults_enabled: bool = False
+    faults_enabled: bool = False  # model faults or Lambda kills: a row may need retries
     retry_attempts: int = 0  # the step's attempt budget (MAX_ATTEMPTS) minus one
+    # Billed model requests (not 401/429/529) per record key, counted where they are sent.
+    billed_requests: int = 0
+    max_requests_per_key: int = 0
+    model_answer_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, max
+    # Lambda faults injected (--kill-rate, --throttle-rate) and what SQS did about them.
+    kills: int = 0
+    throttles: int = 0
+    redriven_by_queue: dict[str, int] = field(default_factory=dict)  # construct path -> n
+    # Dead letters of the step without an ERROR_CODE although its function ran with them;
+    # and those the function never ran with (every receive throttled: it could not run).
+    uncoded_dead_letters: int = 0
+    unrun_dead_letters: int = 0
+    uncoded_failures: int = 0  # failure records of rows with no (or an empty) error_code
+    run_timeout_s: float = 0.0  # the bound the run settled within (derived or --run-timeout)
     duplicates: int = 1
     model: str = "local"
     log_file: str = ""
@@ -65,6 +82,16 @@ class RunResult:
     denials: list[str] = field(default_factory=list)  # "function: action on resource"
     unused_grants: dict[str, list[str]] = field(default_factory=dict)
     unevaluated_conditions: list[str] = field(default_factory=list)
+
+    @property
+    def max_attempts(self) -> int:
+        """The step's attempt budget per key (``MAX_ATTEMPTS`` in the template)."""
+        return self.retry_attempts + 1
+
+    @property
+    def redriven(self) -> int:
+        """Messages moved by a redrive policy, on every queue."""
+        return sum(self.redriven_by_queue.values())
 
 
 def count_csv_rows(path: Path) -> int | None:
@@ -121,6 +148,12 @@ def read_outcome(result: RunResult, failures_table: Any, prospects_table: Any) -
         if item.get("upload_id") == result.upload_id and "row_number" in item
     }
     result.dlq = len(failed_rows)
+    result.uncoded_failures = sum(
+        1
+        for item in model_items
+        if item.get("upload_id") == result.upload_id
+        and str(item.get("error_code") or "").strip() in NO_CODE
+    )
     result.unattributed = len(model_items) - sum(
         1
         for item in model_items

@@ -1,0 +1,177 @@
+"""Every model request a handler sends, attributed to the record key it was sent for.
+
+The Anthropic SDK sends over ``httpx2``, and its transports end in
+``httpx2.HTTPTransport.handle_request``. While :meth:`ModelRequests.installed` is open, that
+method is wrapped. A request sent on a thread the engine marked (:meth:`ModelRequests.for_key`,
+around each handler call) is counted against that key. The answer is then handed to
+:class:`~.lambda_faults.LambdaFaults`, which may kill the invocation before the handler
+sees it. Requests from unmarked threads (a test's own client) pass through untouched.
+
+*Billed* follows the runtime's rule: every request that reached the model is billed, except
+401, 429 and 529 answers. A request that timed out or lost its connection after it was sent
+is billed: the model may have done the work.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from .lambda_faults import LambdaFaults, LambdaKilled
+
+#: Answers the provider does not bill (the runtime's Spend counts them the same way).
+UNBILLED_STATUSES = frozenset({401, 429, 529})
+#: Members of an event the model step joins to its business key (``model_step.key``).
+REPLAY_GENERATION_FIELD = "replay_generation"
+DEAD_LETTER_FIELD = "dead_letter"
+
+_state = threading.local()
+
+
+class ModelRequests:
+    """Counts and times requests per record key; kills invocations when ``faults`` says so."""
+
+    def __init__(self, faults: LambdaFaults | None = None) -> None:
+        self._faults = faults
+        self.billed: Counter[str] = Counter()  # record key -> billed requests
+        self.sent = 0
+        self.statuses: Counter[str] = Counter()  # "200", "429", ..., "error"
+        self._answer_ms: list[float] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def for_key(self, key: str | None) -> Iterator[None]:
+        """Attribute requests sent by this thread to ``key`` until exit (None: unattributed
+        but still counted, e.g. a batch of several records)."""
+        previous = getattr(_state, "key", _UNMARKED)
+        _state.key = key
+        try:
+            yield
+        finally:
+            _state.key = previous
+
+    @property
+    def max_billed_per_key(self) -> int:
+        """The most billed requests any one record key got (0 without requests)."""
+        with self._lock:
+            return max(self.billed.values(), default=0)
+
+    def answer_ms(self) -> dict[str, float]:
+        """Wall milliseconds from sending a request to its answer's headers: p50, p99, max
+        (answers only; requests that failed in transport are not timed)."""
+        with self._lock:
+            times = sorted(self._answer_ms)
+        if not times:
+            return {}
+
+        def at(share: float) -> float:
+            return round(times[min(len(times) - 1, int(share * len(times)))], 1)
+
+        return {"p50": at(0.5), "p99": at(0.99), "max": round(times[-1], 1)}
+
+    @contextmanager
+    def installed(self) -> Iterator[ModelRequests]:
+        """Wrap ``httpx2.HTTPTransport.handle_request`` while open."""
+        import httpx2
+
+        original = httpx2.HTTPTransport.handle_request
+        observer = self
+
+        def handle_request(
+            transport: httpx2.HTTPTransport, request: httpx2.Request
+        ) -> httpx2.Response:
+            key = getattr(_state, "key", _UNMARKED)
+            if key is _UNMARKED:
+                return original(transport, request)
+            response: httpx2.Response = observer._observe(original, transport, request, key)
+            return response
+
+        setattr(httpx2.HTTPTransport, "handle_request", handle_request)  # noqa: B010
+        try:
+            yield self
+        finally:
+            setattr(httpx2.HTTPTransport, "handle_request", original)  # noqa: B010
+
+    def _observe(self, original: Any, transport: Any, request: Any, key: str | None) -> Any:
+        started = time.monotonic()
+        try:
+            response = original(transport, request)
+        except Exception:
+            self._count(key, None, None)
+            self._maybe_kill(request, None)
+            raise
+        self._count(key, int(response.status_code), (time.monotonic() - started) * 1000)
+        self._maybe_kill(request, response)
+        return response
+
+    def _count(self, key: str | None, status: int | None, answer_ms: float | None) -> None:
+        with self._lock:
+            self.sent += 1
+            self.statuses["error" if status is None else str(status)] += 1
+            if answer_ms is not None:
+                self._answer_ms.append(answer_ms)
+            if key is not None and status not in UNBILLED_STATUSES:
+                self.billed[key] += 1
+
+    def _maybe_kill(self, request: Any, response: Any) -> None:
+        if self._faults is None or not self._faults.kill_after_request(bytes(request.content)):
+            return
+        if response is not None:
+            response.close()
+        raise LambdaKilled("killed after the model request was sent, before its answer was read")
+
+
+_UNMARKED: Any = object()
+
+
+def record_key_of(event: Any, key_expression: str | None) -> str | None:
+    """The record key an invocation's ``event`` stands for, as the model step builds it: the
+    business key (``key_expression``, JMESPath over the detail), the detail's
+    ``replay_generation`` and the ``dead_letter.id`` of an operator's redrive. An SQS batch
+    of one record is its body's event; a larger batch has no single key (None)."""
+    if isinstance(event, Mapping) and isinstance(event.get("Records"), list):
+        records = event["Records"]
+        if len(records) != 1:
+            return None
+        try:
+            event = json.loads(str(records[0].get("body") or ""))
+        except ValueError:
+            return None
+    if not isinstance(event, Mapping) or not isinstance(event.get("detail"), Mapping):
+        return None
+    detail = event["detail"]
+    if key_expression:
+        import jmespath
+
+        business: Any = jmespath.search(key_expression, dict(detail))
+    else:
+        business = {k: v for k, v in detail.items() if k != REPLAY_GENERATION_FIELD}
+    marker = event.get(DEAD_LETTER_FIELD)
+    parts = [
+        _canonical(business),
+        detail.get(REPLAY_GENERATION_FIELD),
+        marker.get("id") if isinstance(marker, Mapping) else None,
+    ]
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def _canonical(value: Any) -> Any:
+    """Numbers by value (``1`` and ``1.0`` are one key part) and strings in Unicode NFC, as
+    the model step compares key parts (``model_step.key.canonical``)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,93 @@
+"""Model requests counted per record key where they are sent, and the kill after one."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import pytest
+
+from constructs_lib.local_engine.lambda_faults import FaultRates, LambdaFaults, LambdaKilled
+from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
+from constructs_lib.local_engine.model_requests import ModelRequests, record_key_of
+
+KEY = "[upload_id, row_number]"
+
+
+def _ask(api: LocalMessagesAPI, text: str):
+    client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
+    return client.messages.create(
+        model="claude-haiku-5-5",
+        max_tokens=16,
+        messages=[{"role": "user", "content": text}],
+        timeout=5.0,
+    )
+
+
+def test_billed_requests_are_counted_per_key_and_429s_are_not_billed():
+    # GIVEN a model that accepts one request a minute, and two keys asking
+    limiter = RateLimiter(1, seconds_per_minute=60.0)
+    with LocalMessagesAPI(rate_limit=limiter) as api, ModelRequests().installed() as requests:
+        with requests.for_key("row 1"):
+            _ask(api, "one")
+            with pytest.raises(anthropic.RateLimitError):
+                _ask(api, "one again")
+        with requests.for_key("row 2"), pytest.raises(anthropic.RateLimitError):
+            _ask(api, "two")
+        received = api.request_count
+    # THEN the 200 is billed to its key, the 429s to nobody, and answers were timed
+    assert requests.billed == {"row 1": 1}
+    assert requests.sent == 3 and requests.statuses == {"200": 1, "429": 2}
+    assert requests.max_billed_per_key == 1
+    assert set(requests.answer_ms()) == {"p50", "p99", "max"}
+    assert received == 3  # the model saw all three
+
+
+def test_a_request_outside_an_invocation_is_neither_counted_nor_killed():
+    faults = LambdaFaults(FaultRates(kill_rate=1.0))
+    with LocalMessagesAPI() as api, ModelRequests(faults).installed() as requests:
+        assert _ask(api, "the test's own call").content[0].text
+    assert requests.sent == 0 and faults.kills == 0
+
+
+def test_a_kill_comes_after_the_model_counted_the_request_and_skips_except_exception():
+    # GIVEN every request followed by a kill
+    faults = LambdaFaults(FaultRates(kill_rate=1.0))
+    handled = []
+    with LocalMessagesAPI() as api, ModelRequests(faults).installed() as requests:
+        # WHEN a handler that catches every Exception sends one
+        with pytest.raises(LambdaKilled), requests.for_key("row 1"):
+            try:
+                _ask(api, "row one")
+            except Exception as exc:  # what a handler's cleanup would do
+                handled.append(exc)
+        # THEN the model answered and billed it, and no handler code saw the answer
+        assert api.request_count == 1 and api.outcomes["200"] == 1
+    assert handled == [] and faults.kills == 1 and requests.billed == {"row 1": 1}
+
+
+def _sqs_event(detail, **extra):
+    body = {"id": "e1", "detail-type": "Row", "source": "s", "detail": detail, **extra}
+    return {"Records": [{"messageId": "m1", "body": json.dumps(body)}]}
+
+
+def test_the_record_key_follows_the_model_steps_key():
+    key = record_key_of(_sqs_event({"upload_id": "u", "row_number": 1, "notes": "a"}), KEY)
+    # Other fields, the event id, 1 vs 1.0 and NFC vs NFD spellings make no other key ...
+    assert key == record_key_of(_sqs_event({"upload_id": "u", "row_number": 1.0}), KEY)
+    nfc = record_key_of(_sqs_event({"upload_id": "caf\u00e9", "row_number": 1}), KEY)
+    assert nfc == record_key_of(_sqs_event({"upload_id": "cafe\u0301", "row_number": 1}), KEY)
+    assert key == record_key_of(
+        {"id": "e2", "detail": {"upload_id": "u", "row_number": 1, "notes": "b"}}, KEY
+    )
+    # ... an operator's retry markers and another row do
+    assert key != record_key_of(
+        _sqs_event({"upload_id": "u", "row_number": 1, "replay_generation": 1}), KEY
+    )
+    assert key != record_key_of(
+        _sqs_event({"upload_id": "u", "row_number": 1}, dead_letter={"id": "f" * 64}), KEY
+    )
+    assert key != record_key_of(_sqs_event({"upload_id": "u", "row_number": 2}), KEY)
+    # A batch of several records, or no detail, has no single key
+    two = {"Records": _sqs_event({})["Records"] * 2}
+    assert record_key_of(two, KEY) is None and record_key_of({"x": 1}, KEY) is None
