@@ -56,7 +56,7 @@ from .harness import (
 settings.register_profile(
     "fast",
     max_examples=100,
-    stateful_step_count=30,
+    stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     derandomize=True,
