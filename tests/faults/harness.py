@@ -51,6 +51,7 @@ from model_step.key import canonical, record_key, redrive_marker
 from moto.sqs import models as sqs_models
 
 from tests.fakes import FakeMessagesAPI, Reply
+from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -574,12 +575,8 @@ def installed_hooks(lab_of: Callable[[], FaultLab | None], session: boto3.sessio
 
 
 def create_table(session: boto3.session.Session) -> None:
-    session.client("dynamodb").create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    """The idempotency table, laid out as the Prospect Uploader's stack defines it."""
+    create_stack_table(session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
 
 
 def _scope_of(body: str) -> Scope:
