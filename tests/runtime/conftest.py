@@ -21,6 +21,7 @@ from model_step import ModelStep
 from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
+from constructs_lib.testing import FakeLambdaContext
 from tests.fakes import FakeMessagesAPI
 
 REGION = "us-east-1"
@@ -41,26 +42,6 @@ def boto3_session() -> boto3.session.Session:
     if _BOTO3_SESSION is None:
         _BOTO3_SESSION = boto3.session.Session(region_name=REGION)
     return _BOTO3_SESSION
-
-
-@dataclass
-class FakeLambdaContext:
-    """Test double of the Lambda context object (an AWS-provided object, not our code)."""
-
-    function_name: str = "model-step-test"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    remaining_millis: int = 30_000
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = "/aws/lambda/model-step-test"
-    log_stream_name: str = "2026/01/01/[$LATEST]abc"
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:{REGION}:123456789012:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_millis
 
 
 class ShiftedClock:
