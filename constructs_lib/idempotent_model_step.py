@@ -301,11 +301,13 @@ class IdempotentModelStep(Construct):
         )
 
     Retry arithmetic: the SDK makes one request per attempt (``max_retries=0``) and
-    the runtime allows ``MAX_ATTEMPTS = lambda_retry_attempts + 1`` attempts for
-    transient failures (500s, timeouts), so a delivery costs at most
-    ``max_model_requests_per_delivery`` billed requests (3 by default). A 429 or
-    529 is not billed and is not an attempt: the row waits in ``buffer_queue``.
-    A duplicate delivery costs none.
+    the runtime allows ``MAX_ATTEMPTS = lambda_retry_attempts + 1`` attempts per
+    record key for transient failures (500s, timeouts, a kill after the request was
+    sent), claimed on the key's record, so a business key costs at most
+    ``max_model_requests_per_delivery`` billed requests (3 by default) however many
+    copies, redeliveries and throttles it meets; an operator's DLQ redrive buys one
+    more. A 429 or 529 is not billed and is not an attempt: the row waits in
+    ``buffer_queue``. A duplicate delivery costs none.
 
     Props (keyword arguments of the constructor; every one is checked at synth, and a
     bad value fails with the prop, the value and the range it allows):
@@ -338,22 +340,24 @@ class IdempotentModelStep(Construct):
         default 10. Requests per minute are about ``max_concurrency x 60 /
         seconds per call``. Implemented as the event source mapping's maximum
         concurrency; 1 is reserved concurrency 1 on the function behind a
-        mapping capped at 2 (Lambda's minimum), see the README.
+        mapping capped at 2 (Lambda's minimum), see docs/construct.md, "A cap of 1".
     :param lambda_retry_attempts: retries of a transient failure (500, timeout,
-        connection error) of one delivery, 0-2, default 2; the runtime's attempt
-        budget is ``MAX_ATTEMPTS = lambda_retry_attempts + 1``. Rate limits
-        (429/529) never use an attempt.
+        connection error, a kill after the request was sent) of one record key,
+        0-2, default 2; the runtime's attempt budget, kept on the key's record, is
+        ``MAX_ATTEMPTS = lambda_retry_attempts + 1``. Rate limits (429/529) and
+        Lambda throttles never use an attempt.
     :param event_retry_attempts: EventBridge delivery retries to the buffer
         queue, 0-185, default 185 (the same range on a v2 subscriber).
-    :param max_event_age: how long a row may take from publish to answer,
-        1 minute to 24 hours, default 24 hours: EventBridge stops retrying the
-        hand-off after it, and the runtime dead-letters a rate-limited row
-        (``RateLimitExhausted``) that would wait past it.
+    :param max_event_age: how long a row may take to an answer, 1 minute to 24
+        hours, default 24 hours: EventBridge stops retrying the hand-off after it, and
+        the runtime, counting from when the step first saw the row, dead-letters a
+        rate-limited row (``RateLimitExhausted``) that would wait past it and stops
+        putting back a row the buffer queue gave up on (``ReceivesExhausted``).
     :param expires_after: idempotency record lifetime, at least ``max_event_age``
         (a redelivery after expiry would call the model again), at most 30 days,
         default 24 hours.
     :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
-        The SDK's timeout is kept 5 seconds below it; the buffer and redrive queues'
+        Each model request's total deadline is kept 5 seconds below it; the buffer and redrive queues'
         visibility timeout is 6x it.
     :param memory_size: 128-10,240 MB, default 512.
     :param architecture: default ``X86_64``; wheels are bundled for it.
@@ -561,7 +565,7 @@ class IdempotentModelStep(Construct):
                 "max_concurrency=1 reserves 1 of the account's concurrency for this "
                 "function and caps its event source mapping at 2 (Lambda's minimum); the "
                 "second poller is throttled, so some rows are received more than once "
-                "before they run. See the README, 'Concurrency cap'.",
+                "before they run. See docs/construct.md, 'A cap of 1'.",
             )
         #: With ``snap_start``, the alias the event source mapping invokes; else ``None``.
         self.alias: lambda_.Alias | None = (

@@ -20,7 +20,7 @@ DEFAULT_MAX_ROWS = 100_000
 # rows/s on a classic bus (10 entries a call), 1.6x the 1,000 rows/s target, so a 500k-row
 # file takes about 5 minutes of Lambda's 15 and still fits if latency triples. More workers
 # buy little on a 512 MB function (about 0.3 vCPU), where parsing, JSON and request signing
-# become the bound; see the README's throughput figures.
+# become the bound; see bench/README.md for the throughput figures.
 DEFAULT_PUBLISH_CONCURRENCY = 4
 MAX_PUBLISH_CONCURRENCY = 64
 BUS_KINDS = ("classic", "v2")
