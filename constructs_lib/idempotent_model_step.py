@@ -357,8 +357,8 @@ class IdempotentModelStep(Construct):
         (a redelivery after expiry would call the model again), at most 30 days,
         default 24 hours.
     :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
-        Each model request's total deadline is kept 5 seconds below it; the buffer and redrive queues'
-        visibility timeout is 6x it.
+        Each model request's total deadline is kept 5 seconds below it; the buffer and
+        redrive queues' visibility timeout is 6x it.
     :param memory_size: 128-10,240 MB, default 512.
     :param architecture: default ``X86_64``; wheels are bundled for it.
     :param log_retention: default one month.
