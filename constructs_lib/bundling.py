@@ -19,11 +19,14 @@ Requirements are installed from their hash-pinned locks
 the locked files, then the installed metadata is checked for the target. The asset
 hash is computed from the inputs (package sources, the lock, architecture, Python
 version, bytecode mode), and the same inputs build byte-identical trees, whatever
-pip's cache holds. Two functions with the same inputs share one asset; an arm64 and
-an x86_64 build never do, nor a build with and one without bytecode. A synth that
-skips bundling (``cdk ls``, ``cdk bootstrap``, context ``aws:cdk:bundling-stacks =
-[]``) stages the raw source folder: its hash is salted with that mode, so it can
-never be published under a bundled asset's key.
+pip's cache holds. A custom handler's requirements file without a current lock is
+resolved while the function is constructed (:mod:`constructs_lib.synth_resolution`), so
+the hash covers what it resolved to, and synth warns that the file is not locked. Two
+functions with the same inputs share one asset; an arm64 and an x86_64 build never do,
+nor a build with and one without bytecode. A synth that skips bundling (``cdk ls``,
+``cdk bootstrap``, context ``aws:cdk:bundling-stacks = []``) stages the raw source
+folder: its hash is salted with that mode, so it can never be published under a bundled
+asset's key, and it resolves nothing.
 """
 
 from __future__ import annotations
@@ -46,13 +49,17 @@ from .bundling_errors import LocalBundlingError
 from .bytecode import BytecodeCompiler, find_bytecode_python
 from .defaults import LAMBDA_PYTHON_VERSION, LAMBDA_RUNTIME
 from .dependency_lock import (
+    LOCK_COMMAND,
     RUNTIME_PROVIDED,
     DependencyLock,
     LockTarget,
+    UnlockedResolver,
     check_installed,
+    display_path,
     resolve_locks,
 )
 from .pip_failure import explain_pip_failure
+from .synth_resolution import resolution_cache_dir, resolve_at_synth, skip_resolution
 
 #: Bumped when the bundle layout changes, so old staged assets are not reused.
 BUNDLE_FORMAT = "4"
@@ -64,6 +71,9 @@ NO_BYTECODE = "no-bytecode"
 
 #: Annotation id of the synth warning emitted when no interpreter can compile bytecode.
 NO_BYTECODE_WARNING = "constructs-lib:bundling-no-bytecode"
+#: Annotation id of the synth warning emitted when a custom requirements file has no
+#: current lock, so synth resolves it (or would, when it bundles).
+UNLOCKED_REQUIREMENTS_WARNING = "constructs-lib:bundling-unlocked-requirements"
 
 #: Never shipped from a package directory: caches, tests, and the requirements and locks
 #: (installed, not copied; the lock is hashed on its own).
@@ -161,11 +171,15 @@ class LocalPipBundling:
     :param packages: runtime package directories copied to the asset root.
     :param requirements: requirements files, each installed through its hash-pinned lock
         for ``platform`` (``requirements-<machine>.lock`` beside it), or itself a complete
-        lock. Checked when constructed, offline: see
+        lock. Checked when constructed: see
         :func:`~constructs_lib.dependency_lock.resolve_locks`.
     :param platform: pip platform tag, e.g. ``manylinux2014_x86_64``.
     :param python_version: the Lambda interpreter, default the library's runtime (3.13).
     :param compiler: writes ``.pyc`` into the asset; default None (no bytecode).
+    :param resolve_unlocked: how a custom file without a current lock is resolved, e.g.
+        :func:`~constructs_lib.synth_resolution.resolve_at_synth` (pip, cached; what
+        :func:`python_lambda_code` passes when the synth bundles). Default None: such a
+        file raises ``RequirementsNotLockedError``, and construction stays offline.
     """
 
     def __init__(
@@ -175,6 +189,7 @@ class LocalPipBundling:
         platform: str,
         python_version: str = LAMBDA_PYTHON_VERSION,
         compiler: BytecodeCompiler | None = None,
+        resolve_unlocked: UnlockedResolver | None = None,
     ) -> None:
         self.packages = list(packages)
         self.requirements = [Path(r) for r in requirements]
@@ -182,9 +197,11 @@ class LocalPipBundling:
         self.python_version = python_version
         self.compiler = compiler
         target = LockTarget(python_version, platform)
-        #: What the asset installs: every requirements file's lock, combined.
+        #: What the asset installs: every requirements file's lock (or resolution), combined.
         self.lock: DependencyLock | None = (
-            resolve_locks(self.requirements, target) if self.requirements else None
+            resolve_locks(self.requirements, target, resolve_unlocked)
+            if self.requirements
+            else None
         )
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_: object) -> bool:
@@ -257,13 +274,18 @@ def python_lambda_code(
     :param packages: directories of Python packages to place at the asset root.
     :param architecture: the function's CPU; picks the wheels' platform tag.
     :param requirements: requirements files, each installed through its hash-pinned lock
-        (may be empty: copy only). Raises :class:`LocalBundlingError` subclasses, offline,
-        when one has no current lock or they conflict.
+        (may be empty: copy only). A custom file without a current lock is resolved here,
+        with pip against the other files' locks, when this synth bundles (cached:
+        :func:`~constructs_lib.synth_resolution.resolution_cache_dir`), and a warning lands
+        on ``scope``. Raises :class:`LocalBundlingError` subclasses when they conflict
+        (offline, when a pin is refused outright), or when resolving fails.
     """
     platform = pip_platform(architecture)
     compiler = None
+    resolver: UnlockedResolver = resolve_at_synth
     if not Stack.of(scope).bundling_required:
         mode = BUNDLING_SKIPPED
+        resolver = skip_resolution
     else:
         compiler = find_bytecode_python(LAMBDA_PYTHON_VERSION)
         mode = compiler.mode if compiler else NO_BYTECODE
@@ -276,7 +298,11 @@ def python_lambda_code(
                 f"module it imports. Install one (`uv python install {LAMBDA_PYTHON_VERSION}` "
                 f"or `pyenv install {LAMBDA_PYTHON_VERSION}`) and synthesize again.",
             )
-    local = LocalPipBundling(packages, requirements, platform, compiler=compiler)
+    local = LocalPipBundling(
+        packages, requirements, platform, compiler=compiler, resolve_unlocked=resolver
+    )
+    if local.lock is not None:
+        _warn_unlocked(scope, local.lock)
     return lambda_.Code.from_asset(
         str(packages[0].parent),
         asset_hash_type=AssetHashType.CUSTOM,
@@ -288,3 +314,22 @@ def python_lambda_code(
             local=local,
         ),
     )
+
+
+def _warn_unlocked(scope: Construct, lock: DependencyLock) -> None:
+    """A synth warning for each custom file that synth resolves instead of a committed lock."""
+    for unlocked in lock.unlocked:
+        shown = display_path(unlocked.requirements)
+        if unlocked.lock_file is None:
+            what = "this synth skips bundling, so nothing was resolved; a synth that bundles "
+            what += "resolves it with pip"
+        else:
+            what = f"synth resolved it with pip (cached in {display_path(unlocked.lock_file)})"
+        Annotations.of(scope).add_warning_v2(
+            UNLOCKED_REQUIREMENTS_WARNING,
+            f"{shown} {unlocked.problem}: {what}, against this library's lock. The asset "
+            "hash covers what was resolved, but another machine, or a day with newer "
+            "releases, can resolve differently and ship other code. For a reproducible "
+            f"asset, lock it and commit the locks: `{LOCK_COMMAND} {shown}` "
+            f"(resolutions are cached in {resolution_cache_dir()}).",
+        )

@@ -14,7 +14,10 @@ computed from it, so one S3 key always holds one set of files. A requirements fi
 is itself fully pinned with hashes is its own lock (for every target).
 
 :func:`resolve_locks` combines a function's locks (the runtime's and a custom handler's)
-and fails, offline, when they disagree; :func:`check_installed` then proves on the
+and fails, offline, when they disagree. A custom file without a current lock is refused,
+unless the caller passes an :data:`UnlockedResolver`: bundling's resolves it at synth
+(:mod:`constructs_lib.synth_resolution`) into a lock of its own, so the asset hash still
+covers exactly what ships. :func:`check_installed` then proves on the
 installed wheels' metadata that every dependency is satisfied for the target, with the
 target's markers (pip would evaluate them for the build machine's Python).
 
@@ -26,8 +29,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -60,11 +63,16 @@ __all__ = [
     "DependencyLock",
     "LockTarget",
     "LockedPackage",
+    "UnlockedRequirements",
+    "UnlockedResolver",
     "check_conflicts",
     "check_installed",
     "input_digest",
+    "is_library_file",
     "lock_header",
     "lock_path",
+    "lock_problem",
+    "lock_stamp",
     "read_requirements",
     "resolve_locks",
 ]
@@ -136,11 +144,32 @@ class LockedPackage:
 
 
 @dataclass(frozen=True)
+class UnlockedRequirements:
+    """A custom requirements file that had no current lock for the target.
+
+    :param requirements: the file.
+    :param problem: why its lock did not apply, e.g. ``has no lock requirements-x86_64.lock
+        for CPython 3.13 on manylinux2014_x86_64``.
+    :param lock_file: what it was installed through instead: the lock resolved at synth, or
+        None when the synth skipped bundling and nothing was resolved.
+    """
+
+    requirements: Path
+    problem: str
+    lock_file: Path | None
+
+
+@dataclass(frozen=True)
 class DependencyLock:
-    """The packages an asset installs, combined from one or more locks, sorted by name."""
+    """The packages an asset installs, combined from one or more locks, sorted by name.
+
+    ``unlocked`` lists the custom files that had no current lock (resolved at synth, or left
+    out of a synth that skips bundling); it is not part of :meth:`canonical_text`.
+    """
 
     target: LockTarget
     packages: tuple[LockedPackage, ...]
+    unlocked: tuple[UnlockedRequirements, ...] = ()
 
     def canonical_text(self) -> str:
         """The lock as pip reads it, independent of comments and layout: hashed and installed."""
@@ -185,7 +214,7 @@ def display_path(path: Path) -> str:
         shown = str(resolved.relative_to(Path.cwd()))
     except ValueError:
         shown = str(resolved)
-    if resolved.suffix == ".lock" and _is_library_file(resolved):
+    if resolved.suffix == ".lock" and is_library_file(resolved):
         shown += " (this library's lock)"
     return shown
 
@@ -261,15 +290,18 @@ def lock_path(requirements: Path, target: LockTarget) -> Path:
     return requirements.with_name(f"{requirements.stem}-{target.machine}.lock")
 
 
+def lock_stamp(target: LockTarget, digest: str) -> str:
+    """The two header lines bundling checks: the lock's target and its input's digest."""
+    return f"{_TARGET_KEY} {target.label}\n{_INPUT_KEY} {digest}\n"
+
+
 def lock_header(requirements: Path, target: LockTarget, command: str) -> str:
     """The lock's first lines: what it locks, for which target, and how to refresh it."""
     digest = input_digest(read_requirements(requirements))
     return (
         f"# Hash-pinned lock of {requirements.name} for {target.describe()}: every package\n"
         f"# the asset installs. Do not edit; change {requirements.name} and run:\n"
-        f"#    {command}\n"
-        f"{_TARGET_KEY} {target.label}\n"
-        f"{_INPUT_KEY} {digest}\n"
+        f"#    {command}\n" + lock_stamp(target, digest)
     )
 
 
@@ -293,6 +325,22 @@ class _Source:
     problem: str | None
 
 
+def lock_problem(lock: Path, lines: Sequence[RequirementLine], target: LockTarget) -> str | None:
+    """Why ``lock`` is not a current lock of ``lines`` for ``target``, or None when it is."""
+    if not lock.is_file():
+        return f"has no lock {lock.name} for {target.describe()}"
+    header = _header_values(lock)
+    loose = [line for line in read_requirements(lock) if not line.is_locked()]
+    stated = header.get(_TARGET_KEY, "no stated target")
+    if loose:
+        return f"has a lock {lock.name} with an unhashed line {loose[0].line}"
+    if stated != target.label:
+        return f"has a lock {lock.name} for {stated}, not {target.label}"
+    if header.get(_INPUT_KEY) != input_digest(lines):
+        return f"changed since {lock.name} was written"
+    return None
+
+
 def _load(path: Path, target: LockTarget) -> _Source:
     if not path.is_file():
         raise RequirementsNotLockedError(
@@ -302,20 +350,9 @@ def _load(path: Path, target: LockTarget) -> _Source:
     if all(line.is_locked() for line in lines):
         return _Source(path, lines, path, lines, None)
     lock = lock_path(path, target)
-    if not lock.is_file():
-        return _Source(path, lines, None, (), f"has no lock {lock.name} for {target.describe()}")
-    header = _header_values(lock)
-    locked = tuple(read_requirements(lock))
-    loose = [line for line in locked if not line.is_locked()]
-    stated = header.get(_TARGET_KEY, "no stated target")
-    if loose:
-        problem = f"has a lock {lock.name} with an unhashed line {loose[0].line}"
-    elif stated != target.label:
-        problem = f"has a lock {lock.name} for {stated}, not {target.label}"
-    elif header.get(_INPUT_KEY) != input_digest(lines):
-        problem = f"changed since {lock.name} was written"
-    else:
-        return _Source(path, lines, lock, locked, None)
+    problem = lock_problem(lock, lines, target)
+    if problem is None:
+        return _Source(path, lines, lock, tuple(read_requirements(lock)), None)
     return _Source(path, lines, None, (), problem)
 
 
@@ -349,7 +386,7 @@ def _applies(line: RequirementLine, env: Mapping[str, str]) -> bool:
 def _raise_conflicts(conflicts: Sequence[str], sources: Sequence[_Source], target: str) -> None:
     if not conflicts:
         return
-    yours = [s.path for s in sources if not _is_library_file(s.path)]
+    yours = [s.path for s in sources if not is_library_file(s.path)]
     relock = " ".join(display_path(p) for p in yours) or "<your requirements.txt>"
     raise RequirementsConflictError(
         f"the requirements for {target} conflict:\n"
@@ -360,7 +397,8 @@ def _raise_conflicts(conflicts: Sequence[str], sources: Sequence[_Source], targe
     )
 
 
-def _is_library_file(path: Path) -> bool:
+def is_library_file(path: Path) -> bool:
+    """True for this library's own files (its runtime's requirements and locks)."""
     return path.resolve().is_relative_to(lambda_src_root())
 
 
@@ -372,30 +410,80 @@ def check_conflicts(requirements: Sequence[Path], target: LockTarget) -> None:
     _raise_conflicts(_conflict_lines(sources, target), sources, target.describe())
 
 
-def resolve_locks(requirements: Sequence[Path], target: LockTarget) -> DependencyLock:
+#: Resolves a custom requirements file that has no current lock, against ``constraints``
+#: (the combined lock of the function's locked files: the runtime's), for the constraints'
+#: target. Returns a current lock of the file for that target, or None to leave the file
+#: out (a synth that skips bundling). See :func:`constructs_lib.synth_resolution.resolve_at_synth`.
+UnlockedResolver = Callable[[Path, DependencyLock], Path | None]
+
+
+def resolve_locks(
+    requirements: Sequence[Path],
+    target: LockTarget,
+    resolve_unlocked: UnlockedResolver | None = None,
+) -> DependencyLock:
     """The one set of packages ``requirements`` install on ``target``, from their locks.
 
-    Offline. Raises :class:`RequirementsConflictError` when one file asks for a version
-    another's lock does not pin (``aws-lambda-powertools==3.36.0`` against the runtime's
-    3.37.0), or two locks pin one package differently; and
-    :class:`RequirementsNotLockedError` when a file has no current lock for ``target``.
+    Raises :class:`RequirementsConflictError` when one file asks for a version another's
+    lock does not pin (``aws-lambda-powertools==3.36.0`` against the runtime's 3.37.0), or
+    two locks pin one package differently; offline, before anything is resolved.
+
+    :param resolve_unlocked: what to do with a custom file that has no current lock for
+        ``target``. Default None: raise :class:`RequirementsNotLockedError` (offline).
+        Given, it is called with the file and the other files' combined lock, and the lock it
+        returns is used; the file is recorded in :attr:`DependencyLock.unlocked`. This
+        library's own files must always have current locks.
     """
     sources = [_load(Path(path), target) for path in requirements]
     _raise_conflicts(_conflict_lines(sources, target), sources, target.describe())
     unlocked = [s for s in sources if s.problem]
-    if unlocked:
+    refused = [s for s in unlocked if resolve_unlocked is None or is_library_file(s.path)]
+    if refused:
         raise RequirementsNotLockedError(
             f"local bundling for {target.describe()} installs only hash-pinned locks, and\n"
-            + "".join(f"  - {display_path(s.path)} {s.problem}\n" for s in unlocked)
+            + "".join(f"  - {display_path(s.path)} {s.problem}\n" for s in refused)
             + "Lock it (both Lambda architectures; the runtime's lock is the constraint):\n"
-            f"    {LOCK_COMMAND} {' '.join(display_path(s.path) for s in unlocked)}\n"
+            f"    {LOCK_COMMAND} {' '.join(display_path(s.path) for s in refused)}\n"
             "or make the file itself a complete lock: every package pinned == with --hash."
         )
+    if not unlocked or resolve_unlocked is None:
+        return _combine(sources, target)
+    constraints = _combine([s for s in sources if not s.problem], target)
+    records: list[UnlockedRequirements] = []
+    combined: list[_Source] = []
+    for source in sources:
+        if source.problem:
+            lock_file = resolve_unlocked(source.path, constraints)
+            records.append(UnlockedRequirements(source.path, source.problem, lock_file))
+            source = _resolved(source, lock_file, target)
+        combined.append(source)
+    return replace(_combine(combined, target), unlocked=tuple(records))
+
+
+def _resolved(source: _Source, lock_file: Path | None, target: LockTarget) -> _Source:
+    """``source`` installed through ``lock_file``, the lock a resolver returned for it."""
+    if lock_file is None:
+        return _Source(source.path, source.lines, None, (), None)
+    problem = lock_problem(lock_file, source.lines, target)
+    if problem is not None:
+        raise LocalBundlingError(
+            f"local bundling: {display_path(lock_file)}, resolved for "
+            f"{display_path(source.path)}, is not a current lock of it: the file {problem}"
+        )
+    return _Source(source.path, source.lines, lock_file, tuple(read_requirements(lock_file)), None)
+
+
+def _combine(sources: Sequence[_Source], target: LockTarget) -> DependencyLock:
+    """The locks of ``sources`` as one lock; raises when two pin one package differently.
+
+    A source without a lock (left out by the resolver) adds nothing.
+    """
     chosen: dict[str, LockedPackage] = {}
     conflicts: list[str] = []
     env = target.marker_environment()
     for source in sources:
-        assert source.lock_file is not None
+        if source.lock_file is None:
+            continue
         for line in source.locked:
             if line.name in RUNTIME_PROVIDED or not _applies(line, env):
                 continue

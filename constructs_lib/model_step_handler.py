@@ -65,8 +65,11 @@ class ModelStepHandler:
             (``requirements-x86_64.lock``, ``requirements-aarch64.lock``), which
             ``python -m constructs_lib.lock_requirements <file>`` writes, resolved with
             the runtime's lock as constraints; or the file is itself a complete lock
-            (every package ``==`` with ``--hash``). A package at another version than the
-            runtime's lock fails synth with both versions named.
+            (every package ``==`` with ``--hash``). Without a current lock, synth resolves
+            it with pip against the runtime's lock (cached; the asset hash covers the
+            result) and warns that another machine or day may resolve differently. A
+            package at another version than the runtime's lock fails synth with both
+            versions named.
         :param extra_packages: more package directories your handler imports (a shared
             library of yours, say), each copied to the asset root under its own name beside
             yours. Default: none.

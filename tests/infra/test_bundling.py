@@ -1,5 +1,6 @@
-"""Docker-free bundling: locked requirements, a stable asset hash, byte-identical trees,
-shipped bytecode, and an error that names the cause when bundling cannot proceed."""
+"""Docker-free bundling: locked requirements, a custom file resolved at synth, a stable
+asset hash, byte-identical trees, shipped bytecode, and an error that names the cause when
+bundling cannot proceed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from constructs_lib.bundling import (
     BUNDLING_SKIPPED,
     NO_BYTECODE,
     NO_BYTECODE_WARNING,
+    UNLOCKED_REQUIREMENTS_WARNING,
     bundle_hash,
     find_bytecode_python,
     lambda_src_root,
@@ -38,13 +40,15 @@ from constructs_lib.bundling_errors import (
 from constructs_lib.dependency_lock import (
     LockTarget,
     check_installed,
+    display_path,
     lock_path,
     read_requirements,
     resolve_locks,
 )
 from constructs_lib.lock_requirements import LIBRARY_REQUIREMENTS
-from constructs_lib.pip_failure import explain_pip_failure
+from constructs_lib.pip_failure import explain_pip_failure, explain_resolution_failure
 from constructs_lib.python_function import python_function
+from constructs_lib.synth_resolution import CACHE_DIR_ENV, resolve_at_synth
 
 from .conftest import NO_BUNDLING, step_props
 
@@ -66,13 +70,15 @@ def runtime_copy(tmp_path):
 
 @pytest.fixture
 def isolated_pip(monkeypatch, tmp_path):
-    """pip sees only what a test sets: no config file, no retries, an empty cache."""
+    """pip sees only what a test sets: no config file, no retries, an empty cache; and
+    synth's resolutions go to an empty cache of the test's own."""
     for key in list(os.environ):
         if key.startswith("PIP_"):
             monkeypatch.delenv(key)
     for key, value in PIP_OFFLINE_ENV.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "resolutions"))
     return monkeypatch
 
 
@@ -267,8 +273,9 @@ def test_custom_requirements_are_optional(tmp_path):
     assert handler.requirements == REQS
 
 
-def test_a_conflicting_custom_handler_fails_synth_with_both_versions(tmp_path):
-    # GIVEN the issue's case, through the public API, in a synth that skips bundling
+@pytest.mark.parametrize("context", [NO_BUNDLING, {}], ids=["bundling-skipped", "bundling"])
+def test_a_conflicting_custom_handler_fails_synth_with_both_versions(tmp_path, context):
+    # GIVEN the issue's case, through the public API, in a synth that skips bundling or not
     from constructs_lib import IdempotentModelStep
 
     package = write(tmp_path / "my_step" / "__init__.py", "").parent
@@ -276,10 +283,11 @@ def test_a_conflicting_custom_handler_fails_synth_with_both_versions(tmp_path):
     handler = ModelStepHandler.from_package(
         package, handler="my_step.handler.handler", requirements=extra
     )
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING, outdir=str(tmp_path / "out")), "S")
-    # WHEN the step is built THEN synth stops with both versions, not with pip's resolver
-    with pytest.raises(RequirementsConflictError, match=r"asks ==3\.36\.0.*pins 3\.37\.0"):
+    stack = cdk.Stack(cdk.App(context=context, outdir=str(tmp_path / "out")), "S")
+    # WHEN the step is built THEN synth stops with both versions, offline, before pip resolves
+    with pytest.raises(RequirementsConflictError, match=r"asks ==3\.36\.0.*pins 3\.37\.0") as error:
         IdempotentModelStep(stack, "Step", **step_props(stack, handler=handler))
+    assert "network" not in str(error.value)
 
 
 def test_the_lock_command_refuses_a_conflict_before_resolving(tmp_path, capsys):
@@ -367,15 +375,19 @@ def test_installed_closure_follows_requested_extras(tmp_path):
 
 
 # --------------------------------------------------------------------------- pip failures
-def tiny_wheel(directory: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
+def tiny_wheel(
+    directory: Path, name: str = "tinypkg", version: str = "1.0", requires: tuple[str, ...] = ()
+) -> Path:
     """A real, minimal pure-Python wheel, built here, so pip and uv need no index."""
     import base64
     import hashlib
 
     info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     files = {
         f"{name}/__init__.py": "VALUE = 1\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/METADATA": metadata,
         f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     rows = []
@@ -479,6 +491,262 @@ def test_pip_failures_are_told_apart_by_pips_log():
     assert "a 1 depends on c<2" in str(resolved) and "network" not in str(resolved)
     missing = explain_pip_failure("ERROR: No matching distribution found for x==1\n", "", X86)
     assert "network" not in str(missing) and "x==1" in str(missing)
+
+
+# --------------------------------------------------------------------------- resolved at synth
+JMESPATH = LOCK.by_name()["jmespath"]  # pinned by the runtime's lock, a dependency of Powertools
+
+
+def local_index(isolated_pip, tmp_path: Path, *wheels: tuple[str, str, tuple[str, ...]]) -> Path:
+    """A --find-links directory of tiny wheels as pip's only index, plus the runtime's jmespath."""
+    links = tmp_path / "links"
+    tiny_wheel(links, "jmespath", JMESPATH.version)
+    for name, version, requires in wheels:
+        tiny_wheel(links, name, version, requires)
+    isolated_pip.setenv("PIP_NO_INDEX", "1")
+    isolated_pip.setenv("PIP_FIND_LINKS", str(links))
+    return links
+
+
+def unreachable_index(isolated_pip) -> None:
+    isolated_pip.delenv("PIP_NO_INDEX", raising=False)
+    isolated_pip.delenv("PIP_FIND_LINKS", raising=False)
+    isolated_pip.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+
+
+def test_an_unlocked_custom_file_is_resolved_against_the_runtime_lock(tmp_path, isolated_pip):
+    # GIVEN a custom file with a range, whose package needs the runtime's jmespath, and a
+    # helper only this machine's Python needs (markers are the target's: CPython 3.13)
+    links = local_index(
+        isolated_pip, tmp_path,
+        ("tinypkg", "1.0", ("jmespath>=1", "oldhelper; python_version < '3.13'")),
+        ("oldhelper", "1.0", ()),
+    )  # fmt: skip
+    extra = write(tmp_path / "my_step" / "requirements.txt", "tinypkg>=1\n")
+    # WHEN resolved at synth
+    lock = resolve_locks([*REQS, extra], X86, resolve_at_synth)
+    # THEN tinypkg joins the runtime's lock, hash-pinned to the wheel pip chose
+    import hashlib
+
+    combined = lock.by_name()
+    sha = hashlib.sha256((links / "tinypkg-1.0-py3-none-any.whl").read_bytes()).hexdigest()
+    assert combined["tinypkg"].version == "1.0"
+    assert combined["tinypkg"].hashes == (f"sha256:{sha}",)
+    # AND the runtime's packages keep their lock's pins and hashes; the helper is left out
+    assert combined["jmespath"] == JMESPATH
+    assert set(combined) == {*LOCK.by_name(), "tinypkg"}
+    # AND the file is recorded as resolved, not locked, with the lock it was resolved into
+    (unlocked,) = lock.unlocked
+    assert unlocked.requirements == extra and "has no lock" in unlocked.problem
+    assert unlocked.lock_file is not None
+    assert unlocked.lock_file.is_relative_to(tmp_path / "resolutions")
+    assert combined["tinypkg"].source == unlocked.lock_file
+
+
+def test_a_cached_resolution_needs_no_index(tmp_path, isolated_pip):
+    # GIVEN a custom file resolved once
+    local_index(isolated_pip, tmp_path, ("tinypkg", "1.0", ()))
+    extra = write(tmp_path / "requirements.txt", "tinypkg\n")
+    first = resolve_locks([*REQS, extra], ARM, resolve_at_synth)
+    # WHEN resolved again with no index to be reached
+    unreachable_index(isolated_pip)
+    second = resolve_locks([*REQS, extra], ARM, resolve_at_synth)
+    # THEN the same lock comes from the cache; bundling hashes the same thing
+    assert second.canonical_text() == first.canonical_text()
+    assert bundle_hash([RUNTIME], second, ARM.platform, "3.13") == bundle_hash(
+        [RUNTIME], first, ARM.platform, "3.13"
+    )
+    # AND another target, never resolved, does need the index
+    with pytest.raises(PackageIndexUnreachableError):
+        resolve_locks([*REQS, extra], X86, resolve_at_synth)
+
+
+def test_a_transitive_conflict_names_both_sides_and_no_network(tmp_path, isolated_pip):
+    # GIVEN a custom package that needs an older jmespath than the runtime's lock pins
+    local_index(isolated_pip, tmp_path, ("legacy", "1.0", ("jmespath<1",)))
+    extra = write(tmp_path / "requirements.txt", "legacy==1.0\n")
+    # WHEN resolved at synth THEN pip's conflict comes back with each side and its version
+    with pytest.raises(RequirementsConflictError) as error:
+        resolve_locks([*REQS, extra], X86, resolve_at_synth)
+    message = str(error.value)
+    assert "cannot be resolved together with the locked requirements" in message
+    assert (
+        "jmespath: legacy 1.0 depends on jmespath<1, but "
+        f"{display_path(lock_path(REQS[0], X86))} pins {JMESPATH.version}"
+    ) in message
+    assert "network" not in message and not (tmp_path / "resolutions").exists()
+
+
+def test_an_unreachable_index_at_synth_resolution_says_so(tmp_path, isolated_pip):
+    # GIVEN the issue's case: an index nothing listens on, and an empty cache
+    unreachable_index(isolated_pip)
+    extra = write(tmp_path / "requirements.txt", "six==1.16.0\n")
+    # WHEN the custom file is resolved THEN the error says the index could not be reached
+    with pytest.raises(PackageIndexUnreachableError) as error:
+        resolve_locks([*REQS, extra], X86, resolve_at_synth)
+    message = str(error.value)
+    assert "could not reach http://127.0.0.1:9/simple/six/" in message
+    assert "needs network access to a package index" in message
+    assert f"python -m constructs_lib.lock_requirements {extra}" in message
+
+
+def test_a_dependency_only_the_target_needs_is_refused_with_the_lock_command(
+    tmp_path, isolated_pip
+):
+    # GIVEN a package whose dependency applies on arm64 only (this machine is not arm64)
+    local_index(
+        isolated_pip, tmp_path,
+        ("tinypkg", "1.0", ("armhelper; platform_machine == 'aarch64'",)),
+        ("armhelper", "1.0", ()),
+    )  # fmt: skip
+    extra = write(tmp_path / "requirements.txt", "tinypkg\n")
+    # WHEN resolved for arm64 THEN pip's pick (this machine's markers) is not trusted
+    with pytest.raises(RequirementsNotLockedError) as error:
+        resolve_locks([*REQS, extra], ARM, resolve_at_synth)
+    assert "left out what CPython 3.13 on manylinux2014_aarch64 needs: armhelper" in str(
+        error.value
+    )
+    assert f"python -m constructs_lib.lock_requirements {extra}" in str(error.value)
+    # AND for x86_64 the dependency is rightly absent
+    assert "armhelper" not in resolve_locks([*REQS, extra], X86, resolve_at_synth).by_name()
+
+
+def test_this_librarys_own_files_are_never_resolved_at_synth(tmp_path, monkeypatch):
+    # GIVEN a library file whose lock is stale (its locks ship in the wheel; a stale one is
+    # a packaging bug, never something to paper over at synth)
+    reqs = copy_lock(tmp_path)
+    reqs.write_text(reqs.read_text() + "six==1.17.0\n")
+    monkeypatch.setattr("constructs_lib.dependency_lock.lambda_src_root", lambda: tmp_path)
+
+    def never(path, constraints):
+        raise AssertionError("resolved")
+
+    with pytest.raises(RequirementsNotLockedError, match="changed since"):
+        resolve_locks([reqs], X86, never)
+
+
+def test_resolution_failures_are_told_apart_by_pips_log(tmp_path):
+    # pip 23-25 wording with --quiet: the causes are only in the --log file, timestamped
+    extra = write(tmp_path / "requirements.txt", "requests==2.25.1\ntorch\n")
+    log = (
+        "2026-12-01T12:40:46,721 ERROR: Cannot install -r requirements.txt (line 1) because "
+        "these package versions have conflicting dependencies.\n"
+        "2026-12-01T12:40:46,721 \n2026-12-01T12:40:46,721 The conflict is caused by:\n"
+        "2026-12-01T12:40:46,721     requests 2.25.1 depends on idna<3 and >=2.5\n"
+        "2026-12-01T12:40:46,721     The user requested (constraint) idna==3.20\n"
+        "2026-12-01T12:40:46,721     The user requested torch\n"
+        "2026-12-01T12:40:46,721     The user requested (constraint) torch<=2.14.1\n"
+        "2026-12-01T12:40:46,721 \n"
+        "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n"
+    )
+    idna = LOCK.by_name()["idna"]
+    error = explain_resolution_failure("ERROR: ResolutionImpossible\n", log, extra, LOCK)
+    assert isinstance(error, RequirementsConflictError)
+    message = str(error)
+    assert (
+        f"idna: requests 2.25.1 depends on idna<3 and >=2.5, but {display_path(idna.source)} "
+        f"pins {idna.version}"
+    ) in message
+    assert (
+        f"torch: {extra} (line 2) asks torch, but a constraint of your pip configuration "
+        "(PIP_CONSTRAINT, pip.conf) asks torch<=2.14.1"
+    ) in message
+    assert "network" not in message
+    # AND a lookup that found nothing on a reachable index is no network problem either
+    missing = explain_resolution_failure(
+        "ERROR: No matching distribution found for six==9\n", "", extra, LOCK
+    )
+    assert "network" not in str(missing) and "six==9" in str(missing)
+
+
+def probe_package(tmp_path: Path) -> Path:
+    return write(tmp_path / "src" / "my_step" / "handler.py", "import six\n").parent
+
+
+def synth_probe(
+    outdir: Path, package: Path, requirements: list[Path], context: dict
+) -> tuple[cdk.Stack, dict]:
+    context = {"aws:cdk:enable-asset-metadata": True, **context}
+    app = cdk.App(context=context, outdir=str(outdir))
+    stack = cdk.Stack(app, "ResolveProbe")
+    python_function(stack, "Fn", packages=[package], handler="my_step.handler.handler",
+                    requirements=requirements, description="probe", environment={})  # fmt: skip
+    template = app.synth().get_stack_artifact("ResolveProbe").template
+    (function,) = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"
+    ]
+    return stack, function
+
+
+def unlocked_warnings(stack: cdk.Stack) -> list[str]:
+    found = assertions.Annotations.from_stack(stack).find_warning(
+        "*", assertions.Match.string_like_regexp(UNLOCKED_REQUIREMENTS_WARNING)
+    )
+    return [str(warning.entry.data) for warning in found]
+
+
+@pytest.mark.bundling
+def test_an_unlocked_extra_synthesizes_ships_and_resynthesizes_offline(tmp_path, isolated_pip):
+    # GIVEN a function on the splitter's lock (Powertools) plus an unlocked extra from PyPI
+    package = probe_package(tmp_path)
+    splitter = lambda_src_root() / "prospect_splitter" / "requirements.txt"
+    extra = write(tmp_path / "src" / "requirements.txt", "six==1.16.0\n")
+    out = tmp_path / "cdk.out"
+    # WHEN synthesized with bundling
+    stack, function = synth_probe(out, package, [splitter, extra], {})
+    # THEN the asset ships six beside the locked packages and the handler
+    asset = out / function["Metadata"]["aws:asset:path"]
+    assert (asset / "six.py").is_file() and (asset / "six-1.16.0.dist-info").is_dir()
+    assert (asset / "aws_lambda_powertools").is_dir() and (
+        asset / "my_step" / "handler.py"
+    ).is_file()
+    # AND synth warns that the file was resolved, naming the command that locks it
+    (warning,) = unlocked_warnings(stack)
+    assert f"{extra} has no lock requirements-x86_64.lock" in warning
+    assert "synth resolved it with pip" in warning
+    assert f"python -m constructs_lib.lock_requirements {extra}" in warning
+    # WHEN synthesized again with no index to be reached
+    unreachable_index(isolated_pip)
+    _, again = synth_probe(out, package, [splitter, extra], {})
+    # THEN the cached resolution gives the same asset key, and the staged asset is reused
+    assert again["Properties"]["Code"]["S3Key"] == function["Properties"]["Code"]["S3Key"]
+
+
+@pytest.mark.bundling
+def test_a_conflict_found_by_pips_resolver_fails_synth_without_the_network_hint(
+    tmp_path, isolated_pip
+):
+    # GIVEN a custom handler whose requirement needs an idna the runtime's lock does not pin
+    from constructs_lib import IdempotentModelStep
+
+    package = write(tmp_path / "my_step" / "__init__.py", "").parent
+    extra = write(package / "requirements.txt", "requests==2.25.1\n")
+    handler = ModelStepHandler.from_package(
+        package, handler="my_step.handler.handler", requirements=extra
+    )
+    stack = cdk.Stack(cdk.App(outdir=str(tmp_path / "out")), "S")
+    # WHEN the step is built, bundling THEN synth stops, naming each side and its version
+    with pytest.raises(RequirementsConflictError) as error:
+        IdempotentModelStep(stack, "Step", **step_props(stack, handler=handler))
+    message = str(error.value)
+    idna = LOCK.by_name()["idna"].version
+    assert "idna: requests 2.25.1 depends on idna<3" in message
+    assert f"(this library's lock) pins {idna}" in message
+    assert "network" not in message
+
+
+def test_a_synth_that_skips_bundling_resolves_nothing_but_warns(tmp_path, isolated_pip):
+    # GIVEN an unlocked extra, no index to be reached and an empty cache
+    unreachable_index(isolated_pip)
+    package = probe_package(tmp_path)
+    extra = write(tmp_path / "src" / "requirements.txt", "six==1.16.0\n")
+    # WHEN synthesized with bundling skipped (cdk ls, unit tests) THEN no pip runs
+    stack, _ = synth_probe(tmp_path / "cdk.out", package, [*REQS, extra], NO_BUNDLING)
+    assert not (tmp_path / "resolutions").exists()
+    # AND the warning still says the file is not locked
+    (warning,) = unlocked_warnings(stack)
+    assert "this synth skips bundling, so nothing was resolved" in warning
+    assert f"python -m constructs_lib.lock_requirements {extra}" in warning
 
 
 # --------------------------------------------------------------------------- byte identity
