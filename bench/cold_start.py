@@ -63,12 +63,12 @@ from bench.harness import (
     fake_api,
     make_event,
     median,
-    moto_server,
     patched_env,
     print_table,
     ratio,
     step_environment,
 )
+from constructs_lib.local_engine.moto_server import moto_server
 
 CHILD = r"""
 import json, sys, time

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import threading
@@ -94,30 +93,6 @@ def mocked_aws() -> Iterator[boto3.session.Session]:
 
     with bench_env(), atomic_moto_put_item(), mock_aws():
         yield boto3.session.Session(region_name=REGION)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """moto as an HTTP server on 127.0.0.1 (for subprocesses); yields its endpoint URL."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    # werkzeug logs every request to stderr; the tables are the output.
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 def create_idempotency_table(session: boto3.session.Session, name: str = IDEMPOTENCY_TABLE) -> str:

@@ -61,11 +61,11 @@ from bench.harness import (
     REPO,
     bench_env,
     bench_main,
-    moto_server,
     patched_env,
     print_table,
     ratio,
 )
+from constructs_lib.local_engine.moto_server import moto_server
 
 BUCKET = "prospect-uploads"
 FAILURES_TABLE = "prospect-failures"

@@ -27,7 +27,6 @@ import copy
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,36 +64,27 @@ class ShimReport:
 
 
 # --------------------------------------------------------------------------- moto server
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
-def moto_server() -> Iterator[int]:
-    """moto's server on 127.0.0.1 in this process; yields its port."""
+def quiet_moto_server() -> Iterator[str]:
+    """moto's server on 127.0.0.1 in this process (clean state); yields its endpoint URL."""
     import logging
     import warnings
 
-    from moto.server import ThreadedMotoServer
+    from constructs_lib.local_engine.moto_server import moto_server
 
     # The report says what moto skipped; its per-resource warnings and the server's
     # tracebacks (a 500 answered to a probe is reported too) would drown it.
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     logging.getLogger("moto").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield port
-    finally:
-        server.stop()
+    with moto_server(quiet=False) as url:
+        yield url
 
 
-def aws_env(port: int) -> dict[str, str]:
-    """Fake credentials and moto's endpoint for the CLI and for boto3."""
+def aws_env(endpoint: str) -> dict[str, str]:
+    """Fake credentials and moto's endpoint (``http://127.0.0.1:<port>``) for the CLI and
+    for boto3."""
+    port = endpoint.rsplit(":", 1)[1]
     env = {
         k: v
         for k, v in os.environ.items()
@@ -243,12 +233,15 @@ def deploy_local(cdk_out: Path, log: Path | None = None) -> dict[str, Any]:
     if not (cdk_out / "manifest.json").exists():
         raise SystemExit(f"{cdk_out} has no cloud assembly: run `make synth` first")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="deploy-local-") as tmp, moto_server() as port:
+    with (
+        tempfile.TemporaryDirectory(prefix="deploy-local-") as tmp,
+        quiet_moto_server() as endpoint,
+    ):
         work = Path(tmp)
         log = log or work / "cdk.log"
         assembly = work / "cdk.out"
         shims = shim_assembly(cdk_out, assembly)
-        env = aws_env(port)
+        env = aws_env(endpoint)
         timings: dict[str, Any] = {
             "bootstrap_seconds": run_cli(
                 ["bootstrap", f"aws://{ACCOUNT}/{REGION}", "--no-notices"], env, work, log

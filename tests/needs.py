@@ -55,6 +55,7 @@ NEEDS_BY_NAME = {
     # moto, entered in the test or a fixture, or started as a server
     "mock_aws": "moto",
     "ThreadedMotoServer": "moto",
+    "moto_server": "moto",  # bench.harness's server (its state reset), and fixtures named so
     # the local engine runs every handler against moto
     "run_pipeline": "moto",
     "LocalPipeline": "moto",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,8 @@ from pathlib import Path
 import boto3
 import pytest
 from model_step import ModelStep
-from moto.server import ThreadedMotoServer
+
+from constructs_lib.local_engine.moto_server import moto_server as local_moto_server
 
 from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
 
@@ -34,21 +34,13 @@ print("RESULT " + json.dumps({"result": result, "anthropic": "anthropic" in sys.
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def moto_server(aws_env, monkeypatch):
-    """moto as a real HTTP server, so a second process sees the same tables."""
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    yield
-    server.stop()
+    """moto as a real HTTP server, so a second process sees the same tables; on a port it
+    bound itself, with the process's moto state reset."""
+    with local_moto_server() as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+        yield
 
 
 def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeypatch):
