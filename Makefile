@@ -10,6 +10,11 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_VERSION_CHECK := 1
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+# No stack trace on construct metadata: in a Python app its one frame CDK prints under each
+# warning is a line of jsii's kernel (/tmp/tmpXXXX/lib/program.js:1:55913), never the app.
+# (The context key aws:cdk:disable-stack-trace does the same, but the CLI warns about
+# reserved keys in cdk.json.)
+export CDK_DISABLE_STACK_TRACE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 UV_VERSION := 0.13.9
 # Two pytest workers, one test file each at a time (module-scoped synths stay shared):
