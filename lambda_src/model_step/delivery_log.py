@@ -1,7 +1,8 @@
 """The delivery log: one structured log line and the EMF metrics of each delivery.
 
 Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, dimension ``service``):
-``ModelRequests`` and ``RateLimited`` (what the delivery's model call cost),
+``ModelRequests`` and ``RateLimited`` (what the delivery's model call cost), ``InputTokens``
+and ``OutputTokens`` (the billed request's usage, when it reported any),
 ``DuplicatesSuppressed`` (answered from a stored record), ``ConcurrentDuplicates`` (waited for
 a holder), ``TransientFailures``, ``AttemptsInterrupted`` (the previous attempt of the key
 never reported back: a kill, timeout or out-of-memory after its request was sent),
@@ -56,6 +57,11 @@ class DeliveryLog:
             self._count("ModelRequests", spend.requests)
         if spend.rate_limited:
             self._count("RateLimited", spend.rate_limited)
+        # Only a billed answer reports usage; a zero is left out (a Sum graph reads the same).
+        if spend.usage["input_tokens"]:
+            self._count("InputTokens", spend.usage["input_tokens"])
+        if spend.usage["output_tokens"]:
+            self._count("OutputTokens", spend.usage["output_tokens"])
 
     def interrupted(self) -> None:
         self._count("AttemptsInterrupted")
