@@ -4,6 +4,7 @@
   request per business key, a concurrency cap, a standard DLQ and alarms.
 - :class:`EventBusV2`: an EventBridge Custom Event Bus (v2, publish-side dedup) that
   a step can subscribe to.
+- :class:`ModelStepDashboard`: one CloudWatch dashboard of one or more steps.
 - :class:`RetryBudget`: an aspect that fails synth when a step's retries could
   cost more model requests per delivery than you allow.
 
@@ -27,6 +28,7 @@ _EXPORTS = {
     "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
     "ModelProvider": ".idempotent_model_step",
+    "ModelStepDashboard": ".model_step_dashboard",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
 }
@@ -40,6 +42,7 @@ __all__ = [
     "LocalBundlingError",
     "LocalPipBundling",
     "ModelProvider",
+    "ModelStepDashboard",
     "ModelStepHandler",
     "PropValidationError",
     "RetryBudget",
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
         IdempotentModelStep,
         ModelProvider,
     )
+    from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler
     from .retry_budget import RetryBudget
 

@@ -136,6 +136,8 @@ class _StepProps:
     snap_start: bool
     handler: ModelStepHandler | None
     environment: Mapping[str, str] | None
+    # Compose and watch (issue 21).
+    dashboard: bool = False
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -146,6 +148,7 @@ class _StepProps:
         self._check_dead_letter_queue(owner)
         self._check_environment(owner)
         self._check_allowed_labels(owner)
+        self._check_watch(owner)
 
     def _check_strings(self, owner: str) -> None:
         for prop in ("idempotency_key", "prompt_version", "system_prompt", "model_id"):
@@ -242,6 +245,13 @@ class _StepProps:
         if not labels or bad:
             raise PropValidationError(
                 f"{owner}: allowed_labels must be non-empty strings without commas, got {labels!r}"
+            )
+
+    def _check_watch(self, owner: str) -> None:
+        """The props of issue 21: the dashboard switch."""
+        if not isinstance(self.dashboard, bool):
+            raise PropValidationError(
+                f"{owner}: dashboard must be True or False, got {self.dashboard!r}"
             )
 
     @property
@@ -370,6 +380,8 @@ class IdempotentModelStep(Construct):
     :param environment: extra variables for a custom handler. The runtime's own
         names (``RESERVED_ENVIRONMENT``) and every ``POWERTOOLS_*`` and ``AWS_*``
         name are refused. Default: none.
+    :param dashboard: also create a :class:`ModelStepDashboard` of this step alone
+        (``dashboard`` attribute). Default ``False``.
     """
 
     def __init__(
@@ -403,6 +415,7 @@ class IdempotentModelStep(Construct):
         snap_start: bool = False,
         handler: ModelStepHandler | None = None,
         environment: Mapping[str, str] | None = None,
+        dashboard: bool = False,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -435,6 +448,7 @@ class IdempotentModelStep(Construct):
             snap_start=snap_start,
             handler=handler,
             environment=environment,
+            dashboard=dashboard,
         )
         props.validate(f"IdempotentModelStep '{self.node.path}'")
 
@@ -465,6 +479,7 @@ class IdempotentModelStep(Construct):
         self._consume(props)
         self._subscribe(props)
         self._alarms(props)
+        self._dashboard(props)
 
     # ------------------------------------------------------------------ parts
     def _storage(self, props: _StepProps) -> None:
@@ -709,6 +724,15 @@ class IdempotentModelStep(Construct):
                 )
             )
 
+    def _dashboard(self, props: _StepProps) -> None:
+        """With ``dashboard=True``, a dashboard of this step alone."""
+        from .model_step_dashboard import ModelStepDashboard
+
+        #: With ``dashboard=True``, the step's own dashboard; else ``None``.
+        self.dashboard: ModelStepDashboard | None = (
+            ModelStepDashboard(self, "Dashboard", steps=[self]) if props.dashboard else None
+        )
+
     # -------------------------------------------------------------- permissions
     def _grant_runtime_permissions(self, role: iam.IRole, props: _StepProps) -> None:
         # Exactly the four calls Powertools' DynamoDB persistence layer makes.
@@ -820,6 +844,31 @@ class IdempotentModelStep(Construct):
     def metric_duplicates_suppressed(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
+
+    def metric_transient_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Deliveries that failed transiently and were retried (EMF ``TransientFailures``,
+        Sum, default 5 minutes)."""
+        return self._runtime_metric("TransientFailures", period)
+
+    def metric_non_retryable_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Keys dead-lettered, once per key (EMF ``NonRetryableFailures``, Sum, default 5
+        minutes)."""
+        return self._runtime_metric("NonRetryableFailures", period)
+
+    def metric_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens of billed answers (EMF ``InputTokens``, Sum, default 5 minutes)."""
+        return self._runtime_metric("InputTokens", period)
+
+    def metric_output_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Output tokens of billed answers (EMF ``OutputTokens``, Sum, default 5 minutes)."""
+        return self._runtime_metric("OutputTokens", period)
+
+    def metric_buffer_depth(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Rows waiting in the buffer queue (``ApproximateNumberOfMessagesVisible``, Maximum,
+        1 minute)."""
+        return self.buffer_queue.metric_approximate_number_of_messages_visible(
+            period=period or Duration.minutes(1), statistic="Maximum"
+        )
 
     def _rule_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
         # Only a step on a classic bus has a rule; a v2 step's metrics are its subscriber's.
