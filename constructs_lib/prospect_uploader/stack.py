@@ -825,6 +825,7 @@ class ProspectUploaderStack(Stack):
     def _dashboard(self) -> None:
         """One dashboard: the classify step's row, then uploads closed and their rows (the
         ledger's own metrics) and the pipeline's alarms."""
+        #: The stack's one dashboard: ``Classify``'s row, then the uploads' own metrics.
         self.dashboard = ModelStepDashboard(self, "Dashboard", steps=[self.classify])
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
