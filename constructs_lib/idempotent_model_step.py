@@ -138,6 +138,7 @@ class _StepProps:
     environment: Mapping[str, str] | None
     # Compose and watch (issue 21).
     dashboard: bool = False
+    tracing: bool = False
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -248,11 +249,11 @@ class _StepProps:
             )
 
     def _check_watch(self, owner: str) -> None:
-        """The props of issue 21: the dashboard switch."""
-        if not isinstance(self.dashboard, bool):
-            raise PropValidationError(
-                f"{owner}: dashboard must be True or False, got {self.dashboard!r}"
-            )
+        """The props of issue 21: the dashboard and tracing switches."""
+        for prop in ("dashboard", "tracing"):
+            value = getattr(self, prop)
+            if not isinstance(value, bool):
+                raise PropValidationError(f"{owner}: {prop} must be True or False, got {value!r}")
 
     @property
     def max_attempts(self) -> int:
@@ -382,6 +383,10 @@ class IdempotentModelStep(Construct):
         name are refused. Default: none.
     :param dashboard: also create a :class:`ModelStepDashboard` of this step alone
         (``dashboard`` attribute). Default ``False``.
+    :param tracing: X-Ray active tracing on the function, with Powertools Tracer
+        subsegments around the model call and each idempotency-store call (names and an
+        error class only, never row or answer text). Default ``False``: X-Ray bills per
+        trace recorded and scanned.
     """
 
     def __init__(
@@ -416,6 +421,7 @@ class IdempotentModelStep(Construct):
         handler: ModelStepHandler | None = None,
         environment: Mapping[str, str] | None = None,
         dashboard: bool = False,
+        tracing: bool = False,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -449,6 +455,7 @@ class IdempotentModelStep(Construct):
             handler=handler,
             environment=environment,
             dashboard=dashboard,
+            tracing=tracing,
         )
         props.validate(f"IdempotentModelStep '{self.node.path}'")
 
@@ -524,9 +531,25 @@ class IdempotentModelStep(Construct):
             log_retention=props.log_retention,
             description="Idempotent model step: one model request per business key",
             environment=self._environment(props),
+            tracing=lambda_.Tracing.ACTIVE if props.tracing else None,
         )
+        if props.tracing:
+            self._acknowledge_tracing_grant()
         # python_function always creates the role.
         self._grant_runtime_permissions(cast(iam.IRole, self.function.role), props)
+
+    def _acknowledge_tracing_grant(self) -> None:
+        # Tracing.ACTIVE grants xray:PutTraceSegments and xray:PutTelemetryRecords on "*",
+        # as AWSXRayDaemonWriteAccess does: neither action has resource-level permissions.
+        role = cast(iam.Role, self.function.role)
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="tracing=True: xray:PutTraceSegments and xray:PutTelemetryRecords "
+                "support no resource-level permissions, so X-Ray requires Resource '*'; "
+                "every other statement of this role names its resources.",
+            )
+        )
 
     def _environment(self, props: _StepProps) -> dict[str, str]:
         """What the runtime reads (``lambda_src/model_step/environment.py``), then the caller's."""
@@ -564,6 +587,7 @@ class IdempotentModelStep(Construct):
                 if secret is not None
                 else {}
             ),
+            **({env.TRACING_ENABLED: "true"} if props.tracing else {}),
             **dict(props.environment or {}),
         }
 

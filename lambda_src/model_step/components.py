@@ -19,6 +19,7 @@ from .dead_letter import DeadLetterPublisher
 from .key import RecordKey
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
 from .persistence import ReleasingDynamoDBPersistenceLayer
+from .tracing import StepTracer
 from .work import UnitOfWork
 
 DEAD_LETTER_SUFFIX = "#dead-letter"
@@ -56,6 +57,7 @@ class StepComponents:
         self._session = boto3_session
         self._clients: dict[str, Any] = {}
         self.fingerprint = request_fingerprint(settings, handler_prompt_version)
+        self.tracer = StepTracer(enabled=settings.tracing_enabled, service=settings.service_name)
         self.work = UnitOfWork(self)
         self.idempotency_config = IdempotencyConfig(
             event_key_jmespath="key",
@@ -105,6 +107,7 @@ class StepComponents:
         layer = ReleasingDynamoDBPersistenceLayer(
             table_name=self.settings.idempotency_table_name,
             boto3_client=self.boto3_client("dynamodb"),
+            tracer=self.tracer,
         )
         layer.bind(config, prefix)
         return layer

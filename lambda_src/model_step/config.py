@@ -59,6 +59,8 @@ class Settings:
     buffer_queue_url: str | None = None
     redrive_queue_arn: str | None = None
     api_key_max_age_seconds: int = DEFAULT_API_KEY_MAX_AGE_SECONDS
+    # Compose and watch (issue 21).
+    tracing_enabled: bool = False
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -110,12 +112,22 @@ class Settings:
             api_key_max_age_seconds=_positive(
                 env, env_names.API_KEY_MAX_AGE_SECONDS, DEFAULT_API_KEY_MAX_AGE_SECONDS, int
             ),
+            tracing_enabled=_flag(env, env_names.TRACING_ENABLED),
         )
 
 
 def parse_labels(raw: str) -> tuple[str, ...]:
     """``"Hot, warm,,cold"`` -> ``("hot", "warm", "cold")``; empty input -> ``()``."""
     return tuple(label.strip().lower() for label in raw.split(",") if label.strip())
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "false"):
+        return False
+    if raw == "true":
+        return True
+    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

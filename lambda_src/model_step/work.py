@@ -23,6 +23,7 @@ from .errors import (
 )
 from .model_call import error_code
 from .outcome import DeadLetteredResult, StepResult
+from .tracing import MODEL_CALL
 
 if TYPE_CHECKING:
     from .components import StepComponents
@@ -58,7 +59,8 @@ class UnitOfWork:
         if claim.state.interrupted:
             delivery.log.interrupted()
         try:
-            message = parts.model_call.send(prepared, delivery.context, delivery.spend)
+            with parts.tracer.subsegment(MODEL_CALL):
+                message = parts.model_call.send(prepared, delivery.context, delivery.spend)
             return parts.model_call.result(message, key)
         except NonRetryableError as error:
             return self.dead_letter(error, key, dict(key))
