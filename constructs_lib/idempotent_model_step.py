@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import jmespath
@@ -35,6 +36,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import defaults
+from ._paths import lambda_src_root
 from ._runtime_environment import runtime_environment as env
 from ._validation import (
     PropValidationError,
@@ -70,6 +72,8 @@ RESERVED_ENVIRONMENT_PREFIXES = ("POWERTOOLS_", "AWS_")
 SYSTEM_PROMPT_MAX_BYTES = 2560
 
 METRICS_NAMESPACE = "IdempotentModelStep"
+#: The requirements file (beside the runtime's) that ``tracing=True`` adds to the bundle.
+TRACING_REQUIREMENTS = "requirements-tracing.txt"
 
 #: Fixed construct ids of the SnapStart alias (and its name): renaming either
 #: would replace the alias and the event source mapping that points at it.
@@ -524,7 +528,7 @@ class IdempotentModelStep(Construct):
             "Function",
             packages=handler.packages,
             handler=handler.handler,
-            requirements=handler.requirements,
+            requirements=[*handler.requirements, *self._tracing_requirements(props)],
             architecture=props.architecture,
             timeout=props.timeout,
             memory_size=props.memory_size,
@@ -537,6 +541,14 @@ class IdempotentModelStep(Construct):
             self._acknowledge_tracing_grant()
         # python_function always creates the role.
         self._grant_runtime_permissions(cast(iam.IRole, self.function.role), props)
+
+    @staticmethod
+    def _tracing_requirements(props: _StepProps) -> list[Path]:
+        """With ``tracing``, the X-Ray SDK (Powertools' Tracer needs it), locked beside the
+        runtime's own requirements; without, nothing, so an untraced step ships no SDK."""
+        if not props.tracing:
+            return []
+        return [lambda_src_root() / "model_step" / TRACING_REQUIREMENTS]
 
     def _acknowledge_tracing_grant(self) -> None:
         # Tracing.ACTIVE grants xray:PutTraceSegments and xray:PutTelemetryRecords on "*",

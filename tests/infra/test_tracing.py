@@ -79,3 +79,22 @@ def test_tracing_must_be_a_bool():
     stack = cdk.Stack(cdk.App(), "Bad")
     with pytest.raises(PropValidationError, match=r"tracing must be True or False, got 1"):
         make_step(stack, tracing=1)
+
+
+@pytest.mark.parametrize("platform", ["manylinux2014_x86_64", "manylinux2014_aarch64"])
+def test_tracing_bundles_the_xray_sdk_from_a_current_lock_that_agrees_with_the_runtime(platform):
+    # GIVEN the runtime's requirements plus the file tracing=True adds  WHEN resolved offline
+    # THEN one consistent lock installs the X-Ray SDK (Powertools' Tracer imports it)
+    from constructs_lib import ModelStepHandler
+    from constructs_lib._paths import lambda_src_root
+    from constructs_lib.defaults import LAMBDA_PYTHON_VERSION
+    from constructs_lib.dependency_lock import LockTarget, resolve_locks
+    from constructs_lib.idempotent_model_step import TRACING_REQUIREMENTS
+
+    files = [
+        *ModelStepHandler.default().requirements,
+        lambda_src_root() / "model_step" / TRACING_REQUIREMENTS,
+    ]
+    lock = resolve_locks(files, LockTarget(LAMBDA_PYTHON_VERSION, platform))
+    names = {package.name for package in lock.packages}
+    assert {"aws-xray-sdk", "aws-lambda-powertools", "anthropic"} <= names
