@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -72,6 +72,10 @@ RESERVED_ENVIRONMENT_PREFIXES = ("POWERTOOLS_", "AWS_")
 SYSTEM_PROMPT_MAX_BYTES = 2560
 
 METRICS_NAMESPACE = "IdempotentModelStep"
+#: Detail types of the result events (``lambda_src/model_step/result_events.py``).
+RESULT_COMPLETED = "Model Step Completed"
+RESULT_DEAD_LETTERED = "Model Step Dead Lettered"
+RESULT_DETAIL_TYPES = (RESULT_COMPLETED, RESULT_DEAD_LETTERED)
 #: The requirements file (beside the runtime's) that ``tracing=True`` adds to the bundle.
 TRACING_REQUIREMENTS = "requirements-tracing.txt"
 
@@ -143,6 +147,7 @@ class _StepProps:
     # Compose and watch (issue 21).
     dashboard: bool = False
     tracing: bool = False
+    result_bus: events.IEventBus | EventBusV2Base | None = None
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -258,6 +263,12 @@ class _StepProps:
             value = getattr(self, prop)
             if not isinstance(value, bool):
                 raise PropValidationError(f"{owner}: {prop} must be True or False, got {value!r}")
+        bus = self.result_bus
+        if bus is not None and not isinstance(bus, EventBusV2Base) and not _is_event_bus(bus):
+            raise PropValidationError(
+                f"{owner}: result_bus must be an events.IEventBus or an EventBusV2, "
+                f"got {type(bus).__name__}"
+            )
 
     @property
     def max_attempts(self) -> int:
@@ -387,6 +398,13 @@ class IdempotentModelStep(Construct):
         name are refused. Default: none.
     :param dashboard: also create a :class:`ModelStepDashboard` of this step alone
         (``dashboard`` attribute). Default ``False``.
+    :param result_bus: publish each key's terminal result once on this bus: an
+        ``events.IEventBus`` (a classic bus, ``PutEvents`` conditioned on this step's source
+        and the two detail types) or an :class:`EventBusV2` (each entry's
+        ``DeduplicationId`` is the key's record id). Detail types
+        ``RESULT_COMPLETED`` ("Model Step Completed") and ``RESULT_DEAD_LETTERED``
+        ("Model Step Dead Lettered"), source the step's construct path; subscribe a
+        downstream step with :meth:`result_event_pattern`. Default: none, no events.
     :param tracing: X-Ray active tracing on the function, with Powertools Tracer
         subsegments around the model call and each idempotency-store call (names and an
         error class only, never row or answer text). Default ``False``: X-Ray bills per
@@ -426,6 +444,7 @@ class IdempotentModelStep(Construct):
         environment: Mapping[str, str] | None = None,
         dashboard: bool = False,
         tracing: bool = False,
+        result_bus: events.IEventBus | EventBusV2Base | None = None,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -460,6 +479,7 @@ class IdempotentModelStep(Construct):
             environment=environment,
             dashboard=dashboard,
             tracing=tracing,
+            result_bus=result_bus,
         )
         props.validate(f"IdempotentModelStep '{self.node.path}'")
 
@@ -468,6 +488,8 @@ class IdempotentModelStep(Construct):
         self.max_concurrency = max_concurrency
         self.model_provider = model_provider
         self.event_bus = event_bus
+        #: The bus each key's terminal result is published on (``None``: no result events).
+        self.result_bus = result_bus
         #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
         self.max_attempts = props.max_attempts
         #: Billed model requests one delivery can cost: SDK attempts (1) x ``MAX_ATTEMPTS``.
@@ -539,6 +561,8 @@ class IdempotentModelStep(Construct):
         )
         if props.tracing:
             self._acknowledge_tracing_grant()
+        if props.result_bus is not None:
+            self.grant_publish_results(cast(iam.IRole, self.function.role))
         # python_function always creates the role.
         self._grant_runtime_permissions(cast(iam.IRole, self.function.role), props)
 
@@ -549,6 +573,70 @@ class IdempotentModelStep(Construct):
         if not props.tracing:
             return []
         return [lambda_src_root() / "model_step" / TRACING_REQUIREMENTS]
+
+    # ------------------------------------------------------------- result events
+    def grant_publish_results(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` put this step's result events on ``result_bus``: ``PutEvents`` on
+        the bus only, for source = this step's path and the two result detail types."""
+        bus = self.result_bus
+        if bus is None:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': grant_publish_results needs a result_bus"
+            )
+        detail_types = list(RESULT_DETAIL_TYPES)
+        if isinstance(bus, EventBusV2Base):
+            return bus.grant_put_events_to(
+                grantee, sources=[self.node.path], detail_types=detail_types
+            )
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["events:PutEvents"],
+            resource_arns=[bus.event_bus_arn],
+            conditions={
+                "StringEquals": {
+                    "events:source": [self.node.path],
+                    "events:detail-type": detail_types,
+                }
+            },
+        )
+
+    def result_event_pattern(
+        self,
+        *,
+        detail_types: Sequence[str] = (RESULT_COMPLETED,),
+        detail: Mapping[str, Any] | None = None,
+    ) -> events.EventPattern:
+        """The pattern of this step's result events, for a downstream step's
+        ``event_pattern`` (on ``result_bus``).
+
+        :param detail_types: default ``("Model Step Completed",)``; add
+            ``RESULT_DEAD_LETTERED`` to follow failures too.
+        :param detail: an extra detail pattern, e.g. ``{"result": {"label": ["hot"]}}``.
+            Default: none (every result).
+
+        Example::
+
+            outreach = IdempotentModelStep(
+                self, "Outreach", event_bus=bus,
+                event_pattern=classify.result_event_pattern(detail={"result": {"label": ["hot"]}}),
+                idempotency_key="key", ...)
+        """
+        unknown = sorted(set(detail_types) - set(RESULT_DETAIL_TYPES))
+        if not detail_types or unknown:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': result_event_pattern detail_types "
+                f"must be some of {list(RESULT_DETAIL_TYPES)}, got {list(detail_types)!r}"
+            )
+        if self.result_bus is None:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': result_event_pattern needs a "
+                "result_bus (the step publishes no result events without one)"
+            )
+        return events.EventPattern(
+            source=[self.node.path],
+            detail_type=list(detail_types),
+            detail=dict(detail) if detail is not None else None,
+        )
 
     def _acknowledge_tracing_grant(self) -> None:
         # Tracing.ACTIVE grants xray:PutTraceSegments and xray:PutTelemetryRecords on "*",
@@ -600,7 +688,18 @@ class IdempotentModelStep(Construct):
                 else {}
             ),
             **({env.TRACING_ENABLED: "true"} if props.tracing else {}),
+            **self._result_bus_environment(props),
             **dict(props.environment or {}),
+        }
+
+    def _result_bus_environment(self, props: _StepProps) -> dict[str, str]:
+        bus = props.result_bus
+        if bus is None:
+            return {}
+        return {
+            env.RESULT_BUS_ARN: bus.event_bus_arn,
+            env.RESULT_BUS_KIND: "v2" if isinstance(bus, EventBusV2Base) else "classic",
+            env.RESULT_EVENT_SOURCE: self.node.path,
         }
 
     def _consume(self, props: _StepProps) -> None:
@@ -1005,6 +1104,11 @@ _PATTERN_FIELDS = {
 }
 
 
+def _is_event_bus(bus: object) -> bool:
+    """True for any ``events.IEventBus`` (an ``EventBus`` or an imported one)."""
+    return hasattr(bus, "event_bus_arn") and hasattr(bus, "event_bus_name")
+
+
 def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
     """The JSON a classic rule would carry for ``pattern``, for a v2 DATA filter."""
     return {
@@ -1015,6 +1119,8 @@ def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
 
 
 __all__ = [
+    "RESULT_COMPLETED",
+    "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT",
     "RESERVED_ENVIRONMENT_PREFIXES",
     "IdempotentModelStep",

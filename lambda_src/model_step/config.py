@@ -61,6 +61,9 @@ class Settings:
     api_key_max_age_seconds: int = DEFAULT_API_KEY_MAX_AGE_SECONDS
     # Compose and watch (issue 21).
     tracing_enabled: bool = False
+    result_bus_arn: str | None = None
+    result_bus_kind: str = "classic"
+    result_event_source: str = DEFAULT_SERVICE_NAME
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -113,12 +116,23 @@ class Settings:
                 env, env_names.API_KEY_MAX_AGE_SECONDS, DEFAULT_API_KEY_MAX_AGE_SECONDS, int
             ),
             tracing_enabled=_flag(env, env_names.TRACING_ENABLED),
+            result_bus_arn=env.get(env_names.RESULT_BUS_ARN, "").strip() or None,
+            result_bus_kind=_choice(env, env_names.RESULT_BUS_KIND, ("classic", "v2")),
+            result_event_source=env.get(env_names.RESULT_EVENT_SOURCE, "").strip()
+            or DEFAULT_SERVICE_NAME,
         )
 
 
 def parse_labels(raw: str) -> tuple[str, ...]:
     """``"Hot, warm,,cold"`` -> ``("hot", "warm", "cold")``; empty input -> ``()``."""
     return tuple(label.strip().lower() for label in raw.split(",") if label.strip())
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name, "").strip() or choices[0]
+    if raw not in choices:
+        raise ConfigurationError(f"{name} must be one of {choices}, got {raw!r}")
+    return raw
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

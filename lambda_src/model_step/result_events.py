@@ -33,6 +33,8 @@ from typing import Any, Literal
 from .errors import ResultEventError
 from .outcome import StepResult
 
+#: The hand-off record's suffix, after the step's record prefix.
+RESULT_EVENT_SUFFIX = "#result-event"
 COMPLETED = "Model Step Completed"
 DEAD_LETTERED = "Model Step Dead Lettered"
 DETAIL_TYPES = (COMPLETED, DEAD_LETTERED)

@@ -59,6 +59,7 @@ class DemoStack(cdk.Stack):
             alarm_topic=topic,
             # Every optional runtime variable is set by the demo (test_runtime_environment).
             tracing=True,
+            result_bus=bus,
         )
 
 
