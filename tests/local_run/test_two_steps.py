@@ -1,4 +1,4 @@
-"""Two steps that chain without code: the README's example, synthesized and run end to end.
+"""Two steps that chain without code: docs/construct.md's example, run end to end.
 
 ``Classify`` labels each prospect row hot, warm or cold and publishes its results on the bus;
 ``Outreach`` subscribes to the "hot" completions with ``classify.result_event_pattern(...)``,
@@ -14,49 +14,23 @@ from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk import aws_events as events
-from aws_cdk import aws_secretsmanager as secretsmanager
 
-from constructs_lib import IdempotentModelStep
 from constructs_lib._paths import lambda_src_root
 from constructs_lib.local_engine.assembly import load_assembly
 from constructs_lib.local_engine.engine import EngineSettings, LocalEngine
 from constructs_lib.local_engine.local_model import LocalMessagesAPI
+from tests.adoption.markdown import code_blocks, section
 
 ROWS = 12
 LABELS = ["hot", "warm", "cold"]
 
 
-class TwoSteps(cdk.Stack):
-    """The README's example: a classifier and the outreach step that follows its hot rows."""
-
-    def __init__(self, scope: cdk.App, id: str) -> None:
-        super().__init__(scope, id)
-        bus = events.EventBus(self, "Bus")
-        key = secretsmanager.Secret(self, "ApiKey")
-        self.classify = IdempotentModelStep(
-            self,
-            "Classify",
-            event_bus=bus,
-            event_pattern=events.EventPattern(detail_type=["Prospect Row Validated"]),
-            idempotency_key="[upload_id, row_number]",
-            prompt_version="2026-12-01",
-            system_prompt="Answer hot, warm or cold.",
-            allowed_labels=LABELS,
-            api_key_secret=key,
-            result_bus=bus,  # each key's result, once, on the same bus
-        )
-        self.outreach = IdempotentModelStep(
-            self,
-            "Outreach",
-            event_bus=bus,
-            event_pattern=self.classify.result_event_pattern(detail={"result": {"label": ["hot"]}}),
-            idempotency_key="key",  # the result event carries the business key's parts
-            prompt_version="2026-12-01",
-            system_prompt="Write a one-line outreach note for this hot prospect.",
-            api_key_secret=key,
-            result_bus=bus,
-        )
+def two_steps_class() -> type[cdk.Stack]:
+    """The ``TwoSteps`` stack of docs/construct.md, executed from the page as it is."""
+    [block] = code_blocks(section("docs/construct.md", "Compose steps: result events"), "python")
+    namespace: dict = {}
+    exec(compile(block, "docs/construct.md", "exec"), namespace)
+    return namespace["TwoSteps"]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +38,7 @@ def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outdir = tmp_path_factory.mktemp("two-steps")
     context = {"aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True}
     app = cdk.App(context=context, outdir=str(outdir))
-    TwoSteps(app, "TwoSteps")
+    two_steps_class()(app, "TwoSteps")
     app.synth()
     return outdir
 
