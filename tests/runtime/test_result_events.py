@@ -191,3 +191,33 @@ def model_env_items() -> list[dict]:
     from .conftest import TABLE
 
     return boto3_session().client("dynamodb").scan(TableName=TABLE)["Items"]
+
+
+def test_on_the_buffer_queue_a_failed_publish_is_a_batch_item_failure_then_published_once(
+    make_step, fake_api, result_bus, buffer
+):
+    # GIVEN a bus that refuses the first PutEvents call, and a row on the buffer queue
+    refused = []
+
+    def refuse_once(**_kwargs):
+        if not refused:
+            refused.append(True)
+            raise ClientError({"Error": {"Code": "InternalException"}}, "PutEvents")
+        return None
+
+    hooks = boto3_session().events
+    hooks.register("before-call.events.PutEvents", refuse_once)
+    try:
+        step = make_step()
+        event = make_event()
+        # WHEN the first receive answers the row but cannot publish
+        first = step.handle(buffer.batch(event), FakeLambdaContext())
+        # THEN the record is reported failed (SQS retries it), and the retry publishes once
+        assert [f["itemIdentifier"] for f in first["batchItemFailures"]]
+        again = step.handle(buffer.batch(event), FakeLambdaContext())
+        assert again == {"batchItemFailures": []}
+    finally:
+        hooks.unregister("before-call.events.PutEvents", refuse_once)
+    [published] = result_bus.received()
+    assert published["detail-type"] == COMPLETED
+    assert fake_api.request_count == 1
