@@ -23,6 +23,8 @@ _EXPORTS = {
     "LocalPipBundling": ".bundling",
     "python_lambda_code": ".bundling",
     "RESERVED_ENVIRONMENT": ".idempotent_model_step",
+    "RESULT_COMPLETED": ".idempotent_model_step",
+    "RESULT_DEAD_LETTERED": ".idempotent_model_step",
     "RESERVED_ENVIRONMENT_PREFIXES": ".idempotent_model_step",
     "EventBusV2": ".event_bus_v2",
     "EventBusV2Base": ".event_bus_v2",
@@ -35,6 +37,8 @@ _EXPORTS = {
 
 __all__ = [
     "RESERVED_ENVIRONMENT",
+    "RESULT_COMPLETED",
+    "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT_PREFIXES",
     "EventBusV2",
     "EventBusV2Base",
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
     from .idempotent_model_step import (
         RESERVED_ENVIRONMENT,
         RESERVED_ENVIRONMENT_PREFIXES,
+        RESULT_COMPLETED,
+        RESULT_DEAD_LETTERED,
         IdempotentModelStep,
         ModelProvider,
     )
