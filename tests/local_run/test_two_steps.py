@@ -10,11 +10,15 @@ published twice and every event delivered twice: still one model request per key
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_events as events
+from aws_cdk import aws_secretsmanager as secretsmanager
 
+from constructs_lib import EventBusV2, IdempotentModelStep
 from constructs_lib._paths import lambda_src_root
 from constructs_lib.local_engine.assembly import load_assembly
 from constructs_lib.local_engine.engine import EngineSettings, LocalEngine
@@ -98,3 +102,75 @@ def test_hot_prospects_get_one_outreach_note_each_with_one_request_per_key_per_s
 def _bus_logical_id(engine: LocalEngine) -> str:
     [spec] = engine.assembly.of_type("AWS::Events::EventBus")
     return spec.logical_id
+
+
+class TwoStepsOnV2(cdk.Stack):
+    """The same two steps on an EventBridge v2 bus: results carry a DeduplicationId."""
+
+    def __init__(self, scope: cdk.App, id: str) -> None:
+        super().__init__(scope, id)
+        bus = EventBusV2(self, "Bus")
+        key = secretsmanager.Secret(self, "ApiKey")
+        common = {"event_bus": bus, "result_bus": bus, "api_key_secret": key}
+        classify = IdempotentModelStep(
+            self,
+            "Classify",
+            event_pattern=events.EventPattern(detail_type=["Prospect Row Validated"]),
+            idempotency_key="[upload_id, row_number]",
+            prompt_version="2026-12-01",
+            system_prompt="Answer hot, warm or cold.",
+            allowed_labels=LABELS,
+            **common,
+        )
+        IdempotentModelStep(
+            self,
+            "Outreach",
+            event_pattern=classify.result_event_pattern(detail={"result": {"label": ["hot"]}}),
+            idempotency_key="key",
+            prompt_version="2026-12-01",
+            system_prompt="Write a one-line outreach note for this hot prospect.",
+            **common,
+        )
+
+
+def test_on_a_v2_bus_the_steps_chain_and_every_result_is_published_once(tmp_path):
+    context = {"aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True}
+    app = cdk.App(context=context, outdir=str(tmp_path))
+    TwoStepsOnV2(app, "TwoStepsV2")
+    app.synth()
+    assembly = load_assembly(tmp_path, "TwoStepsV2")
+    with LocalMessagesAPI(labels=LABELS) as model:
+        settings = EngineSettings(
+            duplicates=2,
+            environment={
+                "ANTHROPIC_API_KEY": "sk-ant-local-two-steps",
+                "ANTHROPIC_BASE_URL": model.base_url,
+            },
+        )
+        with LocalEngine(assembly, settings, code_root=lambda_src_root()) as engine:
+            [bus] = engine.buses_v2.buses.values()
+            client = engine.aws.client("eventbridgev2")
+            # GIVEN every row published twice, without a DeduplicationId of its own
+            for row_number in range(1, ROWS + 1):
+                for _ in range(2):
+                    event = row_event(row_number)
+                    client.put_events(
+                        EventBusArn=bus.arn,
+                        Entries=[
+                            {
+                                "Source": event["source"],
+                                "DetailType": event["detail-type"],
+                                "Detail": json.dumps(event["detail"]),
+                            }
+                        ],
+                    )
+            engine.wait_until_settled()
+            stats = bus.stats
+            denials = list(engine.iam.denials)
+        requests = model.requests_by_content()
+    hot = len(requests) - ROWS
+    # THEN one request per key per step, and the results were published once per key per step
+    assert 1 <= hot < ROWS and set(requests.values()) == {1}
+    assert stats.entries == 2 * ROWS + ROWS + hot  # the rows twice, then each result once
+    assert stats.deduplicated == 0
+    assert denials == []
