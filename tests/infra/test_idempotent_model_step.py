@@ -748,6 +748,15 @@ def test_secret_imported_by_name_is_granted_with_the_random_suffix(variants):
     assert len(granted) == 1 and "secret:anthropic/api-key-??????" in json.dumps(granted[0])
 
 
+def test_the_secret_grant_is_get_secret_value_alone(variants):
+    # The runtime reads the key and never describes the secret.
+    actions = {a for s in _policy_statements(variants, "Imported") for a in _actions(s)}
+    assert "secretsmanager:GetSecretValue" in actions
+    assert not {a for a in actions if a.startswith("secretsmanager:")} - {
+        "secretsmanager:GetSecretValue"
+    }
+
+
 def test_secret_with_a_customer_key_lets_the_role_decrypt_via_secrets_manager(variants):
     # grant_read puts kms:Decrypt in the key policy for this role, through Secrets Manager only
     key = next(v for v in variants["Resources"].values() if v["Type"] == "AWS::KMS::Key")
