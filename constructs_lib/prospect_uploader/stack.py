@@ -84,21 +84,24 @@ DEFAULT_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
     "max_rows": (100_000, 1, 10_000_000),
     "failure_retention_days": (90, 1, 3650),
+    "upload_retention_days": (30, 1, 3650),
     "noncurrent_version_retention_days": (30, 1, 3650),
     "access_log_retention_days": (90, 1, 3650),
 }
 #: Values of the ``event_bus`` context key; the first is the default.
 EVENT_BUS_KINDS = ("v2", "classic")
 #: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
-#: its retry stamp and count, the replay generation it publishes under, and the
-#: outcome of a retry. The item's key attributes are named in the request too.
-VIEWER_UPDATABLE_ATTRIBUTES = ("retried_at", "retry_count", "replay_generation", "retry_status")
+#: its retry stamp and count, and the replay generation it publishes under; exactly what
+#: ``prospect_viewer.store`` writes. The item's key attributes are named in the request too.
+VIEWER_UPDATABLE_ATTRIBUTES = ("retried_at", "retry_count", "replay_generation")
 #: Rows wait for the classify step up to its max event age (the construct's default,
 #: 24 h); an hour more covers the DLQ hand-off and the failure recorder.
 UPLOAD_DEADLINE = defaults.DEFAULT_MAX_EVENT_AGE.plus(Duration.hours(1))
 #: The splitter's async max event age (6 h) plus its 15-minute timeout, rounded up.
 UPLOAD_SPLIT_DEADLINE = Duration.hours(7)
 SWEEP_INTERVAL = Duration.minutes(15)
+#: Days RowBus keeps events for replay: the minimum, as nothing replays rows from it.
+ROW_BUS_RETENTION_DAYS = 1
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 
 
@@ -168,8 +171,11 @@ class ProspectUploaderStack(Stack):
       Default: the stack creates ``AnthropicApiKey``; put the key in it after deploy.
     - ``max_rows``: uploads with more data rows are rejected before any row is
       published, 1 to 10,000,000, default 100,000.
-    - ``failure_retention_days``: TTL of FailuresTable items, UploadsTable items and
-      row markers, 1 to 3650, default 90.
+    - ``failure_retention_days``: TTL of FailuresTable items, ProspectsTable items,
+      UploadsTable items and row markers, 1 to 3650, default 90.
+    - ``upload_retention_days``: UploadBucket expires an uploaded CSV (its current
+      version) this many days after upload, 1 to 3650, default 30. The expired version
+      is then kept ``noncurrent_version_retention_days`` more before S3 deletes it.
     - ``noncurrent_version_retention_days``: UploadBucket deletes overwritten or
       deleted versions after this many days, 1 to 3650, default 30.
     - ``access_log_retention_days``: AccessLogsBucket deletes logs after this many
@@ -241,6 +247,9 @@ class ProspectUploaderStack(Stack):
                 self,
                 "RowBus",
                 description="Prospect Row Validated events, deduplicated on publish",
+                # Rows are personal data, and nothing replays them from the bus (a failed
+                # row is retried from FailuresTable): keep them the minimum, one day.
+                retention_days=ROW_BUS_RETENTION_DAYS,
             )
             if self.event_bus_kind == "v2"
             else self.bus
@@ -274,13 +283,18 @@ class ProspectUploaderStack(Stack):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="upload-bucket/",
             lifecycle_rules=[
+                # The raw CSV is the fullest copy of the personal data: it expires too.
+                s3.LifecycleRule(
+                    id="ExpireUploads",
+                    expiration=Duration.days(self._context_int("upload_retention_days")),
+                ),
                 s3.LifecycleRule(
                     id="ExpireReplacedUploads",
                     noncurrent_version_expiration=Duration.days(
                         self._context_int("noncurrent_version_retention_days")
                     ),
                     abort_incomplete_multipart_upload_after=Duration.days(7),
-                )
+                ),
             ],
         )
         # The native property, not `event_bridge_enabled=True`: that adds CDK's
@@ -303,7 +317,10 @@ class ProspectUploaderStack(Stack):
             time_to_live_attribute="expires_at",
         )
         self.prospects_table = dynamodb.Table(
-            self, "ProspectsTable", **defaults.data_table_props("upload_id", "row_number", "N")
+            self,
+            "ProspectsTable",
+            **defaults.data_table_props("upload_id", "row_number", "N"),
+            time_to_live_attribute="expires_at",
         )
         # One item per upload, keyed by upload_id alone (contract §5).
         upload_props = defaults.data_table_props("upload_id", "unused")
@@ -353,6 +370,8 @@ class ProspectUploaderStack(Stack):
             resource_name=f"{self.stack_name}-*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
+        # The encryption context key is a String key: StringLike, not ArnLike (an ARN
+        # operator on a String key may never match, and alert emails would be lost).
         topic_context = {"kms:EncryptionContext:aws:sns:topicArn": stack_topics}
         self.alert_key.add_to_resource_policy(
             iam.PolicyStatement(
@@ -361,7 +380,8 @@ class ProspectUploaderStack(Stack):
                 resources=["*"],
                 conditions={
                     "StringEquals": {"aws:SourceAccount": self.account},
-                    "ArnLike": {"aws:SourceArn": stack_alarms, **topic_context},
+                    "ArnLike": {"aws:SourceArn": stack_alarms},
+                    "StringLike": topic_context,
                 },
             )
         )
@@ -370,7 +390,7 @@ class ProspectUploaderStack(Stack):
                 actions=["kms:Decrypt", "kms:GenerateDataKey"],
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 resources=["*"],
-                conditions={"ArnLike": topic_context},
+                conditions={"StringLike": topic_context},
             )
         )
         self.alert_topic = sns.Topic(
@@ -550,6 +570,7 @@ class ProspectUploaderStack(Stack):
             environment={
                 **self._ledger_environment(),
                 "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
+                "PROSPECT_RETENTION_DAYS": str(self.failure_retention_days),
             },
         )
         # The classifier upserts one item per row; nothing else on the table.
@@ -682,12 +703,10 @@ class ProspectUploaderStack(Stack):
         self.failures_table.grant(
             self.viewer, "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem"
         )
-        # The table, not its index: table.grant would add index/* as well.
+        # The viewer only ever scans UploadsTable (its uploads page). The table, not its
+        # index: table.grant would add index/* as well.
         self.viewer.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:Query"],
-                resources=[self.uploads_table.table_arn],
-            )
+            iam.PolicyStatement(actions=["dynamodb:Scan"], resources=[self.uploads_table.table_arn])
         )
         self.viewer.add_to_role_policy(
             iam.PolicyStatement(

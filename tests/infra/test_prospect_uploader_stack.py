@@ -508,7 +508,6 @@ def test_viewer_updates_only_its_own_attributes(raw):
     assert update["Condition"] == {
         "ForAllValues:StringEquals": {"dynamodb:Attributes": [
             "upload_id", "failure_id", "retried_at", "retry_count", "replay_generation",
-            "retry_status",
         ]},
         "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]},
     }  # fmt: skip
@@ -549,7 +548,9 @@ def test_alert_key_serves_only_this_stacks_topics(raw):
         "cloudwatch.amazonaws.com", "events.amazonaws.com",
     }  # fmt: skip
     for statement in services:
-        context = statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:sns:topicArn"]
+        # A String condition key: StringLike, never ArnLike (which may fail to match).
+        context = statement["Condition"]["StringLike"]["kms:EncryptionContext:aws:sns:topicArn"]
+        assert "kms:EncryptionContext" not in json.dumps(statement["Condition"].get("ArnLike"))
         assert ":ProspectUploader-*" in json.dumps(context)
     # EventBridge's KMS requests carry no aws:SourceArn/aws:SourceAccount (SNS guide).
     [from_events] = [s for s in services if s["Principal"]["Service"] == "events.amazonaws.com"]
@@ -564,9 +565,17 @@ def test_failures_table_items_expire(raw):
         assert props(raw, function)["Environment"]["Variables"]["FAILURE_RETENTION_DAYS"] == "90"
 
 
-def test_buckets_expire_old_versions_and_logs_by_default(raw):
-    [uploads] = props(raw, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
-    assert uploads["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+def _rule(template: dict, bucket: str, rule_id: str) -> dict:
+    rules = props(template, f"{bucket}/Resource")["LifecycleConfiguration"]["Rules"]
+    [rule] = [r for r in rules if r.get("Id") == rule_id]
+    return rule
+
+
+def test_buckets_expire_uploads_old_versions_and_logs_by_default(raw):
+    # The raw CSV is the fullest copy of the personal data: its current version expires.
+    assert _rule(raw, "UploadBucket", "ExpireUploads")["ExpirationInDays"] == 30
+    replaced = _rule(raw, "UploadBucket", "ExpireReplacedUploads")
+    assert replaced["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
     [logs] = props(raw, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
     assert logs["ExpirationInDays"] == 90
 
@@ -579,6 +588,7 @@ CONFIGURED = {
     "max_rows": "500",
     "failure_retention_days": "30",
     "noncurrent_version_retention_days": 7,
+    "upload_retention_days": "5",
     "access_log_retention_days": "14",
     "viewer_principals": "arn:aws:iam::123456789012:role/Ops, arn:aws:iam::123456789012:role/x/Y",
 }
@@ -597,8 +607,11 @@ def test_context_sets_limits_and_retention(configured):
     env = props(configured, "/Splitter/Resource")["Environment"]["Variables"]
     assert (env["MAX_ROWS"], env["FAILURE_RETENTION_DAYS"]) == ("500", "30")
     assert env["UPLOAD_RETENTION_DAYS"] == "30"
-    [uploads] = props(configured, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
-    assert uploads["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    assert _rule(configured, "UploadBucket", "ExpireUploads")["ExpirationInDays"] == 5
+    replaced = _rule(configured, "UploadBucket", "ExpireReplacedUploads")
+    assert replaced["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    classify = props(configured, "Classify/Function/Resource")["Environment"]["Variables"]
+    assert classify["PROSPECT_RETENTION_DAYS"] == "30"
     [logs] = props(configured, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
     assert logs["ExpirationInDays"] == 14
 
@@ -625,6 +638,8 @@ def test_viewer_principals_may_invoke_the_url(configured):
                                            "and 3650, got 3651"),
         ("access_log_retention_days", "1.5", "context access_log_retention_days must be an "
                                              "integer"),
+        ("upload_retention_days", "0", "context upload_retention_days must be between 1 and "
+                                       "3650, got 0"),
         ("viewer_principals", "arn:aws:iam::123456789012:user/bob",
          "context viewer_principals must be comma-separated IAM role ARNs"),
         ("event_bus", "kinesis", "context event_bus must be one of v2, classic, got 'kinesis'"),
