@@ -28,14 +28,13 @@ from aws_cdk import aws_eventsv2 as eventsv2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from . import defaults
+from . import defaults, queue_grants
 from ._runtime_environment import runtime_environment as env
 from ._validation import (
     PropValidationError,
@@ -574,21 +573,20 @@ class IdempotentModelStep(Construct):
             self._snap_start_alias(cfn_function) if props.snap_start else None
         )
         consumer: lambda_.IFunction = self.alias or self.function
-        consumer.add_event_source(
-            event_sources.SqsEventSource(
-                self.buffer_queue,
-                batch_size=1,
-                report_batch_item_failures=True,
-                max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
-            )
+        # The poller's actions only; ChangeMessageVisibility on the buffer queue, where the
+        # runtime spaces transient retries (queue_grants.py says why not SqsEventSource).
+        queue_grants.consume(
+            consumer,
+            self.buffer_queue,
+            batch_size=1,
+            max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
+            change_visibility=True,
         )
-        consumer.add_event_source(
-            event_sources.SqsEventSource(
-                self.redrive_queue,
-                batch_size=1,
-                report_batch_item_failures=True,
-                max_concurrency=defaults.REDRIVE_QUEUE_MAX_CONCURRENCY,
-            )
+        queue_grants.consume(
+            consumer,
+            self.redrive_queue,
+            batch_size=1,
+            max_concurrency=defaults.REDRIVE_QUEUE_MAX_CONCURRENCY,
         )
 
     def _snap_start_alias(self, cfn_function: lambda_.CfnFunction) -> lambda_.Alias:
@@ -667,8 +665,8 @@ class IdempotentModelStep(Construct):
             description=f"EventBridge v2 subscriber of {self.node.path}: delivers to its "
             "buffer queue and dead-letters to its DLQ",
         )
-        self.buffer_queue.grant_send_messages(role)
-        self.dead_letter_queue.grant_send_messages(role)
+        queue_grants.grant_send(self.buffer_queue, role)
+        queue_grants.grant_send(self.dead_letter_queue, role)
         self.subscriber_role = role
         subscriber = eventsv2.CfnSubscriber(
             self,
@@ -737,11 +735,11 @@ class IdempotentModelStep(Construct):
             "dynamodb:DeleteItem",
         )
         # The handler dead-letters non-retryable failures itself (KMS included).
-        self.dead_letter_queue.grant_send_messages(role)
+        queue_grants.grant_send(self.dead_letter_queue, role)
         # A rate-limited row is re-enqueued as a delayed copy on the buffer queue, and a
         # row from the redrive queue is put back there; ChangeMessageVisibility (spacing
-        # transient retries) comes with each event source mapping's consume grant.
-        self.buffer_queue.grant_send_messages(role)
+        # transient retries) comes with the buffer queue's event source mapping.
+        queue_grants.grant_send(self.buffer_queue, role)
         if props.api_key_secret is not None:
             _grant_get_secret_value(role, props.api_key_secret)
         if props.model_provider is ModelProvider.BEDROCK:

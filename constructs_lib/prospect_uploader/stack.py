@@ -42,8 +42,6 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations
-from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
@@ -69,6 +67,7 @@ from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
+from ..queue_grants import SendOnlyQueueDestination, consume
 
 LABELS = ["hot", "warm", "cold"]
 PROMPT_VERSION = "prospect-classifier-2026-11-01"
@@ -100,6 +99,17 @@ UPLOAD_DEADLINE = defaults.DEFAULT_MAX_EVENT_AGE.plus(Duration.hours(1))
 #: The splitter's async max event age (6 h) plus its 15-minute timeout, rounded up.
 UPLOAD_SPLIT_DEADLINE = Duration.hours(7)
 SWEEP_INTERVAL = Duration.minutes(15)
+#: The ledger's calls per function (upload_accounting.ledger), as (UploadsTable actions,
+#: UploadRowsTable actions): the splitter opens and closes the split (PutItem, then
+#: UpdateItem, GetItem on completion); classify and the recorder account rows (a marker Put,
+#: or GetItem + Update of a known marker, in a transaction with the upload's Update); the
+#: sweeper reads and closes uploads. Nothing else, so every grant has a path that uses it.
+LEDGER_SPLIT = (("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), ())
+LEDGER_ROWS = (
+    ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+    ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+)
+LEDGER_SWEEP = (("dynamodb:GetItem", "dynamodb:UpdateItem"), ())
 #: Days RowBus keeps events for replay: the minimum, as nothing replays rows from it.
 ROW_BUS_RETENTION_DAYS = 1
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
@@ -462,7 +472,7 @@ class ProspectUploaderStack(Stack):
         self.splitter.configure_async_invoke(
             retry_attempts=2,
             max_event_age=Duration.hours(6),
-            on_failure=destinations.SqsDestination(self.failure_queue),
+            on_failure=SendOnlyQueueDestination(self.failure_queue),
         )
         self.splitter_rule = events.Rule(
             self,
@@ -490,9 +500,12 @@ class ProspectUploaderStack(Stack):
         """Read uploads, publish rows and summaries, write failures, keys and the ledger."""
         # python_function always creates the role.
         splitter_role = cast(iam.IRole, self.splitter.role)
+        # UploadBucket is versioned, so every S3 event names a version and the splitter
+        # reads (GetObject and HeadObject) with VersionId: s3:GetObjectVersion. Plain
+        # s3:GetObject would serve only an unversioned read, which never happens.
         splitter_role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:GetObjectVersion"],
+                actions=["s3:GetObjectVersion"],
                 resources=[self.upload_bucket.arn_for_objects("*")],
             )
         )
@@ -532,7 +545,7 @@ class ProspectUploaderStack(Stack):
             "dynamodb:DeleteItem",
         )
         # The splitter may publish the completion event already; no second PutEvents grant.
-        self._grant_ledger(self.splitter, publish=False)
+        self._grant_ledger(self.splitter, LEDGER_SPLIT, publish=False)
         upload_cfn = cast(s3.CfnBucket, self.upload_bucket.node.default_child)
         Validations.of(splitter_role).acknowledge(
             Acknowledgment(
@@ -575,7 +588,7 @@ class ProspectUploaderStack(Stack):
         )
         # The classifier upserts one item per row; nothing else on the table.
         self.prospects_table.grant(self.classify.function, "dynamodb:UpdateItem")
-        self._grant_ledger(self.classify.function)
+        self._grant_ledger(self.classify.function, LEDGER_ROWS)
 
     def _api_key_secret(self) -> secretsmanager.ISecret:
         """The secret named by ``-c anthropic_api_key_secret_arn``, or a new, empty one."""
@@ -620,12 +633,8 @@ class ProspectUploaderStack(Stack):
             },
         )
         self.failures_table.grant(self.recorder, "dynamodb:UpdateItem")
-        self._grant_ledger(self.recorder)
-        self.recorder.add_event_source(
-            event_sources.SqsEventSource(
-                self.failure_queue, batch_size=10, report_batch_item_failures=True
-            )
-        )
+        self._grant_ledger(self.recorder, LEDGER_ROWS)
+        consume(self.recorder, self.failure_queue, batch_size=10)
 
     def _sweeper(self) -> None:
         """UploadSweeper: closes uploads whose rows were not all accounted for in time."""
@@ -639,7 +648,7 @@ class ProspectUploaderStack(Stack):
             memory_size=256,
             environment=self._ledger_environment(),
         )
-        self._grant_ledger(self.sweeper)
+        self._grant_ledger(self.sweeper, LEDGER_SWEEP)
         self.sweeper.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["dynamodb:Query"],
@@ -915,15 +924,27 @@ class ProspectUploaderStack(Stack):
             "UPLOAD_RETENTION_DAYS": str(self.failure_retention_days),
         }
 
-    def _grant_ledger(self, function: lambda_.IFunction, *, publish: bool = True) -> None:
-        """The ledger's writes: its two tables, and publishing the completion event."""
+    def _grant_ledger(
+        self,
+        function: lambda_.IFunction,
+        access: tuple[tuple[str, ...], tuple[str, ...]],
+        *,
+        publish: bool = True,
+    ) -> None:
+        """The ledger calls ``function`` makes: ``access`` is (UploadsTable actions,
+        UploadRowsTable actions), one of LEDGER_SPLIT / LEDGER_ROWS / LEDGER_SWEEP; and
+        publishing the completion event."""
+        uploads, rows = access
         # Table ARNs only: table.grant would add the sweeper's index (index/*) too.
         function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-                resources=[self.uploads_table.table_arn, self.upload_rows_table.table_arn],
-            )
+            iam.PolicyStatement(actions=list(uploads), resources=[self.uploads_table.table_arn])
         )
+        if rows:
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=list(rows), resources=[self.upload_rows_table.table_arn]
+                )
+            )
         if publish:
             function.add_to_role_policy(
                 iam.PolicyStatement(
