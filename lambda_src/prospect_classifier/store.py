@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import boto3
@@ -33,10 +33,12 @@ class ProspectStore:
         row.
 
         An upsert with values taken from the (replayable) model-step result, so a duplicate
-        or a replay writes the same values again and the row converges. Only ``expires_at``,
-        the table's TTL, moves: ``PROSPECT_RETENTION_DAYS`` (default 90) after the last write.
+        or a replay writes the same values again and the row converges. ``expires_at`` (the
+        table's TTL) is ``PROSPECT_RETENTION_DAYS`` (default 90) after the stored answer's
+        ``completed_at``, so it converges too.
         """
-        expires_at = int(time.time()) + 86400 * positive_int(
+        completed = datetime.fromisoformat(result["completed_at"].replace("Z", "+00:00"))
+        expires_at = int(completed.timestamp()) + 86400 * positive_int(
             RETENTION_DAYS_ENV, DEFAULT_RETENTION_DAYS
         )
         self._dynamodb().update_item(
