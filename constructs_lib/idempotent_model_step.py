@@ -27,15 +27,15 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_eventsv2 as eventsv2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from . import defaults
+from . import defaults, queue_grants
 from ._paths import lambda_src_root
 from ._runtime_environment import runtime_environment as env
 from ._validation import (
@@ -348,8 +348,9 @@ class IdempotentModelStep(Construct):
     :param api_key_secret: the Secrets Manager secret holding the Anthropic API
         key (the raw key, or JSON ``{"api_key": ...}``). Required with
         ``ModelProvider.ANTHROPIC``; refused with ``ModelProvider.BEDROCK``.
-        Granted with ``grant_read``, so a secret imported by name or partial ARN
-        and a customer managed KMS key both work. Default: none.
+        Granted ``secretsmanager:GetSecretValue`` only (the runtime never calls
+        DescribeSecret), on the ARN ``grant_read`` would use, so a secret imported by name
+        or partial ARN and a customer managed KMS key both work. Default: none.
     :param model_provider: default ``ModelProvider.ANTHROPIC``.
     :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
         :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
@@ -722,21 +723,20 @@ class IdempotentModelStep(Construct):
             self._snap_start_alias(cfn_function) if props.snap_start else None
         )
         consumer: lambda_.IFunction = self.alias or self.function
-        consumer.add_event_source(
-            event_sources.SqsEventSource(
-                self.buffer_queue,
-                batch_size=1,
-                report_batch_item_failures=True,
-                max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
-            )
+        # The poller's actions only; ChangeMessageVisibility on the buffer queue, where the
+        # runtime spaces transient retries (queue_grants.py says why not SqsEventSource).
+        queue_grants.consume(
+            consumer,
+            self.buffer_queue,
+            batch_size=1,
+            max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
+            change_visibility=True,
         )
-        consumer.add_event_source(
-            event_sources.SqsEventSource(
-                self.redrive_queue,
-                batch_size=1,
-                report_batch_item_failures=True,
-                max_concurrency=defaults.REDRIVE_QUEUE_MAX_CONCURRENCY,
-            )
+        queue_grants.consume(
+            consumer,
+            self.redrive_queue,
+            batch_size=1,
+            max_concurrency=defaults.REDRIVE_QUEUE_MAX_CONCURRENCY,
         )
 
     def _snap_start_alias(self, cfn_function: lambda_.CfnFunction) -> lambda_.Alias:
@@ -789,24 +789,39 @@ class IdempotentModelStep(Construct):
         # The delivery role: only SendMessage on the buffer queue (the target) and on
         # the DLQ (the on-failure destination). Same-account SQS targets of a v2
         # subscriber are authorized through this role, not a queue policy.
+        # Required by CloudFormation; derived from the construct path, as CDK names a
+        # classic bus, so it is stable and unique per stack.
+        name = Names.unique_resource_name(
+            self, max_length=64, separator="-", allowed_special_characters="-_."
+        )
+        stack = Stack.of(self)
+        # Only EventBridge acting for THIS subscriber may assume the role (confused deputy):
+        # its ARN is subscriber/<name>/<service id>, and the name is known at synth, so the
+        # trust policy names it without a dependency on the subscriber.
         role = iam.Role(
             self,
             "SubscriberRole",
-            assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
+            assumed_by=iam.ServicePrincipal(
+                "events.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="events", resource="subscriber", resource_name=f"{name}/*"
+                        )
+                    },
+                },
+            ),
             description=f"EventBridge v2 subscriber of {self.node.path}: delivers to its "
             "buffer queue and dead-letters to its DLQ",
         )
-        self.buffer_queue.grant_send_messages(role)
-        self.dead_letter_queue.grant_send_messages(role)
+        queue_grants.grant_send(self.buffer_queue, role)
+        queue_grants.grant_send(self.dead_letter_queue, role)
         self.subscriber_role = role
         subscriber = eventsv2.CfnSubscriber(
             self,
             "Subscriber",
-            # Required by CloudFormation; derived from the construct path, as CDK
-            # names a classic bus, so it is stable and unique per stack.
-            name=Names.unique_resource_name(
-                self, max_length=64, separator="-", allowed_special_characters="-_."
-            ),
+            name=name,
             event_bus_arn=bus.event_bus_arn,
             description=f"Routes events to the idempotent model step {self.node.path}"[:512],
             # PutEvents puts the classic envelope (source, detail-type, time,
@@ -879,16 +894,13 @@ class IdempotentModelStep(Construct):
             "dynamodb:DeleteItem",
         )
         # The handler dead-letters non-retryable failures itself (KMS included).
-        self.dead_letter_queue.grant_send_messages(role)
+        queue_grants.grant_send(self.dead_letter_queue, role)
         # A rate-limited row is re-enqueued as a delayed copy on the buffer queue, and a
         # row from the redrive queue is put back there; ChangeMessageVisibility (spacing
-        # transient retries) comes with each event source mapping's consume grant.
-        self.buffer_queue.grant_send_messages(role)
+        # transient retries) comes with the buffer queue's event source mapping.
+        queue_grants.grant_send(self.buffer_queue, role)
         if props.api_key_secret is not None:
-            # grant_read appends "-??????" to a secret imported by name or partial
-            # ARN (real ARNs end in a random suffix) and adds kms:Decrypt when the
-            # secret has a customer managed key.
-            props.api_key_secret.grant_read(role)
+            _grant_get_secret_value(role, props.api_key_secret)
         if props.model_provider is ModelProvider.BEDROCK:
             role.add_to_principal_policy(
                 iam.PolicyStatement(
@@ -1126,3 +1138,25 @@ __all__ = [
     "IdempotentModelStep",
     "ModelProvider",
 ]
+
+
+def _grant_get_secret_value(role: iam.IRole, secret: secretsmanager.ISecret) -> None:
+    """``secretsmanager:GetSecretValue`` on ``secret``, as ``grant_read`` would grant it but
+    without ``DescribeSecret``, which the runtime never calls.
+
+    A secret imported by name or partial ARN has no random suffix in ``secret_arn``, and
+    real ARNs end in ``-XXXXXX``: ``-??????`` is appended, as ``grant_read`` does. A secret
+    with a customer managed key also gets ``kms:Decrypt`` on it, through Secrets Manager
+    only (``kms:ViaService``).
+    """
+    arn = secret.secret_full_arn or f"{secret.secret_arn}-??????"
+    role.add_to_principal_policy(
+        iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[arn])
+    )
+    if secret.encryption_key is not None:
+        # As grant_read does it: the key policy (or the role) allows Decrypt via Secrets
+        # Manager only.
+        region = Stack.of(role).region
+        secret.encryption_key.grant_decrypt(
+            kms.ViaServicePrincipal(f"secretsmanager.{region}.amazonaws.com", role)
+        )

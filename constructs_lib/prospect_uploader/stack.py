@@ -42,8 +42,6 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations
-from aws_cdk import aws_lambda_event_sources as event_sources
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
@@ -71,6 +69,7 @@ from ..idempotent_model_step import IdempotentModelStep
 from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
+from ..queue_grants import SendOnlyQueueDestination, consume
 
 LABELS = ["hot", "warm", "cold"]
 PROMPT_VERSION = "prospect-classifier-2026-11-01"
@@ -86,21 +85,35 @@ DEFAULT_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
     "max_rows": (100_000, 1, 10_000_000),
     "failure_retention_days": (90, 1, 3650),
+    "upload_retention_days": (30, 1, 3650),
     "noncurrent_version_retention_days": (30, 1, 3650),
     "access_log_retention_days": (90, 1, 3650),
 }
 #: Values of the ``event_bus`` context key; the first is the default.
 EVENT_BUS_KINDS = ("v2", "classic")
 #: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
-#: its retry stamp and count, the replay generation it publishes under, and the
-#: outcome of a retry. The item's key attributes are named in the request too.
-VIEWER_UPDATABLE_ATTRIBUTES = ("retried_at", "retry_count", "replay_generation", "retry_status")
+#: its retry stamp and count, and the replay generation it publishes under; exactly what
+#: ``prospect_viewer.store`` writes. The item's key attributes are named in the request too.
+VIEWER_UPDATABLE_ATTRIBUTES = ("retried_at", "retry_count", "replay_generation")
 #: Rows wait for the classify step up to its max event age (the construct's default,
 #: 24 h); an hour more covers the DLQ hand-off and the failure recorder.
 UPLOAD_DEADLINE = defaults.DEFAULT_MAX_EVENT_AGE.plus(Duration.hours(1))
 #: The splitter's async max event age (6 h) plus its 15-minute timeout, rounded up.
 UPLOAD_SPLIT_DEADLINE = Duration.hours(7)
 SWEEP_INTERVAL = Duration.minutes(15)
+#: The ledger's calls per function (upload_accounting.ledger), as (UploadsTable actions,
+#: UploadRowsTable actions): the splitter opens and closes the split (PutItem, then
+#: UpdateItem, GetItem on completion); classify and the recorder account rows (a marker Put,
+#: or GetItem + Update of a known marker, in a transaction with the upload's Update); the
+#: sweeper reads and closes uploads. Nothing else, so every grant has a path that uses it.
+LEDGER_SPLIT = (("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), ())
+LEDGER_ROWS = (
+    ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+    ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+)
+LEDGER_SWEEP = (("dynamodb:GetItem", "dynamodb:UpdateItem"), ())
+#: Days RowBus keeps events for replay: the minimum, as nothing replays rows from it.
+ROW_BUS_RETENTION_DAYS = 1
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 
 
@@ -170,8 +183,11 @@ class ProspectUploaderStack(Stack):
       Default: the stack creates ``AnthropicApiKey``; put the key in it after deploy.
     - ``max_rows``: uploads with more data rows are rejected before any row is
       published, 1 to 10,000,000, default 100,000.
-    - ``failure_retention_days``: TTL of FailuresTable items, UploadsTable items and
-      row markers, 1 to 3650, default 90.
+    - ``failure_retention_days``: TTL of FailuresTable items, ProspectsTable items,
+      UploadsTable items and row markers, 1 to 3650, default 90.
+    - ``upload_retention_days``: UploadBucket expires an uploaded CSV (its current
+      version) this many days after upload, 1 to 3650, default 30. The expired version
+      is then kept ``noncurrent_version_retention_days`` more before S3 deletes it.
     - ``noncurrent_version_retention_days``: UploadBucket deletes overwritten or
       deleted versions after this many days, 1 to 3650, default 30.
     - ``access_log_retention_days``: AccessLogsBucket deletes logs after this many
@@ -244,6 +260,9 @@ class ProspectUploaderStack(Stack):
                 self,
                 "RowBus",
                 description="Prospect Row Validated events, deduplicated on publish",
+                # Rows are personal data, and nothing replays them from the bus (a failed
+                # row is retried from FailuresTable): keep them the minimum, one day.
+                retention_days=ROW_BUS_RETENTION_DAYS,
             )
             if self.event_bus_kind == "v2"
             else self.bus
@@ -277,13 +296,18 @@ class ProspectUploaderStack(Stack):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="upload-bucket/",
             lifecycle_rules=[
+                # The raw CSV is the fullest copy of the personal data: it expires too.
+                s3.LifecycleRule(
+                    id="ExpireUploads",
+                    expiration=Duration.days(self._context_int("upload_retention_days")),
+                ),
                 s3.LifecycleRule(
                     id="ExpireReplacedUploads",
                     noncurrent_version_expiration=Duration.days(
                         self._context_int("noncurrent_version_retention_days")
                     ),
                     abort_incomplete_multipart_upload_after=Duration.days(7),
-                )
+                ),
             ],
         )
         # The native property, not `event_bridge_enabled=True`: that adds CDK's
@@ -306,7 +330,10 @@ class ProspectUploaderStack(Stack):
             time_to_live_attribute="expires_at",
         )
         self.prospects_table = dynamodb.Table(
-            self, "ProspectsTable", **defaults.data_table_props("upload_id", "row_number", "N")
+            self,
+            "ProspectsTable",
+            **defaults.data_table_props("upload_id", "row_number", "N"),
+            time_to_live_attribute="expires_at",
         )
         # One item per upload, keyed by upload_id alone (contract §5).
         upload_props = defaults.data_table_props("upload_id", "unused")
@@ -356,6 +383,8 @@ class ProspectUploaderStack(Stack):
             resource_name=f"{self.stack_name}-*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
+        # The encryption context key is a String key: StringLike, not ArnLike (an ARN
+        # operator on a String key may never match, and alert emails would be lost).
         topic_context = {"kms:EncryptionContext:aws:sns:topicArn": stack_topics}
         self.alert_key.add_to_resource_policy(
             iam.PolicyStatement(
@@ -364,7 +393,8 @@ class ProspectUploaderStack(Stack):
                 resources=["*"],
                 conditions={
                     "StringEquals": {"aws:SourceAccount": self.account},
-                    "ArnLike": {"aws:SourceArn": stack_alarms, **topic_context},
+                    "ArnLike": {"aws:SourceArn": stack_alarms},
+                    "StringLike": topic_context,
                 },
             )
         )
@@ -373,7 +403,7 @@ class ProspectUploaderStack(Stack):
                 actions=["kms:Decrypt", "kms:GenerateDataKey"],
                 principals=[iam.ServicePrincipal("events.amazonaws.com")],
                 resources=["*"],
-                conditions={"ArnLike": topic_context},
+                conditions={"StringLike": topic_context},
             )
         )
         self.alert_topic = sns.Topic(
@@ -445,7 +475,7 @@ class ProspectUploaderStack(Stack):
         self.splitter.configure_async_invoke(
             retry_attempts=2,
             max_event_age=Duration.hours(6),
-            on_failure=destinations.SqsDestination(self.failure_queue),
+            on_failure=SendOnlyQueueDestination(self.failure_queue),
         )
         self.splitter_rule = events.Rule(
             self,
@@ -473,9 +503,12 @@ class ProspectUploaderStack(Stack):
         """Read uploads, publish rows and summaries, write failures, keys and the ledger."""
         # python_function always creates the role.
         splitter_role = cast(iam.IRole, self.splitter.role)
+        # UploadBucket is versioned, so every S3 event names a version and the splitter
+        # reads (GetObject and HeadObject) with VersionId: s3:GetObjectVersion. Plain
+        # s3:GetObject would serve only an unversioned read, which never happens.
         splitter_role.add_to_principal_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject", "s3:GetObjectVersion"],
+                actions=["s3:GetObjectVersion"],
                 resources=[self.upload_bucket.arn_for_objects("*")],
             )
         )
@@ -515,7 +548,7 @@ class ProspectUploaderStack(Stack):
             "dynamodb:DeleteItem",
         )
         # The splitter may publish the completion event already; no second PutEvents grant.
-        self._grant_ledger(self.splitter, publish=False)
+        self._grant_ledger(self.splitter, LEDGER_SPLIT, publish=False)
         upload_cfn = cast(s3.CfnBucket, self.upload_bucket.node.default_child)
         Validations.of(splitter_role).acknowledge(
             Acknowledgment(
@@ -553,11 +586,12 @@ class ProspectUploaderStack(Stack):
             environment={
                 **self._ledger_environment(),
                 "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
+                "PROSPECT_RETENTION_DAYS": str(self.failure_retention_days),
             },
         )
         # The classifier upserts one item per row; nothing else on the table.
         self.prospects_table.grant(self.classify.function, "dynamodb:UpdateItem")
-        self._grant_ledger(self.classify.function)
+        self._grant_ledger(self.classify.function, LEDGER_ROWS)
 
     def _api_key_secret(self) -> secretsmanager.ISecret:
         """The secret named by ``-c anthropic_api_key_secret_arn``, or a new, empty one."""
@@ -602,12 +636,8 @@ class ProspectUploaderStack(Stack):
             },
         )
         self.failures_table.grant(self.recorder, "dynamodb:UpdateItem")
-        self._grant_ledger(self.recorder)
-        self.recorder.add_event_source(
-            event_sources.SqsEventSource(
-                self.failure_queue, batch_size=10, report_batch_item_failures=True
-            )
-        )
+        self._grant_ledger(self.recorder, LEDGER_ROWS)
+        consume(self.recorder, self.failure_queue, batch_size=10)
 
     def _sweeper(self) -> None:
         """UploadSweeper: closes uploads whose rows were not all accounted for in time."""
@@ -621,7 +651,7 @@ class ProspectUploaderStack(Stack):
             memory_size=256,
             environment=self._ledger_environment(),
         )
-        self._grant_ledger(self.sweeper)
+        self._grant_ledger(self.sweeper, LEDGER_SWEEP)
         self.sweeper.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["dynamodb:Query"],
@@ -685,12 +715,10 @@ class ProspectUploaderStack(Stack):
         self.failures_table.grant(
             self.viewer, "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem"
         )
-        # The table, not its index: table.grant would add index/* as well.
+        # The viewer only ever scans UploadsTable (its uploads page). The table, not its
+        # index: table.grant would add index/* as well.
         self.viewer.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:Scan", "dynamodb:GetItem", "dynamodb:Query"],
-                resources=[self.uploads_table.table_arn],
-            )
+            iam.PolicyStatement(actions=["dynamodb:Scan"], resources=[self.uploads_table.table_arn])
         )
         self.viewer.add_to_role_policy(
             iam.PolicyStatement(
@@ -942,15 +970,27 @@ class ProspectUploaderStack(Stack):
             "UPLOAD_RETENTION_DAYS": str(self.failure_retention_days),
         }
 
-    def _grant_ledger(self, function: lambda_.IFunction, *, publish: bool = True) -> None:
-        """The ledger's writes: its two tables, and publishing the completion event."""
+    def _grant_ledger(
+        self,
+        function: lambda_.IFunction,
+        access: tuple[tuple[str, ...], tuple[str, ...]],
+        *,
+        publish: bool = True,
+    ) -> None:
+        """The ledger calls ``function`` makes: ``access`` is (UploadsTable actions,
+        UploadRowsTable actions), one of LEDGER_SPLIT / LEDGER_ROWS / LEDGER_SWEEP; and
+        publishing the completion event."""
+        uploads, rows = access
         # Table ARNs only: table.grant would add the sweeper's index (index/*) too.
         function.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-                resources=[self.uploads_table.table_arn, self.upload_rows_table.table_arn],
-            )
+            iam.PolicyStatement(actions=list(uploads), resources=[self.uploads_table.table_arn])
         )
+        if rows:
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=list(rows), resources=[self.upload_rows_table.table_arn]
+                )
+            )
         if publish:
             function.add_to_role_policy(
                 iam.PolicyStatement(

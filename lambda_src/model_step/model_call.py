@@ -12,7 +12,6 @@ from typing import Any, NoReturn
 from . import clock, deadline
 from .client import ModelClientProvider
 from .config import Settings
-from .dead_letter import truncate
 from .errors import (
     COMPLETE_STOP_REASONS,
     IncompleteAnswerError,
@@ -209,8 +208,10 @@ class ModelCall:
             label = full_text.lower()
             if label not in settings.allowed_labels:
                 allowed = list(settings.allowed_labels)
+                # The answer's length, never its text: a row can ask the model to repeat its
+                # own values, and this message reaches logs, the DLQ and FailuresTable.
                 raise LabelNotAllowedError(
-                    f"answer {truncate(full_text, 200)!r} is not one of {allowed}",
+                    f"answer of {len(full_text)} characters is not one of {allowed}",
                     request_id=request_id,
                 )
             result["label"] = label
@@ -223,18 +224,23 @@ class ModelCall:
         assert self._parse_answer is not None
         try:
             return self._parse_answer(text)
-        except RetryableAnswerError:
-            raise
-        except NonRetryableError as exc:
-            exc.request_id = exc.request_id or request_id
+        except (RetryableAnswerError, NonRetryableError) as exc:
+            # The parser's own class (and code) is kept; its message is replaced, because a
+            # parser's message tends to quote the answer, and it reaches logs, the DLQ and
+            # FailuresTable. Codes and lengths only (docs/runtime.md, "What is logged").
+            if isinstance(exc, NonRetryableError):
+                exc.request_id = exc.request_id or request_id
+            exc.args = (_rejected(exc, text),)
             raise
         except Exception as exc:
             # A parser bug or an unparseable answer is the same answer on every retry: stored
-            # as a dead letter, never three billed calls.
-            raise InvalidAnswerError(
-                f"parse_answer raised {type(exc).__name__}: {truncate(str(exc), 300)}",
-                request_id=request_id,
-            ) from exc
+            # as a dead letter, never three billed calls. ``from None``: the parser's own
+            # exception (whose text may quote the answer) must not ride along in a traceback.
+            raise InvalidAnswerError(_rejected(exc, text), request_id=request_id) from None
+
+
+def _rejected(exc: BaseException, answer: str) -> str:
+    return f"parse_answer raised {type(exc).__name__} on an answer of {len(answer)} characters"
 
 
 def check_storable(result: CompletedResult, request_id: str | None) -> None:
@@ -244,11 +250,11 @@ def check_storable(result: CompletedResult, request_id: str | None) -> None:
     try:
         size = len(stored_form(result))
     except (TypeError, ValueError) as exc:
+        # The exception's type only: its text could quote a parsed value.
         raise InvalidAnswerError(
-            f"the parsed answer cannot be stored as JSON: {type(exc).__name__}: "
-            f"{truncate(str(exc), 300)}",
+            f"the parsed answer cannot be stored as JSON: {type(exc).__name__}",
             request_id=request_id,
-        ) from exc
+        ) from None
     if size > MAX_STORED_RESULT_BYTES:
         raise ResultTooLargeError(
             f"result to store is {size} bytes, over {MAX_STORED_RESULT_BYTES}",

@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import boto3
 from prospect_contract.errors import ConfigurationError
+from prospect_contract.settings import positive_int
 
 PROSPECTS_TABLE_ENV = "PROSPECTS_TABLE_NAME"
+#: Days a classified row is kept (TTL ``expires_at``); the stack sets it to
+#: ``failure_retention_days``.
+RETENTION_DAYS_ENV = "PROSPECT_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 90
 
 
 class ProspectStore:
@@ -23,11 +29,18 @@ class ProspectStore:
         self._lock = threading.Lock()
 
     def upsert_classification(self, detail: Mapping[str, Any], result: Mapping[str, Any]) -> None:
-        """SET label, request_id, prompt_version, model and classified_at on the row.
+        """SET label, request_id, prompt_version, model, classified_at and expires_at on the
+        row.
 
         An upsert with values taken from the (replayable) model-step result, so a duplicate
-        or a replay writes the same values again and the row converges.
+        or a replay writes the same values again and the row converges. ``expires_at`` (the
+        table's TTL) is ``PROSPECT_RETENTION_DAYS`` (default 90) after the stored answer's
+        ``completed_at``, so it converges too.
         """
+        completed = datetime.fromisoformat(result["completed_at"].replace("Z", "+00:00"))
+        expires_at = int(completed.timestamp()) + 86400 * positive_int(
+            RETENTION_DAYS_ENV, DEFAULT_RETENTION_DAYS
+        )
         self._dynamodb().update_item(
             TableName=self._name(),
             Key={
@@ -37,7 +50,7 @@ class ProspectStore:
             UpdateExpression=(
                 "SET #label = :label, request_id = :request_id, "
                 "prompt_version = :prompt_version, #model = :model, "
-                "classified_at = :classified_at"
+                "classified_at = :classified_at, expires_at = :expires_at"
             ),
             # "label" and "model" are not reserved today; the names keep it safe if they become so.
             ExpressionAttributeNames={"#label": "label", "#model": "model"},
@@ -47,6 +60,7 @@ class ProspectStore:
                 ":prompt_version": {"S": result["prompt_version"]},
                 ":model": {"S": result["model"]},
                 ":classified_at": {"S": result["completed_at"]},
+                ":expires_at": {"N": str(expires_at)},
             },
         )
 

@@ -24,6 +24,11 @@ MAX_RECORD_BYTES = 64 * 1024
 # A valid row has 7 fields; 8 to 64 make it one invalid row (FieldCountMismatch), more
 # reject the upload: such a file is not a prospect list.
 MAX_FIELDS = 64
+# Blank lines are not rows, but reading them is not free (a 50 MiB file of newlines took
+# about a minute per pass): a file may hold this many, anywhere, before it is rejected as
+# TooManyBlankLines. A few trailing blank lines are common in exports; a thousand is not a
+# prospect list.
+MAX_BLANK_LINES = 1000
 
 _QUOTE = '"'
 _DELIMITER = ","
@@ -32,9 +37,9 @@ _DELIMITER = ","
 class UploadRejected(Exception):
     """The whole upload is unusable; recorded as failure "upload" and summarised as rejected.
 
-    ``error_code`` is one of: FileTooLarge, TooManyRows, LineTooLong, RecordTooLong,
-    TooManyColumns, TooManyFields, MissingHeader, UndecodableBytes, MalformedCsv,
-    ObjectNotFound, ObjectChanged.
+    ``error_code`` is one of: FileTooLarge, TooManyRows, TooManyBlankLines, LineTooLong,
+    RecordTooLong, TooManyColumns, TooManyFields, MissingHeader, UndecodableBytes,
+    MalformedCsv, ObjectNotFound, ObjectChanged.
     """
 
     def __init__(self, error_code: str, reason: str) -> None:
@@ -78,7 +83,8 @@ class Record:
     """One non-blank data record: ``row_number`` counts data records from 1 (header excluded).
 
     It is the CSV record number, not the physical line: a quoted field spanning three
-    lines is still one row, and blank lines are skipped without being numbered.
+    lines is still one row, and blank lines are skipped without being numbered (at most
+    ``MAX_BLANK_LINES`` of them, 1,000 by default).
     """
 
     row_number: int
@@ -161,14 +167,16 @@ def iter_records(
     *,
     max_record_bytes: int = MAX_RECORD_BYTES,
     max_fields: int = MAX_FIELDS,
+    max_blank_lines: int = MAX_BLANK_LINES,
 ) -> Iterator[Record]:
     """Decode UTF-8 (optional BOM, CRLF or LF), check the header, yield data records.
 
     Raises UploadRejected with error_code MissingHeader (empty file or wrong header),
     UndecodableBytes (invalid UTF-8), LineTooLong / RecordTooLong (a record over
     ``max_record_bytes``), TooManyColumns / TooManyFields (a header / data record with
-    more than ``max_fields`` fields), MalformedCsv (any other csv module error) or
-    FileTooLarge (more than ``max_bytes`` bytes read).
+    more than ``max_fields`` fields), TooManyBlankLines (more than ``max_blank_lines``,
+    default 1,000, blank lines anywhere in the file), MalformedCsv (any other csv module
+    error) or FileTooLarge (more than ``max_bytes`` bytes read).
     """
     raw = _ChunkReader(chunks, max_bytes)
     # newline="" hands CR/LF untouched to the csv module, which needs them to parse
@@ -178,12 +186,20 @@ def iter_records(
     )
     guard = _LineGuard(text, max_record_bytes, max_fields)
     reader = csv.reader(guard.lines())
-    row_number = 0
+    row_number = blank_lines = 0
     try:
         for fields in reader:
             guard.record_done()
             if not fields:
-                continue  # A blank line is not a record; see Record's docstring.
+                # A blank line is not a record (see Record's docstring), but it is read: it
+                # counts toward a budget, so a file of newlines ends in a second, not minutes.
+                blank_lines += 1
+                if blank_lines > max_blank_lines:
+                    raise UploadRejected(
+                        "TooManyBlankLines",
+                        f"more than {max_blank_lines} blank lines (before {guard.where()})",
+                    )
+                continue
             if len(fields) > max_fields:
                 guard.reject_fields(str(len(fields)))
             if guard.in_header:

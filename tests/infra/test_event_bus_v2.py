@@ -124,6 +124,16 @@ def test_subscriber_assumes_a_role_only_eventbridge_can_assume(raw):
     assert [s["Principal"] for s in trust] == [{"Service": "events.amazonaws.com"}]
 
 
+def test_only_eventbridge_acting_for_this_subscriber_may_assume_its_role(raw):
+    # GIVEN the trust policy  THEN it names this account and this subscriber (confused deputy)
+    role_id = subscriber(raw)["InvokeConfiguration"]["RoleArn"]["Fn::GetAtt"][0]
+    [trust] = raw["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    condition = trust["Condition"]
+    assert condition["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    source_arn = json.dumps(condition["ArnLike"]["aws:SourceArn"])
+    assert f":subscriber/{subscriber(raw)['Name']}/*" in source_arn
+
+
 @pytest.mark.parametrize(
     "action, queue, expected",
     [

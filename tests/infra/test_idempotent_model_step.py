@@ -492,18 +492,16 @@ def test_iam_sends_only_to_the_dlq_and_the_buffer_queue(raw):
     )
 
 
-def test_iam_may_change_visibility_only_on_the_step_queues_it_consumes(raw):
-    assert _resources_for(raw, "sqs:ChangeMessageVisibility") == [
-        arn(queue_id(raw, q)) for q in ("BufferQueue", "RedriveQueue")
-    ]
+def test_iam_may_change_visibility_only_on_the_buffer_queue_where_it_spaces_retries(raw):
+    assert _resources_for(raw, "sqs:ChangeMessageVisibility") == [arn(queue_id(raw, "BufferQueue"))]
 
 
 def test_iam_consumes_the_redrive_queue_as_its_mapping_needs(raw):
     redrive = arn(queue_id(raw, "RedriveQueue"))
     granted = [a for s in _statements(raw) if s["Resource"] == redrive for a in _actions(s)]
+    # What Lambda's poller calls, nothing more (queue_grants.py).
     assert sorted(granted) == [
-        "sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes",
-        "sqs:GetQueueUrl", "sqs:ReceiveMessage",
+        "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage",
     ]  # fmt: skip
 
 
@@ -746,6 +744,15 @@ def test_secret_imported_by_name_is_granted_with_the_random_suffix(variants):
         if "secretsmanager:GetSecretValue" in _actions(s)
     ]  # fmt: skip
     assert len(granted) == 1 and "secret:anthropic/api-key-??????" in json.dumps(granted[0])
+
+
+def test_the_secret_grant_is_get_secret_value_alone(variants):
+    # The runtime reads the key and never describes the secret.
+    actions = {a for s in _policy_statements(variants, "Imported") for a in _actions(s)}
+    assert "secretsmanager:GetSecretValue" in actions
+    assert not {a for a in actions if a.startswith("secretsmanager:")} - {
+        "secretsmanager:GetSecretValue"
+    }
 
 
 def test_secret_with_a_customer_key_lets_the_role_decrypt_via_secrets_manager(variants):

@@ -149,12 +149,12 @@ def test_splitter_environment(raw):
 
 def test_splitter_may_read_upload_objects_publish_and_record_only(raw):
     assert actions_of(raw, "Splitter") == {
-        "logs:CreateLogStream", "logs:PutLogEvents", "s3:GetObject", "s3:GetObjectVersion",
+        "logs:CreateLogStream", "logs:PutLogEvents", "s3:GetObjectVersion",
         "s3:ListBucket", "events:PutEvents", "dynamodb:PutItem", "dynamodb:BatchWriteItem",
         "dynamodb:GetItem",
         "dynamodb:UpdateItem", "dynamodb:DeleteItem",
         # granted by the on-failure destination, on FailureQueue only
-        "sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
+        "sqs:SendMessage",
     }  # fmt: skip
 
 
@@ -261,12 +261,14 @@ def test_recorder_writes_only_to_the_failures_table_and_the_ledger(raw):
     failures = by_path(raw, "FailuresTable/Resource")[0]
     ledger = {by_path(raw, f"{name}/Resource")[0] for name in ("UploadsTable", "UploadRowsTable")}
     dynamo = [s for s in statements_of(raw, "FailureRecorder") if "dynamodb" in json.dumps(s)]
+    # The ledger's row accounting: no PutItem on UploadsTable (the splitter opens uploads).
     assert [s["Action"] for s in dynamo] == [
         "dynamodb:UpdateItem",
+        ["dynamodb:GetItem", "dynamodb:UpdateItem"],
         ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
     ]
     assert failures in json.dumps(dynamo[0]["Resource"])
-    assert {r["Fn::GetAtt"][0] for r in dynamo[1]["Resource"]} == ledger
+    assert {dynamo[i]["Resource"]["Fn::GetAtt"][0] for i in (1, 2)} == ledger
 
 
 def test_failures_table_holds_personal_data_safely(raw):
@@ -508,7 +510,6 @@ def test_viewer_updates_only_its_own_attributes(raw):
     assert update["Condition"] == {
         "ForAllValues:StringEquals": {"dynamodb:Attributes": [
             "upload_id", "failure_id", "retried_at", "retry_count", "replay_generation",
-            "retry_status",
         ]},
         "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]},
     }  # fmt: skip
@@ -549,7 +550,9 @@ def test_alert_key_serves_only_this_stacks_topics(raw):
         "cloudwatch.amazonaws.com", "events.amazonaws.com",
     }  # fmt: skip
     for statement in services:
-        context = statement["Condition"]["ArnLike"]["kms:EncryptionContext:aws:sns:topicArn"]
+        # A String condition key: StringLike, never ArnLike (which may fail to match).
+        context = statement["Condition"]["StringLike"]["kms:EncryptionContext:aws:sns:topicArn"]
+        assert "kms:EncryptionContext" not in json.dumps(statement["Condition"].get("ArnLike"))
         assert ":ProspectUploader-*" in json.dumps(context)
     # EventBridge's KMS requests carry no aws:SourceArn/aws:SourceAccount (SNS guide).
     [from_events] = [s for s in services if s["Principal"]["Service"] == "events.amazonaws.com"]
@@ -564,9 +567,17 @@ def test_failures_table_items_expire(raw):
         assert props(raw, function)["Environment"]["Variables"]["FAILURE_RETENTION_DAYS"] == "90"
 
 
-def test_buckets_expire_old_versions_and_logs_by_default(raw):
-    [uploads] = props(raw, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
-    assert uploads["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+def _rule(template: dict, bucket: str, rule_id: str) -> dict:
+    rules = props(template, f"{bucket}/Resource")["LifecycleConfiguration"]["Rules"]
+    [rule] = [r for r in rules if r.get("Id") == rule_id]
+    return rule
+
+
+def test_buckets_expire_uploads_old_versions_and_logs_by_default(raw):
+    # The raw CSV is the fullest copy of the personal data: its current version expires.
+    assert _rule(raw, "UploadBucket", "ExpireUploads")["ExpirationInDays"] == 30
+    replaced = _rule(raw, "UploadBucket", "ExpireReplacedUploads")
+    assert replaced["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
     [logs] = props(raw, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
     assert logs["ExpirationInDays"] == 90
 
@@ -579,6 +590,7 @@ CONFIGURED = {
     "max_rows": "500",
     "failure_retention_days": "30",
     "noncurrent_version_retention_days": 7,
+    "upload_retention_days": "5",
     "access_log_retention_days": "14",
     "viewer_principals": "arn:aws:iam::123456789012:role/Ops, arn:aws:iam::123456789012:role/x/Y",
 }
@@ -597,8 +609,11 @@ def test_context_sets_limits_and_retention(configured):
     env = props(configured, "/Splitter/Resource")["Environment"]["Variables"]
     assert (env["MAX_ROWS"], env["FAILURE_RETENTION_DAYS"]) == ("500", "30")
     assert env["UPLOAD_RETENTION_DAYS"] == "30"
-    [uploads] = props(configured, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
-    assert uploads["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    assert _rule(configured, "UploadBucket", "ExpireUploads")["ExpirationInDays"] == 5
+    replaced = _rule(configured, "UploadBucket", "ExpireReplacedUploads")
+    assert replaced["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    classify = props(configured, "Classify/Function/Resource")["Environment"]["Variables"]
+    assert classify["PROSPECT_RETENTION_DAYS"] == "30"
     [logs] = props(configured, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
     assert logs["ExpirationInDays"] == 14
 
@@ -625,6 +640,8 @@ def test_viewer_principals_may_invoke_the_url(configured):
                                            "and 3650, got 3651"),
         ("access_log_retention_days", "1.5", "context access_log_retention_days must be an "
                                              "integer"),
+        ("upload_retention_days", "0", "context upload_retention_days must be between 1 and "
+                                       "3650, got 0"),
         ("viewer_principals", "arn:aws:iam::123456789012:user/bob",
          "context viewer_principals must be comma-separated IAM role ARNs"),
         ("event_bus", "kinesis", "context event_bus must be one of v2, classic, got 'kinesis'"),

@@ -6,11 +6,13 @@ Real handler against moto. Each whole-upload rejection must be recorded (failure
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 
 import pytest
 from prospect_splitter.config import Settings
 from prospect_splitter.csv_stream import (
+    MAX_BLANK_LINES,
     MAX_FIELDS,
     MAX_RECORD_BYTES,
     UploadRejected,
@@ -182,6 +184,45 @@ def test_a_50_mib_line_of_commas_is_rejected_with_flat_memory():
         tracemalloc.stop()
     assert raised.value.error_code == "LineTooLong"
     assert peak < 1024 * 1024
+
+
+# --- blank lines ------------------------------------------------------------------------------
+
+
+def test_a_50_mib_file_of_newlines_is_rejected_as_too_many_blank_lines_within_a_second(
+    aws, lambda_context
+):
+    # GIVEN an upload that is 50 MiB of newlines (no header, no row)
+    event = aws.put_csv("newlines.csv", "\n" * (50 * 1024 * 1024))
+
+    # WHEN the splitter handles it
+    started = time.perf_counter()
+    result = handler(event, lambda_context)
+    seconds = time.perf_counter() - started
+
+    # THEN it is a recorded rejection with its own code, decided within a second
+    item = _assert_rejected(aws, result, "TooManyBlankLines")
+    assert f"more than {MAX_BLANK_LINES} blank lines" in item["reason"]
+    assert seconds < 1.0, f"took {seconds:.2f} s"
+
+
+def test_blank_lines_within_the_budget_are_skipped_and_numbered_nowhere(aws, lambda_context):
+    # GIVEN valid rows with MAX_BLANK_LINES blank lines between them (the whole budget)
+    body = _csv(VALID, *([""] * MAX_BLANK_LINES), VALID.replace("ada@", "bob@"))
+
+    # WHEN it is split
+    result = handler(aws.put_csv("blank.csv", body), lambda_context)
+
+    # THEN both rows are published as rows 1 and 2, and nothing is recorded as invalid
+    assert (result["status"], result["valid"], result["invalid"]) == ("completed", 2, 0)
+    assert [r["row_number"] for r in _rows(aws.drain_published())] == [1, 2]
+
+
+def test_one_blank_line_over_the_budget_rejects_the_upload():
+    lines = (HEADER + "\n" + "\n" * (MAX_BLANK_LINES + 1) + VALID + "\n").encode()
+    with pytest.raises(UploadRejected) as raised:
+        list(iter_records([lines], max_bytes=1024 * 1024))
+    assert raised.value.error_code == "TooManyBlankLines"
 
 
 # --- the start and end hooks ---------------------------------------------------------------

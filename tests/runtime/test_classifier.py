@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import json
+import time
 
 import pytest
 from prospect_classifier.prompt import build_prospect_message
@@ -41,6 +42,21 @@ def test_classification_is_upserted(classifier, fake_api, model_env):
     assert row["prompt_version"] == {"S": "v1"}
     assert row["model"] == {"S": "claude-haiku-5-5"}
     assert row["classified_at"] == {"S": result["completed_at"]}
+
+
+def test_a_classified_row_expires_after_the_retention_days(
+    classifier, fake_api, model_env, monkeypatch
+):
+    # GIVEN a retention of 7 days (the stack passes failure_retention_days)
+    monkeypatch.setenv("PROSPECT_RETENTION_DAYS", "7")
+    before = int(time.time())
+
+    # WHEN a row is classified
+    classifier.handler(make_event(), FakeLambdaContext())
+
+    # THEN its TTL attribute is 7 days out
+    expires_at = int(_row(model_env)["expires_at"]["N"])
+    assert before + 7 * 86400 <= expires_at <= int(time.time()) + 7 * 86400
 
 
 def test_upsert_keeps_other_attributes_of_the_row(classifier, fake_api, model_env):

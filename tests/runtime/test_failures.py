@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import pytest
 
@@ -230,3 +232,32 @@ def test_invalid_answer_from_custom_parser_is_dead_lettered(make_step, fake_api,
     assert result["error_code"] == "InvalidAnswer"
     assert result["request_id"] == fake_api.last_request.request_id
     assert model_env.dead_letters()[0]["attributes"]["ERROR_CODE"] == "InvalidAnswer"
+
+
+ANSWER_MARKER = "jane.doe@acme.example"
+
+
+def _quoting_parser(text: str) -> dict:
+    raise ValueError(f"not JSON: {text!r}")
+
+
+@pytest.mark.parametrize(
+    ("parser", "code"), [(None, "LabelNotAllowed"), (_quoting_parser, "InvalidAnswer")]
+)
+def test_an_answer_quoting_a_row_value_reaches_no_log_and_no_dead_letter_attribute(
+    make_step, fake_api, model_env, monkeypatch, capsys, parser, code
+):
+    # GIVEN an answer that repeats the row's email (the notes asked for it)
+    if parser is None:
+        monkeypatch.setenv("ALLOWED_LABELS", "hot,warm,cold")
+    fake_api.script = [Reply(text=ANSWER_MARKER)]
+
+    # WHEN it is refused (a label not allowed, or the parser's exception quoting it)
+    result = make_step(parse_answer=parser).handle(make_event(), FakeLambdaContext())
+
+    # THEN the code and the answer's length are reported, never its text
+    assert result["error_code"] == code
+    assert f"answer of {len(ANSWER_MARKER)} characters" in result["error_message"]
+    [message] = model_env.dead_letters()
+    assert ANSWER_MARKER not in json.dumps(message["attributes"])
+    assert ANSWER_MARKER not in capsys.readouterr().out

@@ -1,0 +1,131 @@
+"""README's table of the stores that hold personal data, checked against the template.
+
+Every bucket, table, queue and v2 bus of the Prospect Uploader must have a row, and each
+row's retention must be what the synthesized template (and the environment its writers
+read) really sets. Log groups are not in the table: they carry codes, lengths and ids only
+(tests/local_run/test_personal_data.py proves it on a whole run).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.prospect_uploader.stack import CONTEXT_INTS
+
+from .conftest import Synthesized
+from .test_prospect_uploader_stack import props
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+STACK = "ProspectUploader"
+HEADER = "| store | holds | kept | context key |"
+DAY = 86400
+UNITS = {"day": DAY, "days": DAY, "hour": 3600, "hours": 3600}
+STORE_TYPES = (
+    "AWS::S3::Bucket",
+    "AWS::DynamoDB::Table",
+    "AWS::SQS::Queue",
+    "AWS::EventsV2::EventBus",
+)
+
+
+def readme_rows() -> list[dict[str, list[str] | list[int]]]:
+    """Each table row: its store names, its retention in seconds, its context keys."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    start = lines.index(HEADER) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        store, _holds, kept, keys = (cell.strip() for cell in line.strip("|").split("|"))
+        amounts = [int(n) for n in re.findall(r"\d+", kept)]
+        [unit] = set(re.findall(r"\b(days?|hours?)\b", kept))
+        rows.append(
+            {
+                "stores": re.findall(r"`(\w+)`", store),
+                "seconds": [amount * UNITS[unit] for amount in amounts],
+                "keys": re.findall(r"`(\w+)`", keys),
+            }
+        )
+    return rows
+
+
+@pytest.fixture(scope="module")
+def raw(prospect: Synthesized) -> dict:
+    return prospect.templates[STACK]
+
+
+def _env(raw: dict, function: str) -> dict[str, str]:
+    return props(raw, f"/{function}/Resource")["Environment"]["Variables"]
+
+
+def _ttl_days(raw: dict, table: str, writers: dict[str, str]) -> list[int]:
+    """A table's retention: its TTL is on, and every writer sets the same days."""
+    ttl = props(raw, f"{table}/Resource")["TimeToLiveSpecification"]
+    assert ttl["Enabled"] is True, table
+    days = {int(_env(raw, function)[variable]) for function, variable in writers.items()}
+    assert len(days) == 1, (table, days)
+    return [days.pop() * DAY]
+
+
+def template_retention(raw: dict, store: str) -> list[int]:
+    """What the template keeps ``store`` for, in seconds, in the README's order."""
+    ledger = {
+        f: "UPLOAD_RETENTION_DAYS"
+        for f in ("Splitter", "Classify/Function", "FailureRecorder", "UploadSweeper")
+    }
+    if store == "UploadBucket":
+        lifecycle = props(raw, "UploadBucket/Resource")["LifecycleConfiguration"]
+        rules = {rule["Id"]: rule for rule in lifecycle["Rules"]}
+        return [
+            rules["ExpireUploads"]["ExpirationInDays"] * DAY,
+            rules["ExpireReplacedUploads"]["NoncurrentVersionExpiration"]["NoncurrentDays"] * DAY,
+        ]  # fmt: skip
+    if store == "AccessLogsBucket":
+        [rule] = props(raw, "AccessLogsBucket/Resource")["LifecycleConfiguration"]["Rules"]
+        return [rule["ExpirationInDays"] * DAY]
+    if store == "FailuresTable":
+        writers = {f: "FAILURE_RETENTION_DAYS" for f in ("Splitter", "FailureRecorder")}
+        return _ttl_days(raw, store, writers)
+    if store == "ProspectsTable":
+        return _ttl_days(raw, store, {"Classify/Function": "PROSPECT_RETENTION_DAYS"})
+    if store in ("UploadsTable", "UploadRowsTable"):
+        return _ttl_days(raw, store, ledger)
+    if store == "IdempotencyTable":
+        ttl = props(raw, "IdempotencyTable/Resource")["TimeToLiveSpecification"]
+        assert ttl == {"AttributeName": "expiration", "Enabled": True}
+        return [int(_env(raw, "Classify/Function")["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"])]
+    if store.endswith("Queue"):
+        path = store.replace("Classify", "Classify/", 1) if store.startswith("Classify") else store
+        return [int(props(raw, f"{path}/Resource")["MessageRetentionPeriod"])]
+    if store == "RowBus":
+        storage = props(raw, "RowBus/Resource")["StorageConfiguration"]
+        return [storage["RetentionPeriodInDays"] * DAY]
+    raise AssertionError(f"README names a store the test does not know: {store}")
+
+
+def test_every_row_of_the_readme_table_is_what_the_template_keeps(raw):
+    rows = readme_rows()
+    assert rows, "README has no retention table"
+    for row in rows:
+        for store in row["stores"]:
+            assert template_retention(raw, store) == row["seconds"], store
+
+
+def test_the_readme_table_names_every_store_of_the_template(raw):
+    listed = {store for row in readme_rows() for store in row["stores"]}
+    stores = set()
+    for resource in raw["Resources"].values():
+        if resource["Type"] in STORE_TYPES:
+            path = resource["Metadata"]["aws:cdk:path"]
+            # ProspectUploader/Classify/BufferQueue/Resource -> ClassifyBufferQueue
+            stores.add("".join(path.split("/")[1:-1]))
+    assert stores == listed
+
+
+def test_the_context_keys_of_the_readme_table_exist_with_the_defaults_it_states():
+    keys = {key for row in readme_rows() for key in row["keys"] if key != "expires_after"}
+    assert keys <= set(CONTEXT_INTS)
+    assert CONTEXT_INTS["upload_retention_days"][0] == 30
