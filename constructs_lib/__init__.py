@@ -27,6 +27,7 @@ _EXPORTS = {
     "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
     "ModelProvider": ".idempotent_model_step",
+    "PromptCache": ".idempotent_model_step",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
 }
@@ -41,6 +42,7 @@ __all__ = [
     "LocalPipBundling",
     "ModelProvider",
     "ModelStepHandler",
+    "PromptCache",
     "PropValidationError",
     "RetryBudget",
     "python_lambda_code",
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
         RESERVED_ENVIRONMENT_PREFIXES,
         IdempotentModelStep,
         ModelProvider,
+        PromptCache,
     )
     from .model_step_handler import ModelStepHandler
     from .retry_budget import RetryBudget

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..system_prompt_asset import prompt_roots_on_path, prompt_search_paths
 from . import identity
 from .assembly import (
     MODEL_STEP_MARKER_ENV,
@@ -229,6 +230,8 @@ class LocalEngine:
             **settings.environment,
         }
         self._stack.enter_context(patched_environ(overlay, remove=UNSAFE_VARIABLES))
+        # Each step's system prompt ships with its code; locally it is read from the assembly.
+        self._stack.enter_context(prompt_roots_on_path(prompt_search_paths(assembly.source.parent)))
         self._runtime = runtime = self._stack.enter_context(ExecutionEnvironment(self.code_root))
         # Lambda's init phase is not on the compressed clock: import the SDK now, or the
         # first model call's ~1 s import would outlast a concurrent duplicate's retries.

@@ -9,11 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from io import StringIO
+from pathlib import Path
 
 import boto3
 import pytest
@@ -30,6 +33,19 @@ PROSPECTS_TABLE = "prospects"
 SECRET_NAME = "anthropic-api-key"
 SECRET_VALUE = "sk-ant-secret-from-secrets-manager-0123456789"
 SYSTEM_PROMPT = "You label prospects. Answer hot, warm or cold."
+
+# The system prompt ships with the code, named by its sha256 (model_step.system_prompt): the
+# runtime tests ship theirs in one directory on sys.path, as the asset root is in Lambda.
+PROMPT_ROOT = Path(tempfile.mkdtemp(prefix="runtime-test-prompts-"))
+sys.path.append(str(PROMPT_ROOT))
+
+
+def shipped(text: str) -> str:
+    """Ship ``text`` as a step's system prompt; its sha256, for ``SYSTEM_PROMPT_SHA256``."""
+    from model_step.system_prompt import write_prompt
+
+    return write_prompt(PROMPT_ROOT, text)
+
 
 # One boto3 session for the whole run: a fresh session re-reads every service model from disk
 # (~0.1-0.2 s per client), which would dominate the suite's run time. moto intercepts clients
@@ -180,7 +196,7 @@ def model_env(aws, fake_api, monkeypatch) -> Aws:
     monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", aws.queue_url)
     monkeypatch.setenv("IDEMPOTENCY_KEY", "[upload_id, row_number]")
     monkeypatch.setenv("PROMPT_VERSION", "v1")
-    monkeypatch.setenv("SYSTEM_PROMPT", SYSTEM_PROMPT)
+    monkeypatch.setenv("SYSTEM_PROMPT_SHA256", shipped(SYSTEM_PROMPT))
     monkeypatch.setenv("ANTHROPIC_API_KEY_SECRET_ARN", aws.secret_arn)
     monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "5")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "IdempotentModelStepTest")
