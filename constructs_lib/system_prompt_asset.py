@@ -24,14 +24,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._runtime_environment import runtime_environment as env
-
 #: The largest system prompt a step takes, in UTF-8 bytes: about 50,000 tokens, far past
 #: every model's minimum cacheable length, well inside every model's context window.
 SYSTEM_PROMPT_MAX_BYTES = 200_000
 
 if TYPE_CHECKING:
     from constructs import Construct
+
+#: The directory, at the root of the function's code, that holds the prompt as
+#: ``<sha256>.txt``: ``model_step.system_prompt.SYSTEM_PROMPT_DIRECTORY``, where the runtime
+#: reads it (``tests/infra/test_system_prompt.py`` holds the two together).
+SYSTEM_PROMPT_DIRECTORY = "model_step_prompt"
 
 #: The directory of the cloud assembly that holds every step's prompt, one subdirectory
 #: per sha256.
@@ -54,7 +57,7 @@ def prompt_package(scope: Construct, text: str) -> Path:
     if stage is None:  # pragma: no cover - every construct in an app has a stage
         raise ValueError(f"{scope.node.path} is not inside an App or Stage")
     root = Path(str(stage.outdir)) / PROMPTS_DIRECTORY / sha256
-    directory = root / str(env.SYSTEM_PROMPT_DIRECTORY)
+    directory = root / SYSTEM_PROMPT_DIRECTORY
     path = directory / f"{sha256}.txt"
     if not path.is_file() or path.read_bytes() != text.encode():
         directory.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,7 @@ def prompt_search_paths(cdk_out: Path) -> list[Path]:
 def ship_prompt(root: Path, text: str) -> str:
     """Write ``text`` as a code root ``root`` would ship it; its sha256."""
     sha256 = prompt_sha256(text)
-    directory = root / str(env.SYSTEM_PROMPT_DIRECTORY)
+    directory = root / SYSTEM_PROMPT_DIRECTORY
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{sha256}.txt").write_bytes(text.encode())
     return sha256

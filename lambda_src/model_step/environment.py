@@ -85,10 +85,6 @@ POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 AWS_REGION: Final = "AWS_REGION"
 AWS_LAMBDA_INITIALIZATION_TYPE: Final = "AWS_LAMBDA_INITIALIZATION_TYPE"
 
-#: The directory, at the root of the function's code, that holds the system prompt as
-#: ``<sha256>.txt``. Not an environment variable: the layout the construct ships and the
-#: runtime reads, spelled once here because both load this file.
-SYSTEM_PROMPT_DIRECTORY: Final = "model_step_prompt"
 #: Values of ``PROMPT_CACHE``: the ``cache_control`` TTL of the system prompt, or ``off``.
 PROMPT_CACHE_VALUES: Final = ("5m", "1h", "off")
 

@@ -22,6 +22,11 @@ from pathlib import Path
 from . import environment as env_names
 from .errors import ConfigurationError
 
+#: The directory, at the root of the function's code, that holds the prompt as
+#: ``<sha256>.txt``; ``constructs_lib.system_prompt_asset`` ships it under the same name
+#: (``tests/infra/test_system_prompt.py`` holds the two together).
+SYSTEM_PROMPT_DIRECTORY = "model_step_prompt"
+
 
 def prompt_sha256(text: str) -> str:
     """The hex sha256 of ``text`` encoded as UTF-8: the value of ``SYSTEM_PROMPT_SHA256``."""
@@ -30,7 +35,7 @@ def prompt_sha256(text: str) -> str:
 
 def prompt_path(root: Path, sha256: str) -> Path:
     """Where the prompt with ``sha256`` lives under a code root ``root``."""
-    return root / env_names.SYSTEM_PROMPT_DIRECTORY / f"{sha256}.txt"
+    return root / SYSTEM_PROMPT_DIRECTORY / f"{sha256}.txt"
 
 
 def write_prompt(root: Path, text: str) -> str:
@@ -59,7 +64,7 @@ def load_system_prompt(sha256: str, search: Iterable[str] | None = None) -> str:
             )
         return text
     raise ConfigurationError(
-        f"no system prompt {env_names.SYSTEM_PROMPT_DIRECTORY}/{wanted}.txt on sys.path: the "
+        f"no system prompt {SYSTEM_PROMPT_DIRECTORY}/{wanted}.txt on sys.path: the "
         "construct ships it with the function's code (a local run or test writes it with "
         "model_step.system_prompt.write_prompt)"
     )

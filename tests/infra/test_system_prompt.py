@@ -12,7 +12,7 @@ from aws_cdk.assertions import Template
 from constructs_lib import PromptCache
 from constructs_lib._paths import lambda_src_root
 from constructs_lib.bundling import LocalPipBundling
-from constructs_lib.system_prompt_asset import PROMPTS_DIRECTORY
+from constructs_lib.system_prompt_asset import PROMPTS_DIRECTORY, SYSTEM_PROMPT_DIRECTORY
 
 from .conftest import NO_BUNDLING, make_step
 
@@ -90,3 +90,12 @@ def test_prompt_cache_sets_the_ttl_and_off(tmp_path):
         if body["Type"] == "AWS::Lambda::Function"
     )
     assert caches == ["1h", "off"]
+
+
+def test_the_construct_ships_the_prompt_where_the_runtime_reads_it():
+    from constructs_lib.testing import runtime_on_path
+
+    runtime_on_path()
+    from model_step.system_prompt import SYSTEM_PROMPT_DIRECTORY as RUNTIME_DIRECTORY
+
+    assert SYSTEM_PROMPT_DIRECTORY == RUNTIME_DIRECTORY == "model_step_prompt"
