@@ -11,13 +11,15 @@ Example::
 
     price_table({"claude-haiku-5-5": {"input": 1.2, "output": 6}})["claude-haiku-5-5"].input
 
-The rows below are the Anthropic list prices the repository recorded in late 2026 (Haiku
-class: $1 / $5 per million input / output tokens, Sonnet class $3 / $15, Opus class
-$5 / $25), with the multipliers Anthropic documents: a 5-minute cache write 1.25x the input
+The rows below are Anthropic list prices as the repository recorded them (Claude Haiku 4.5:
+$1 / $5 per million input / output tokens, minimum 4,096 tokens; Claude Opus 4.5: $5 / $25,
+minimum 4,096), with the multipliers Anthropic documents: a 5-minute cache write 1.25x the input
 price, a 1-hour write 2x, a cache read 0.1x, and 50 % off for batch requests. The minimum
 cacheable length is per model (512 to 4,096 tokens; published figures disagree, so the
-table takes the larger). ``claude-haiku-5-5`` (the default model) is priced as the Haiku
-class; check it against the current price list and override it if it differs.
+table takes the larger). ``claude-haiku-5-5`` (the default model) has no figure the
+repository could check: it is priced as Claude Haiku 4.5 with that model's 4,096-token
+minimum. Check it against the current price list and override it (or set it to ``null``
+to report its cost as unknown) if it differs.
 """
 
 from __future__ import annotations
@@ -28,10 +30,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from ._paths import lambda_src_root
-from ._validation import PropValidationError
 
 #: Anthropic's documented multipliers of the input price.
 CACHE_WRITE_5M_MULTIPLIER = 1.25
@@ -94,7 +95,6 @@ class ModelPrice:
 PRICE_TABLE: Mapping[str, ModelPrice] = {
     "claude-haiku-5-5": ModelPrice.from_list_price(1.0, 5.0, 4096),
     "claude-haiku-4-5": ModelPrice.from_list_price(1.0, 5.0, 4096),
-    "claude-sonnet-4-5": ModelPrice.from_list_price(3.0, 15.0, 1024),
     "claude-opus-4-5": ModelPrice.from_list_price(5.0, 25.0, 4096),
 }
 
@@ -102,51 +102,53 @@ _FIELDS = tuple(f.name for f in fields(ModelPrice))
 
 
 def price_table(
-    overrides: Mapping[str, Mapping[str, Any] | ModelPrice] | None = None,
+    overrides: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None,
     *,
     source: str = "model_prices",
+    base: Mapping[str, ModelPrice] = PRICE_TABLE,
 ) -> dict[str, ModelPrice]:
-    """:data:`PRICE_TABLE` with ``overrides`` laid over it, model by model.
+    """``base`` (default :data:`PRICE_TABLE`) with ``overrides`` laid over it, model by model.
 
-    An override of a known model may give only the fields that changed; a new model must
-    give ``input``, ``output`` and ``min_cacheable_tokens`` (the cache and batch figures
+    An override of a known model may give only the fields that changed, or None (JSON
+    ``null``) to remove the row, so the model reports no cost; a new model must give
+    ``input``, ``output`` and ``min_cacheable_tokens`` (the cache and batch figures
     default to Anthropic's multipliers). Raises :class:`PropValidationError` naming
     ``source``, the model and the field for a bad entry.
     """
-    table = dict(PRICE_TABLE)
+    table = dict(base)
     for model_id, entry in (overrides or {}).items():
+        if entry is None:
+            # A price known to be wrong is better unknown: the model reports no cost.
+            table.pop(model_id, None)
+            continue
         if isinstance(entry, ModelPrice):
             table[model_id] = entry
             continue
         if not isinstance(entry, Mapping):
-            raise PropValidationError(
-                f"{source}: {model_id!r} must map to an object of prices, got {entry!r}"
-            )
+            _refuse(f"{source}: {model_id!r} must map to an object of prices, got {entry!r}")
         unknown = sorted(set(entry) - set(_FIELDS))
         if unknown:
-            raise PropValidationError(
+            _refuse(
                 f"{source}: {model_id!r} has unknown fields {unknown}; allowed: {list(_FIELDS)}"
             )
         for name, value in entry.items():
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise PropValidationError(
-                    f"{source}: {model_id!r}.{name} must be a number >= 0, got {value!r}"
-                )
-        base = table.get(model_id)
-        if base is None:
+                _refuse(f"{source}: {model_id!r}.{name} must be a number >= 0, got {value!r}")
+        current = table.get(model_id)
+        if current is None:
             missing = [n for n in ("input", "output", "min_cacheable_tokens") if n not in entry]
             if missing:
-                raise PropValidationError(
+                _refuse(
                     f"{source}: {model_id!r} is not in the price table, so it must give {missing}"
                 )
         given = _typed(entry)
-        merged = {**(asdict(base) if base is not None else {}), **given}
+        merged = {**(asdict(current) if current is not None else {}), **given}
         # A new input price moves the cache prices with it, unless they are given too.
         derived = ModelPrice.from_list_price(
             merged["input"], merged["output"], merged["min_cacheable_tokens"]
         )
         table[model_id] = (
-            replace(derived, **given) if "input" in given else replace(base or derived, **given)
+            replace(derived, **given) if "input" in given else replace(current or derived, **given)
         )
     return table
 
@@ -189,3 +191,11 @@ def _runtime_cost() -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _refuse(message: str) -> NoReturn:
+    # Imported here: _validation imports aws_cdk (jsii starts node), and a local run or a
+    # benchmark prices tokens without a CDK app.
+    from ._validation import PropValidationError
+
+    raise PropValidationError(message)

@@ -208,7 +208,7 @@ class ProspectUploaderStack(Stack):
         *,
         max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
         lambda_retry_attempts: int = defaults.DEFAULT_LAMBDA_RETRY_ATTEMPTS,
-        model_prices: Mapping[str, Mapping[str, Any] | ModelPrice] | None = None,
+        model_prices: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id, **kwargs)
@@ -921,7 +921,7 @@ class ProspectUploaderStack(Stack):
         return {"MODEL_PRICE": price.for_runtime(PROMPT_CACHE.value)} if price else {}
 
     def _model_prices(
-        self, overrides: Mapping[str, Mapping[str, Any] | ModelPrice] | None
+        self, overrides: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None
     ) -> dict[str, ModelPrice]:
         """:data:`PRICE_TABLE` under the ``model_prices`` prop, under ``-c model_prices``."""
         table = price_table(overrides, source="ProspectUploaderStack: model_prices")
@@ -940,7 +940,7 @@ class ProspectUploaderStack(Stack):
                 f"id -> prices, got {raw!r}"
             )
         return price_table(
-            {**table, **document}, source="ProspectUploaderStack: context model_prices"
+            document, source="ProspectUploaderStack: context model_prices", base=table
         )
 
     def _grant_ledger(self, function: lambda_.IFunction, *, publish: bool = True) -> None:
