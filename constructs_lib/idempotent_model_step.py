@@ -905,6 +905,17 @@ class IdempotentModelStep(Construct):
         """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
+    # -- issue 20: prompt caching
+    def metric_cache_write_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens written to the prompt cache (EMF ``CacheWriteInputTokens``, Sum,
+        default 5 minutes): about one prompt's length per TTL lapse."""
+        return self._runtime_metric("CacheWriteInputTokens", period)
+
+    def metric_cache_read_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens read from the prompt cache at 0.1x the input price (EMF
+        ``CacheReadInputTokens``, Sum, default 5 minutes)."""
+        return self._runtime_metric("CacheReadInputTokens", period)
+
     def _rule_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
         # Only a step on a classic bus has a rule; a v2 step's metrics are its subscriber's.
         bus = None if isinstance(self.event_bus, EventBusV2Base) else self.event_bus

@@ -99,3 +99,16 @@ def test_the_construct_ships_the_prompt_where_the_runtime_reads_it():
     from model_step.system_prompt import SYSTEM_PROMPT_DIRECTORY as RUNTIME_DIRECTORY
 
     assert SYSTEM_PROMPT_DIRECTORY == RUNTIME_DIRECTORY == "model_step_prompt"
+
+
+def test_the_cache_metrics_are_the_runtimes_emf_names(tmp_path):
+    stack = _stack(tmp_path)
+    step = make_step(stack)
+
+    for metric, name in (
+        (step.metric_cache_write_input_tokens(), "CacheWriteInputTokens"),
+        (step.metric_cache_read_input_tokens(), "CacheReadInputTokens"),
+    ):
+        assert (metric.namespace, metric.metric_name) == ("IdempotentModelStep", name)
+        assert metric.dimensions == {"service": step.node.path}
+        assert metric.statistic == "Sum"
