@@ -9,14 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from io import StringIO
-from pathlib import Path
 
 import boto3
 import pytest
@@ -27,24 +24,14 @@ from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from constructs_lib.testing import FakeLambdaContext
 from tests.fakes import FakeMessagesAPI
 
+from .prompts import shipped
+
 REGION = "us-east-1"
 TABLE = "idempotency"
 PROSPECTS_TABLE = "prospects"
 SECRET_NAME = "anthropic-api-key"
 SECRET_VALUE = "sk-ant-secret-from-secrets-manager-0123456789"
 SYSTEM_PROMPT = "You label prospects. Answer hot, warm or cold."
-
-# The system prompt ships with the code, named by its sha256 (model_step.system_prompt): the
-# runtime tests ship theirs in one directory on sys.path, as the asset root is in Lambda.
-PROMPT_ROOT = Path(tempfile.mkdtemp(prefix="runtime-test-prompts-"))
-sys.path.append(str(PROMPT_ROOT))
-
-
-def shipped(text: str) -> str:
-    """Ship ``text`` as a step's system prompt; its sha256, for ``SYSTEM_PROMPT_SHA256``."""
-    from model_step.system_prompt import write_prompt
-
-    return write_prompt(PROMPT_ROOT, text)
 
 
 # One boto3 session for the whole run: a fresh session re-reads every service model from disk

@@ -14,7 +14,8 @@ from model_step import ModelStep
 
 from constructs_lib.local_engine.moto_server import moto_server as local_moto_server
 
-from .conftest import PROMPT_ROOT, SYSTEM_PROMPT, FakeLambdaContext, make_event, shipped
+from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
+from .prompts import PROMPT_ROOT, shipped
 
 REPO = Path(__file__).resolve().parents[2]
 

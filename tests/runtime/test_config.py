@@ -11,7 +11,7 @@ from model_step import (
 )
 from model_step.api_key import parse_secret_string
 
-from .conftest import shipped
+from .prompts import shipped
 
 REQUIRED = {
     "IDEMPOTENCY_TABLE_NAME": "t",

@@ -8,7 +8,8 @@ from model_step.system_prompt import load_system_prompt, write_prompt
 
 from tests.fakes import Reply
 
-from .conftest import FakeLambdaContext, make_event, prospect_detail, shipped
+from .conftest import FakeLambdaContext, make_event, prospect_detail
+from .prompts import shipped
 from .test_observability import _emf_metrics
 
 CACHED_USAGE = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from model_step import Settings, request_fingerprint
 
-from .conftest import FakeLambdaContext, make_event, shipped
+from .conftest import FakeLambdaContext, make_event
+from .prompts import shipped
 
 REQUIRED = {
     "IDEMPOTENCY_TABLE_NAME": "t",
