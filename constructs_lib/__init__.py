@@ -4,6 +4,7 @@
   request per business key, a concurrency cap, a standard DLQ and alarms.
 - :class:`EventBusV2`: an EventBridge Custom Event Bus (v2, publish-side dedup) that
   a step can subscribe to.
+- :class:`ModelStepDashboard`: one CloudWatch dashboard of one or more steps.
 - :class:`RetryBudget`: an aspect that fails synth when a step's retries could
   cost more model requests per delivery than you allow.
 
@@ -22,18 +23,23 @@ _EXPORTS = {
     "LocalPipBundling": ".bundling",
     "python_lambda_code": ".bundling",
     "RESERVED_ENVIRONMENT": ".idempotent_model_step",
+    "RESULT_COMPLETED": ".idempotent_model_step",
+    "RESULT_DEAD_LETTERED": ".idempotent_model_step",
     "RESERVED_ENVIRONMENT_PREFIXES": ".idempotent_model_step",
     "EventBusV2": ".event_bus_v2",
     "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
     "ModelProvider": ".idempotent_model_step",
     "PromptCache": ".idempotent_model_step",
+    "ModelStepDashboard": ".model_step_dashboard",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
 }
 
 __all__ = [
     "RESERVED_ENVIRONMENT",
+    "RESULT_COMPLETED",
+    "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT_PREFIXES",
     "EventBusV2",
     "EventBusV2Base",
@@ -41,6 +47,7 @@ __all__ = [
     "LocalBundlingError",
     "LocalPipBundling",
     "ModelProvider",
+    "ModelStepDashboard",
     "ModelStepHandler",
     "PromptCache",
     "PropValidationError",
@@ -55,10 +62,13 @@ if TYPE_CHECKING:
     from .idempotent_model_step import (
         RESERVED_ENVIRONMENT,
         RESERVED_ENVIRONMENT_PREFIXES,
+        RESULT_COMPLETED,
+        RESULT_DEAD_LETTERED,
         IdempotentModelStep,
         ModelProvider,
         PromptCache,
     )
+    from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler
     from .retry_budget import RetryBudget
 

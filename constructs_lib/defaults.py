@@ -228,3 +228,9 @@ def private_bucket_props() -> dict[str, Any]:
         "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         "removal_policy": RemovalPolicy.RETAIN,
     }
+
+
+#: ``ModelStepDashboard``: the period of every graph.
+DEFAULT_DASHBOARD_PERIOD = Duration.minutes(5)
+#: ``ModelStepDashboard``: the time range a dashboard opens on.
+DEFAULT_DASHBOARD_INTERVAL = Duration.hours(3)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -36,6 +36,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import defaults
+from ._paths import lambda_src_root
 from ._runtime_environment import runtime_environment as env
 from ._validation import (
     PropValidationError,
@@ -66,6 +67,12 @@ RESERVED_ENVIRONMENT: frozenset[str] = frozenset(env.RESERVED_NAMES)
 RESERVED_ENVIRONMENT_PREFIXES = ("POWERTOOLS_", "AWS_")
 
 METRICS_NAMESPACE = "IdempotentModelStep"
+#: Detail types of the result events (``lambda_src/model_step/result_events.py``).
+RESULT_COMPLETED = "Model Step Completed"
+RESULT_DEAD_LETTERED = "Model Step Dead Lettered"
+RESULT_DETAIL_TYPES = (RESULT_COMPLETED, RESULT_DEAD_LETTERED)
+#: The requirements file (beside the runtime's) that ``tracing=True`` adds to the bundle.
+TRACING_REQUIREMENTS = "requirements-tracing.txt"
 
 #: Fixed construct ids of the SnapStart alias (and its name): renaming either
 #: would replace the alias and the event source mapping that points at it.
@@ -152,6 +159,10 @@ class _StepProps:
     # -- issue 20: prompt size and caching
     system_prompt_file: str | Path | None
     prompt_cache: PromptCache
+    # Compose and watch (issue 21).
+    dashboard: bool = False
+    tracing: bool = False
+    result_bus: events.IEventBus | EventBusV2Base | None = None
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -163,6 +174,7 @@ class _StepProps:
         self._check_environment(owner)
         self._check_allowed_labels(owner)
         self._check_system_prompt(owner)
+        self._check_watch(owner)
 
     def _check_strings(self, owner: str) -> None:
         for prop in ("idempotency_key", "prompt_version", "model_id"):
@@ -308,6 +320,19 @@ class _StepProps:
                 f"{owner}: system_prompt_file must be UTF-8 text, got {str(path)!r} ({error})"
             ) from error
 
+    def _check_watch(self, owner: str) -> None:
+        """The props of issue 21: the dashboard and tracing switches."""
+        for prop in ("dashboard", "tracing"):
+            value = getattr(self, prop)
+            if not isinstance(value, bool):
+                raise PropValidationError(f"{owner}: {prop} must be True or False, got {value!r}")
+        bus = self.result_bus
+        if bus is not None and not isinstance(bus, EventBusV2Base) and not _is_event_bus(bus):
+            raise PropValidationError(
+                f"{owner}: result_bus must be an events.IEventBus or an EventBusV2, "
+                f"got {type(bus).__name__}"
+            )
+
     @property
     def max_attempts(self) -> int:
         """The runtime's ``MAX_ATTEMPTS``: transient-failure attempts of one delivery."""
@@ -443,6 +468,19 @@ class IdempotentModelStep(Construct):
         marks the system prompt with ``cache_control`` and that TTL, so rows after the first
         read it at 0.1x the input price. A prompt shorter than the model's minimum cacheable
         length is simply not cached. Never joins the record key.
+    :param dashboard: also create a :class:`ModelStepDashboard` of this step alone
+        (``dashboard`` attribute). Default ``False``.
+    :param result_bus: publish each key's terminal result once on this bus: an
+        ``events.IEventBus`` (a classic bus, ``PutEvents`` conditioned on this step's source
+        and the two detail types) or an :class:`EventBusV2` (each entry's
+        ``DeduplicationId`` is the key's record id). Detail types
+        ``RESULT_COMPLETED`` ("Model Step Completed") and ``RESULT_DEAD_LETTERED``
+        ("Model Step Dead Lettered"), source the step's construct path; subscribe a
+        downstream step with :meth:`result_event_pattern`. Default: none, no events.
+    :param tracing: X-Ray active tracing on the function, with Powertools Tracer
+        subsegments around the model call and each idempotency-store call (names and an
+        error class only, never row or answer text). Default ``False``: X-Ray bills per
+        trace recorded and scanned.
     """
 
     def __init__(
@@ -478,6 +516,9 @@ class IdempotentModelStep(Construct):
         environment: Mapping[str, str] | None = None,
         system_prompt_file: str | Path | None = None,
         prompt_cache: PromptCache = PromptCache.FIVE_MINUTES,
+        dashboard: bool = False,
+        tracing: bool = False,
+        result_bus: events.IEventBus | EventBusV2Base | None = None,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -512,6 +553,9 @@ class IdempotentModelStep(Construct):
             environment=environment,
             system_prompt_file=system_prompt_file,
             prompt_cache=prompt_cache,
+            dashboard=dashboard,
+            tracing=tracing,
+            result_bus=result_bus,
         )
         props.validate(f"IdempotentModelStep '{self.node.path}'")
 
@@ -520,6 +564,8 @@ class IdempotentModelStep(Construct):
         self.max_concurrency = max_concurrency
         self.model_provider = model_provider
         self.event_bus = event_bus
+        #: The bus each key's terminal result is published on (``None``: no result events).
+        self.result_bus = result_bus
         #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
         self.max_attempts = props.max_attempts
         #: Billed model requests one delivery can cost: SDK attempts (1) x ``MAX_ATTEMPTS``.
@@ -542,6 +588,7 @@ class IdempotentModelStep(Construct):
         self._consume(props)
         self._subscribe(props)
         self._alarms(props)
+        self._dashboard(props)
 
     # ------------------------------------------------------------------ parts
     def _storage(self, props: _StepProps) -> None:
@@ -584,16 +631,106 @@ class IdempotentModelStep(Construct):
             # bundling, and the prompt's directory is in the assembly.
             packages=[*handler.packages, prompt_package(self, text)],
             handler=handler.handler,
-            requirements=handler.requirements,
+            requirements=[*handler.requirements, *self._tracing_requirements(props)],
             architecture=props.architecture,
             timeout=props.timeout,
             memory_size=props.memory_size,
             log_retention=props.log_retention,
             description="Idempotent model step: one model request per business key",
             environment=self._environment(props),
+            tracing=lambda_.Tracing.ACTIVE if props.tracing else None,
         )
+        if props.tracing:
+            self._acknowledge_tracing_grant()
+        if props.result_bus is not None:
+            self.grant_publish_results(cast(iam.IRole, self.function.role))
         # python_function always creates the role.
         self._grant_runtime_permissions(cast(iam.IRole, self.function.role), props)
+
+    @staticmethod
+    def _tracing_requirements(props: _StepProps) -> list[Path]:
+        """With ``tracing``, the X-Ray SDK (Powertools' Tracer needs it), locked beside the
+        runtime's own requirements; without, nothing, so an untraced step ships no SDK."""
+        if not props.tracing:
+            return []
+        return [lambda_src_root() / "model_step" / TRACING_REQUIREMENTS]
+
+    # ------------------------------------------------------------- result events
+    def grant_publish_results(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let ``grantee`` put this step's result events on ``result_bus``: ``PutEvents`` on
+        the bus only, for source = this step's path and the two result detail types."""
+        bus = self.result_bus
+        if bus is None:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': grant_publish_results needs a result_bus"
+            )
+        detail_types = list(RESULT_DETAIL_TYPES)
+        if isinstance(bus, EventBusV2Base):
+            return bus.grant_put_events_to(
+                grantee, sources=[self.node.path], detail_types=detail_types
+            )
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["events:PutEvents"],
+            resource_arns=[bus.event_bus_arn],
+            conditions={
+                "StringEquals": {
+                    "events:source": [self.node.path],
+                    "events:detail-type": detail_types,
+                }
+            },
+        )
+
+    def result_event_pattern(
+        self,
+        *,
+        detail_types: Sequence[str] = (RESULT_COMPLETED,),
+        detail: Mapping[str, Any] | None = None,
+    ) -> events.EventPattern:
+        """The pattern of this step's result events, for a downstream step's
+        ``event_pattern`` (on ``result_bus``).
+
+        :param detail_types: default ``("Model Step Completed",)``; add
+            ``RESULT_DEAD_LETTERED`` to follow failures too.
+        :param detail: an extra detail pattern, e.g. ``{"result": {"label": ["hot"]}}``.
+            Default: none (every result).
+
+        Example::
+
+            outreach = IdempotentModelStep(
+                self, "Outreach", event_bus=bus,
+                event_pattern=classify.result_event_pattern(detail={"result": {"label": ["hot"]}}),
+                idempotency_key="key", ...)
+        """
+        unknown = sorted(set(detail_types) - set(RESULT_DETAIL_TYPES))
+        if not detail_types or unknown:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': result_event_pattern detail_types "
+                f"must be some of {list(RESULT_DETAIL_TYPES)}, got {list(detail_types)!r}"
+            )
+        if self.result_bus is None:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': result_event_pattern needs a "
+                "result_bus (the step publishes no result events without one)"
+            )
+        return events.EventPattern(
+            source=[self.node.path],
+            detail_type=list(detail_types),
+            detail=dict(detail) if detail is not None else None,
+        )
+
+    def _acknowledge_tracing_grant(self) -> None:
+        # Tracing.ACTIVE grants xray:PutTraceSegments and xray:PutTelemetryRecords on "*",
+        # as AWSXRayDaemonWriteAccess does: neither action has resource-level permissions.
+        role = cast(iam.Role, self.function.role)
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="tracing=True: xray:PutTraceSegments and xray:PutTelemetryRecords "
+                "support no resource-level permissions, so X-Ray requires Resource '*'; "
+                "every other statement of this role names its resources.",
+            )
+        )
 
     def _environment(self, props: _StepProps) -> dict[str, str]:
         """What the runtime reads (``lambda_src/model_step/environment.py``), then the caller's."""
@@ -633,7 +770,19 @@ class IdempotentModelStep(Construct):
                 if secret is not None
                 else {}
             ),
+            **({env.TRACING_ENABLED: "true"} if props.tracing else {}),
+            **self._result_bus_environment(props),
             **dict(props.environment or {}),
+        }
+
+    def _result_bus_environment(self, props: _StepProps) -> dict[str, str]:
+        bus = props.result_bus
+        if bus is None:
+            return {}
+        return {
+            env.RESULT_BUS_ARN: bus.event_bus_arn,
+            env.RESULT_BUS_KIND: "v2" if isinstance(bus, EventBusV2Base) else "classic",
+            env.RESULT_EVENT_SOURCE: self.node.path,
         }
 
     def _consume(self, props: _StepProps) -> None:
@@ -793,6 +942,15 @@ class IdempotentModelStep(Construct):
                 )
             )
 
+    def _dashboard(self, props: _StepProps) -> None:
+        """With ``dashboard=True``, a dashboard of this step alone."""
+        from .model_step_dashboard import ModelStepDashboard
+
+        #: With ``dashboard=True``, the step's own dashboard; else ``None``.
+        self.dashboard: ModelStepDashboard | None = (
+            ModelStepDashboard(self, "Dashboard", steps=[self]) if props.dashboard else None
+        )
+
     # -------------------------------------------------------------- permissions
     def _grant_runtime_permissions(self, role: iam.IRole, props: _StepProps) -> None:
         # Exactly the four calls Powertools' DynamoDB persistence layer makes.
@@ -916,6 +1074,31 @@ class IdempotentModelStep(Construct):
         ``CacheReadInputTokens``, Sum, default 5 minutes)."""
         return self._runtime_metric("CacheReadInputTokens", period)
 
+    def metric_transient_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Deliveries that failed transiently and were retried (EMF ``TransientFailures``,
+        Sum, default 5 minutes)."""
+        return self._runtime_metric("TransientFailures", period)
+
+    def metric_non_retryable_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Keys dead-lettered, once per key (EMF ``NonRetryableFailures``, Sum, default 5
+        minutes)."""
+        return self._runtime_metric("NonRetryableFailures", period)
+
+    def metric_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens of billed answers (EMF ``InputTokens``, Sum, default 5 minutes)."""
+        return self._runtime_metric("InputTokens", period)
+
+    def metric_output_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Output tokens of billed answers (EMF ``OutputTokens``, Sum, default 5 minutes)."""
+        return self._runtime_metric("OutputTokens", period)
+
+    def metric_buffer_depth(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Rows waiting in the buffer queue (``ApproximateNumberOfMessagesVisible``, Maximum,
+        1 minute)."""
+        return self.buffer_queue.metric_approximate_number_of_messages_visible(
+            period=period or Duration.minutes(1), statistic="Maximum"
+        )
+
     def _rule_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
         # Only a step on a classic bus has a rule; a v2 step's metrics are its subscriber's.
         bus = None if isinstance(self.event_bus, EventBusV2Base) else self.event_bus
@@ -1015,6 +1198,11 @@ _PATTERN_FIELDS = {
 }
 
 
+def _is_event_bus(bus: object) -> bool:
+    """True for any ``events.IEventBus`` (an ``EventBus`` or an imported one)."""
+    return hasattr(bus, "event_bus_arn") and hasattr(bus, "event_bus_name")
+
+
 def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
     """The JSON a classic rule would carry for ``pattern``, for a v2 DATA filter."""
     return {
@@ -1025,6 +1213,8 @@ def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
 
 
 __all__ = [
+    "RESULT_COMPLETED",
+    "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT",
     "RESERVED_ENVIRONMENT_PREFIXES",
     "IdempotentModelStep",

@@ -28,6 +28,7 @@ def python_function(
     timeout: Duration = defaults.DEFAULT_TIMEOUT,
     memory_size: int = defaults.DEFAULT_MEMORY_SIZE,
     log_retention: logs.RetentionDays = defaults.DEFAULT_LOG_RETENTION,
+    tracing: lambda_.Tracing | None = None,
 ) -> lambda_.Function:
     """A Python 3.13 function whose role can only write its own logs until granted more.
 
@@ -41,6 +42,7 @@ def python_function(
     :param requirements: pinned requirements files. Default: none (copy only).
     :param timeout: default 90 seconds. :param memory_size: default 512 MB.
     :param log_retention: default one month.
+    :param tracing: X-Ray tracing mode. Default: none (Lambda's PassThrough, no X-Ray grant).
     """
     log_group = logs.LogGroup(scope, f"{id}LogGroup", **defaults.log_group_props(log_retention))
     role = iam.Role(
@@ -68,6 +70,7 @@ def python_function(
         log_group=log_group,
         description=description,
         environment=dict(environment),
+        tracing=tracing,
     )
     Validations.of(function).acknowledge(
         Acknowledgment(

@@ -33,7 +33,14 @@ from .assembly import (
     TargetSpec,
     short_path,
 )
-from .environment import UNSAFE_VARIABLES, environment_union, patched_environ
+from .environment import (
+    UNSAFE_VARIABLES,
+    environment_union,
+    function_environments,
+    function_scoped_environ,
+    function_scoped_names,
+    patched_environ,
+)
 from .errors import AssemblyError, EmulatorError, RunTimeoutError
 from .event_bus import EventRouter, LocalRule, bus_name, capture_put_events
 from .event_bus_v2 import DeliveryDenied, EventBusesV2, LocalBusV2, LocalSubscriber
@@ -222,7 +229,8 @@ class LocalEngine:
         self._create_local_queues()
         self._stack.enter_context(self.queues.installed(aws.session))
         self._stack.enter_context(self.model_requests.installed())
-        self.environment = environment_union(assembly.functions(), aws.resolver)
+        scoped = function_scoped_names(assembly.functions())
+        self.environment = environment_union(assembly.functions(), aws.resolver, scoped)
         overlay = {
             **self.environment,
             "AWS_REGION": LOCAL_REGION,
@@ -232,12 +240,26 @@ class LocalEngine:
         self._stack.enter_context(patched_environ(overlay, remove=UNSAFE_VARIABLES))
         # Each step's system prompt ships with its code; locally it is read from the assembly.
         self._stack.enter_context(prompt_roots_on_path(prompt_search_paths(assembly.source.parent)))
+        #: By logical id, the variables each function reads as its own (two model steps).
+        self.function_environments = function_environments(
+            assembly.functions(), aws.resolver, scoped
+        )
+        self._stack.enter_context(function_scoped_environ(self.function_environments))
         self._runtime = runtime = self._stack.enter_context(ExecutionEnvironment(self.code_root))
         # Lambda's init phase is not on the compressed clock: import the SDK now, or the
         # first model call's ~1 s import would outlast a concurrent duplicate's retries.
         if any(spec.is_model_step for spec in assembly.functions()):
             importlib.import_module("anthropic")
-        handlers = {spec.logical_id: runtime.load(spec.handler) for spec in assembly.functions()}
+        # Two functions with one handler (two model steps) each get their own module
+        # instance: a handler module's state (its ModelStep) belongs to one function.
+        seen: set[str] = set()
+        handlers = {}
+        for spec in assembly.functions():
+            own = spec.handler in seen
+            handlers[spec.logical_id] = runtime.load(
+                spec.handler, instance=spec.logical_id if own else None
+            )
+            seen.add(spec.handler)
 
         pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="lambda")
         self._stack.callback(pool.shutdown, wait=True, cancel_futures=True)

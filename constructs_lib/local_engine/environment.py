@@ -5,6 +5,11 @@ they all run in this process, so every function sees every function's variables.
 safe only while no two functions give one variable different values; the union refuses
 such a conflict rather than letting one function silently read another's setting.
 
+Two model steps in one template (a step that follows another's results) give the runtime's
+own variables (``IDEMPOTENCY_TABLE_NAME``, ...) different values by design. Those names,
+:func:`function_scoped_names`, are not in the union: :class:`FunctionEnviron` answers them
+per function, from the function marked on the reading thread (:mod:`.identity`).
+
 The one exemption is ``POWERTOOLS_SERVICE_NAME``: it differs per function by design and only
 labels logs and metrics. The model-step function's value is used, because the model step is
 the only handler that reads it (the splitter names its service in code).
@@ -13,9 +18,11 @@ the only handler that reads it (the splitter names its service in code).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
+from . import identity
 from .assembly import FunctionSpec
 from .errors import EnvironmentConflictError
 from .intrinsics import Resolver
@@ -32,8 +39,98 @@ UNSAFE_VARIABLES = (
 )
 
 
-def environment_union(functions: Sequence[FunctionSpec], resolver: Resolver) -> dict[str, str]:
-    """Resolved variables of every function, merged.
+def function_scoped_names(functions: Sequence[FunctionSpec]) -> frozenset[str]:
+    """The names a model step's runtime reads that two model steps may set differently:
+    every name set by the construct (``model_step/environment.py``), when the template has
+    more than one model step. Empty with one (the union then holds them all)."""
+    from .._runtime_environment import runtime_environment as runtime_env
+
+    if sum(spec.is_model_step for spec in functions) < 2:
+        return frozenset()
+    return frozenset(v.name for v in runtime_env.VARIABLES if v.origin == "construct")
+
+
+def function_environments(
+    functions: Sequence[FunctionSpec], resolver: Resolver, names: frozenset[str]
+) -> dict[str, dict[str, str]]:
+    """By logical id, each function's resolved values of ``names``."""
+    return {
+        spec.logical_id: {
+            name: str(value)
+            for name, value in resolver.resolve(
+                dict(spec.environment), f"{spec.logical_id}.Environment"
+            ).items()
+            if name in names
+        }
+        for spec in functions
+    }
+
+
+class FunctionEnviron(MutableMapping[str, str]):
+    """``os.environ`` for a run: the function-scoped ``names`` come from the environment of
+    the function running on the reading thread (absent on an unmarked thread); every other
+    name is the process's. Writes go to the process's environment."""
+
+    def __init__(
+        self, base: MutableMapping[str, str], per_function: Mapping[str, Mapping[str, str]]
+    ) -> None:
+        self._base = base
+        self._per_function = per_function
+        self._names = frozenset(name for env in per_function.values() for name in env)
+
+    def _own(self) -> Mapping[str, str]:
+        function = identity.current()
+        return self._per_function.get(function, {}) if function is not None else {}
+
+    def __getitem__(self, name: str) -> str:
+        if name in self._names:
+            return self._own()[name]
+        return self._base[name]
+
+    def __setitem__(self, name: str, value: str) -> None:
+        self._base[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._base[name]
+
+    def __iter__(self) -> Iterator[str]:
+        own = self._own()
+        yield from (name for name in self._base if name not in self._names)
+        yield from own
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def copy(self) -> dict[str, str]:
+        return dict(self)
+
+    def __getattr__(self, name: str) -> Any:
+        # os._Environ's own helpers (encodekey, ...), for code that reaches for them.
+        return getattr(self._base, name)
+
+
+@contextmanager
+def function_scoped_environ(per_function: Mapping[str, Mapping[str, str]]) -> Iterator[None]:
+    """Install :class:`FunctionEnviron` as ``os.environ`` while open (nothing to do when no
+    name is function-scoped)."""
+    if not any(per_function.values()):
+        yield
+        return
+    original = os.environ
+    # Rebinding (not clearing) is the point: reads go through the per-function view.
+    os.environ = FunctionEnviron(original, per_function)  # type: ignore[assignment]  # noqa: B003
+    try:
+        yield
+    finally:
+        os.environ = original  # noqa: B003
+
+
+def environment_union(
+    functions: Sequence[FunctionSpec],
+    resolver: Resolver,
+    function_scoped: frozenset[str] = frozenset(),
+) -> dict[str, str]:
+    """Resolved variables of every function, merged (``function_scoped`` names left out).
 
     Raises :class:`EnvironmentConflictError` listing each variable two functions set to
     different values (``POWERTOOLS_SERVICE_NAME`` excepted; see the module docstring).
@@ -47,6 +144,8 @@ def environment_union(functions: Sequence[FunctionSpec], resolver: Resolver) -> 
         variables = resolver.resolve(dict(spec.environment), f"{spec.logical_id}.Environment")
         for name, value in variables.items():
             value = str(value)
+            if name in function_scoped:
+                continue
             if name not in merged:
                 merged[name], owners[name] = value, spec.display_name
             elif merged[name] != value and name not in EXEMPT_VARIABLES:

@@ -13,6 +13,7 @@ Lambda would give each concurrent invocation its own environment.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -58,16 +59,39 @@ class ExecutionEnvironment:
             sys.path.remove(str(self.code_root))
             self._path_added = False
 
-    def load(self, handler: str) -> Callable[[Any, Any], Any]:
-        """Import ``module.path.function`` (a template ``Handler``) and return the function."""
+    def load(self, handler: str, instance: str | None = None) -> Callable[[Any, Any], Any]:
+        """Import ``module.path.function`` (a template ``Handler``) and return the function.
+
+        With ``instance``, the handler's module is executed again as a module of its own
+        (its package and the modules it imports are shared), so a second function with the
+        same handler gets its own module-level state, as its own Lambda container would.
+        """
         module_name, _, attribute = handler.rpartition(".")
         if module_name.split(".", 1)[0] not in self._packages:
             raise AssemblyError(f"handler {handler!r} is not a package under {self.code_root}")
-        module = importlib.import_module(module_name)
+        module = (
+            importlib.import_module(module_name)
+            if instance is None
+            else self._instance(module_name, instance)
+        )
         function = getattr(module, attribute, None)
         if not callable(function):
             raise AssemblyError(f"handler {handler!r}: {module_name} has no function {attribute}")
         return cast(Callable[[Any, Any], Any], function)
+
+    def _instance(self, module_name: str, instance: str) -> ModuleType:
+        importlib.import_module(module_name)  # its package and dependencies, shared
+        found = importlib.util.find_spec(module_name)
+        # Registered under a name of its own (a dataclass or pickle looks its module up in
+        # sys.modules); in the same package, so its relative imports are the shared modules.
+        name = f"{module_name}[{instance}]"
+        spec = found and found.origin and importlib.util.spec_from_file_location(name, found.origin)
+        if not spec or spec.loader is None:  # pragma: no cover - it was just imported
+            raise AssemblyError(f"cannot load {module_name} again for {instance}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
 
     def module(self, name: str) -> ModuleType:
         """Import a module of the fresh namespace (e.g. the viewer's ``local_server``)."""

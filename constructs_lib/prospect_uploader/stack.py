@@ -55,6 +55,7 @@ from aws_cdk.interfaces import aws_events as events_refs
 from constructs import Construct
 
 # The pipeline's names, from the package bundled beside its functions (stdlib only).
+from lambda_src.prospect_contract import metrics as upload_metrics
 from lambda_src.prospect_contract.events import (
     EVENT_SOURCE,
     ROW_VALIDATED,
@@ -70,6 +71,7 @@ from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_fin
 from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep, PromptCache
 from ..model_prices import ModelPrice, price_table
+from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
 
@@ -232,6 +234,7 @@ class ProspectUploaderStack(Stack):
         self._viewer()
         self._upload_alerts()
         self._alarms()
+        self._dashboard()
 
     # ------------------------------------------------------------------ parts
     def _storage(self) -> None:
@@ -835,6 +838,49 @@ class ProspectUploaderStack(Stack):
         self.alarms: list[cloudwatch.Alarm] = [*self.classify.alarms, *self._pipeline_alarms()]
         for alarm in self.alarms[len(self.classify.alarms) :]:
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.alert_topic))
+
+    def _dashboard(self) -> None:
+        """One dashboard: the classify step's row, then uploads closed and their rows (the
+        ledger's own metrics) and the pipeline's alarms."""
+        #: The stack's one dashboard: ``Classify``'s row, then the uploads' own metrics.
+        self.dashboard = ModelStepDashboard(self, "Dashboard", steps=[self.classify])
+        self.dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Uploads closed, by status",
+                left=[self.metric_upload(name) for name in upload_metrics.STATUS_METRICS.values()],
+                width=8,
+                height=6,
+            ),
+            cloudwatch.GraphWidget(
+                title="Rows of closed uploads: classified and failed",
+                left=[self.metric_upload(name) for name in upload_metrics.ROW_METRICS.values()],
+                width=8,
+                height=6,
+            ),
+            cloudwatch.AlarmStatusWidget(
+                title="Pipeline alarms",
+                alarms=self.alarms[len(self.classify.alarms) :],
+                width=8,
+                height=6,
+            ),
+        )
+
+    def metric_upload(self, metric_name: str, period: Duration | None = None) -> cloudwatch.Metric:
+        """One of the upload ledger's metrics (``prospect_contract.metrics``: e.g.
+        ``UploadsCompleted``, ``RowsFailed``), counted once per closed upload (Sum, default
+        5 minutes)."""
+        if metric_name not in upload_metrics.METRIC_NAMES:
+            raise PropValidationError(
+                f"ProspectUploaderStack: metric_name must be one of "
+                f"{', '.join(upload_metrics.METRIC_NAMES)}, got {metric_name!r}"
+            )
+        return cloudwatch.Metric(
+            namespace=upload_metrics.NAMESPACE,
+            metric_name=metric_name,
+            dimensions_map={upload_metrics.DIMENSION: self.uploads_table.table_name},
+            statistic="Sum",
+            period=period or Duration.minutes(5),
+        )
 
     # ----------------------------------------------------------------- helpers
     def _context_int(self, key: str) -> int:

@@ -19,6 +19,8 @@ from .dead_letter import DeadLetterPublisher
 from .key import RecordKey
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
 from .persistence import ReleasingDynamoDBPersistenceLayer
+from .result_events import RESULT_EVENT_SUFFIX, BusKind, ResultPublisher
+from .tracing import StepTracer
 from .work import UnitOfWork
 
 DEAD_LETTER_SUFFIX = "#dead-letter"
@@ -56,6 +58,7 @@ class StepComponents:
         self._session = boto3_session
         self._clients: dict[str, Any] = {}
         self.fingerprint = request_fingerprint(settings, handler_prompt_version)
+        self.tracer = StepTracer(enabled=settings.tracing_enabled, service=settings.service_name)
         self.work = UnitOfWork(self)
         self.idempotency_config = IdempotencyConfig(
             event_key_jmespath="key",
@@ -98,6 +101,34 @@ class StepComponents:
             settings.dead_letter_queue_url, lambda: self.boto3_client("sqs")
         )
         self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
+        self._result_events(settings)
+
+    def _result_events(self, settings: Settings) -> None:
+        """With a result bus: the publisher, and its hand-off under a record of its own
+        (suffix ``#result-event``) keyed on the result's record key, so each key's terminal
+        result is published once, whatever its deliveries."""
+        #: ``None`` without ``RESULT_BUS_ARN``.
+        self.result_events: ResultPublisher | None = None
+        if settings.result_bus_arn is None:
+            return
+        kind: BusKind = "v2" if settings.result_bus_kind == "v2" else "classic"
+        self.result_events = ResultPublisher(
+            settings.result_bus_arn, kind, settings.result_event_source, self.boto3_client
+        )
+        self.result_event_config = IdempotencyConfig(
+            event_key_jmespath="key",
+            raise_on_no_idempotency_key=True,
+            expires_after_seconds=settings.expires_after_seconds,
+        )
+        prefix = settings.record_prefix + RESULT_EVENT_SUFFIX
+        self.result_event_persistence = self._persistence(self.result_event_config, prefix)
+        self.publish_result = idempotent_function(
+            self.work.publish_result,
+            data_keyword_argument="request",
+            persistence_store=self.result_event_persistence,
+            config=self.result_event_config,
+            key_prefix=prefix,
+        )
 
     def _persistence(
         self, config: IdempotencyConfig, prefix: str
@@ -105,6 +136,7 @@ class StepComponents:
         layer = ReleasingDynamoDBPersistenceLayer(
             table_name=self.settings.idempotency_table_name,
             boto3_client=self.boto3_client("dynamodb"),
+            tracer=self.tracer,
         )
         layer.bind(config, prefix)
         return layer
@@ -123,6 +155,8 @@ class StepComponents:
         would leave its record INPROGRESS until expiry and block every retry."""
         self.idempotency_config.register_lambda_context(context)
         self.dead_letter_config.register_lambda_context(context)
+        if self.result_events is not None:
+            self.result_event_config.register_lambda_context(context)
 
     def budget(self, request: dict[str, Any]) -> AttemptBudget:
         """The attempt budget of the record ``request`` maps to: ``MAX_ATTEMPTS`` requests, or

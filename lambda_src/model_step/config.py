@@ -63,6 +63,11 @@ class Settings:
     api_key_max_age_seconds: int = DEFAULT_API_KEY_MAX_AGE_SECONDS
     #: ``"5m"``, ``"1h"`` or ``"off"``: the system prompt's ``cache_control`` TTL.
     prompt_cache: str = DEFAULT_PROMPT_CACHE
+    # Compose and watch (issue 21).
+    tracing_enabled: bool = False
+    result_bus_arn: str | None = None
+    result_bus_kind: str = "classic"
+    result_event_source: str = DEFAULT_SERVICE_NAME
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -115,6 +120,11 @@ class Settings:
                 env, env_names.API_KEY_MAX_AGE_SECONDS, DEFAULT_API_KEY_MAX_AGE_SECONDS, int
             ),
             prompt_cache=_prompt_cache(env),
+            tracing_enabled=_flag(env, env_names.TRACING_ENABLED),
+            result_bus_arn=env.get(env_names.RESULT_BUS_ARN, "").strip() or None,
+            result_bus_kind=_choice(env, env_names.RESULT_BUS_KIND, ("classic", "v2")),
+            result_event_source=env.get(env_names.RESULT_EVENT_SOURCE, "").strip()
+            or DEFAULT_SERVICE_NAME,
         )
 
 
@@ -130,6 +140,22 @@ def _prompt_cache(env: Mapping[str, str]) -> str:
             f"{env_names.PROMPT_CACHE} must be one of {env_names.PROMPT_CACHE_VALUES}, got {raw!r}"
         )
     return raw
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name, "").strip() or choices[0]
+    if raw not in choices:
+        raise ConfigurationError(f"{name} must be one of {choices}, got {raw!r}")
+    return raw
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "false"):
+        return False
+    if raw == "true":
+        return True
+    raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

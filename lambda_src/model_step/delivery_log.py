@@ -1,7 +1,8 @@
 """The delivery log: one structured log line and the EMF metrics of each delivery.
 
 Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, dimension ``service``):
-``ModelRequests`` and ``RateLimited`` (what the delivery's model call cost),
+``ModelRequests`` and ``RateLimited`` (what the delivery's model call cost), ``InputTokens``
+and ``OutputTokens`` (the billed request's usage, when it reported any),
 ``CacheWriteInputTokens`` and ``CacheReadInputTokens`` (the billed request's prompt-cache
 usage: ``cache_creation_input_tokens`` and ``cache_read_input_tokens``),
 ``DuplicatesSuppressed`` (answered from a stored record), ``ConcurrentDuplicates`` (waited for
@@ -62,6 +63,11 @@ class DeliveryLog:
             self._count("CacheWriteInputTokens", spend.usage["cache_creation_input_tokens"])
         if spend.requests and spend.usage["cache_read_input_tokens"]:
             self._count("CacheReadInputTokens", spend.usage["cache_read_input_tokens"])
+        # Only a billed answer reports usage; a zero is left out (a Sum graph reads the same).
+        if spend.usage["input_tokens"]:
+            self._count("InputTokens", spend.usage["input_tokens"])
+        if spend.usage["output_tokens"]:
+            self._count("OutputTokens", spend.usage["output_tokens"])
 
     def interrupted(self) -> None:
         self._count("AttemptsInterrupted")

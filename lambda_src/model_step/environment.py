@@ -79,6 +79,10 @@ ANTHROPIC_API_KEY_SECRET_ARN: Final = "ANTHROPIC_API_KEY_SECRET_ARN"
 API_KEY_MAX_AGE_SECONDS: Final = "API_KEY_MAX_AGE_SECONDS"
 ANTHROPIC_API_KEY: Final = "ANTHROPIC_API_KEY"
 ANTHROPIC_BASE_URL: Final = "ANTHROPIC_BASE_URL"
+TRACING_ENABLED: Final = "TRACING_ENABLED"
+RESULT_BUS_ARN: Final = "RESULT_BUS_ARN"
+RESULT_BUS_KIND: Final = "RESULT_BUS_KIND"
+RESULT_EVENT_SOURCE: Final = "RESULT_EVENT_SOURCE"
 POWERTOOLS_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
 POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
@@ -188,6 +192,27 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         REDRIVE_QUEUE_ARN,
         "the redrive queue's ARN; a record from it (its eventSourceARN) is a row SQS gave "
         "up on after maxReceiveCount receives, and never makes a model call",
+    ),
+    EnvironmentVariable(
+        TRACING_ENABLED,
+        "`true`: X-Ray subsegments (Powertools Tracer) around the model call and each "
+        "idempotency-store call; the construct sets it with `tracing=True`",
+        "false",
+    ),
+    EnvironmentVariable(
+        RESULT_BUS_ARN,
+        "the result bus: each key's terminal result is published on it once "
+        "(unset: no result events)",
+    ),
+    EnvironmentVariable(
+        RESULT_BUS_KIND,
+        "`classic` (an EventBridge bus) or `v2` (an EventBridge v2 bus, with DeduplicationId)",
+        "classic",
+    ),
+    EnvironmentVariable(
+        RESULT_EVENT_SOURCE,
+        "the `source` of result events: the step's construct path",
+        "model-step",
     ),
     EnvironmentVariable(
         POWERTOOLS_SERVICE_NAME, "logger service and metrics dimension", "model-step"

@@ -35,6 +35,11 @@ class DeadLetterError(ModelStepError):
     is retried; the retry replays the stored outcome and only re-sends (never re-bills)."""
 
 
+class ResultEventError(ModelStepError):
+    """Publishing a key's result event on the result bus failed. Raised, so the delivery is
+    retried; the retry replays the stored result and only publishes again (never re-bills)."""
+
+
 class RetryableAnswerError(ModelStepError):
     """Raise it from your own ``parse_answer`` when a retry (a NEW billed model request) can
     fix the answer. Any other parser exception dead-letters the event as ``InvalidAnswer``."""

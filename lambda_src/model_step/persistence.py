@@ -11,6 +11,8 @@ Three changes to ``DynamoDBPersistenceLayer``, each for a failure seen under com
 - **A failed save releases the lock** (conditionally, as above) and re-raises, so the
   delivery fails as a transient error and its retry really runs, instead of meeting
   ``IdempotencyAlreadyInProgressError`` until the lock's deadline.
+- **Each store call can be traced**: with tracing on (:mod:`.tracing`), every DynamoDB
+  call of the layer is an X-Ray subsegment ``idempotency store: <operation>``.
 - :func:`stored_form` is the exact serialisation Powertools' ``save_success`` writes, so a
   result is checked for storability with the serialiser that stores it.
 """
@@ -30,6 +32,8 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
 )
 from botocore.exceptions import ClientError
 
+from .tracing import NO_TRACING, STORE_PREFIX, StepTracer
+
 logger = logging.getLogger(__name__)
 
 
@@ -44,8 +48,11 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
     """``DynamoDBPersistenceLayer`` whose releases are conditional on the caller's own lock
     and whose failed ``save_success`` releases that lock. See the module docstring."""
 
-    def __init__(self, *, table_name: str, boto3_client: Any) -> None:
+    def __init__(
+        self, *, table_name: str, boto3_client: Any, tracer: StepTracer = NO_TRACING
+    ) -> None:
         super().__init__(table_name=table_name, boto3_client=boto3_client)
+        self._tracer = tracer
         # Locks this thread holds, by record id: an invocation runs on one thread, and two
         # threads of one process (the local run) can hold locks of one record in turn.
         self._held = threading.local()
@@ -68,8 +75,13 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
             locks = self._held.locks = {}
         return locks
 
+    def _get_record(self, idempotency_key: str) -> DataRecord:
+        with self._tracer.subsegment(STORE_PREFIX + "GetItem"):
+            return super()._get_record(idempotency_key)
+
     def _put_record(self, data_record: DataRecord) -> None:
-        super()._put_record(data_record=data_record)
+        with self._tracer.subsegment(STORE_PREFIX + "PutItem"):
+            super()._put_record(data_record=data_record)
         if data_record.in_progress_expiry_timestamp is not None:
             self._locks()[data_record.idempotency_key] = data_record.in_progress_expiry_timestamp
 
@@ -83,13 +95,14 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
             names["#lock"] = self.in_progress_expiry_attr
             values[":lock"] = {"N": str(lock)}
         try:
-            self.client.delete_item(
-                TableName=self.table_name,
-                Key=self._get_key(data_record.idempotency_key),
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+            with self._tracer.subsegment(STORE_PREFIX + "DeleteItem"):
+                self.client.delete_item(
+                    TableName=self.table_name,
+                    Key=self._get_key(data_record.idempotency_key),
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
@@ -98,7 +111,8 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
             logger.info("idempotency record kept: it is completed or another delivery holds it")
 
     def _update_record(self, data_record: DataRecord) -> None:
-        super()._update_record(data_record=data_record)
+        with self._tracer.subsegment(STORE_PREFIX + "UpdateItem"):
+            super()._update_record(data_record=data_record)
         self._locks().pop(data_record.idempotency_key, None)
 
     def save_success(self, data: dict[str, Any], result: dict[str, Any]) -> None:

@@ -317,8 +317,24 @@ class ModelStep:
             result = self._components().work.dead_letter(mismatch, key, dead_key)
             return self._components().work.hand_off_result(result, dead_key, delivery)
         if stored["status"] == "dead_lettered":
-            return self._components().work.hand_off_result(stored, dict(key), delivery)
+            stored = self._components().work.hand_off_result(stored, dict(key), delivery)
+        self._publish_result(stored, request, delivery)
         return stored
+
+    def _publish_result(
+        self, result: StepResult, request: dict[str, Any], delivery: Delivery
+    ) -> None:
+        """The key's terminal result on the result bus, once per record key (its own hand-off
+        record): a duplicate replays the hand-off, an operator's retry is a new key. Keyless
+        events and payload mismatches have no outcome of a key, so they publish nothing."""
+        parts = self._components()
+        if parts.result_events is None:
+            return
+        record_id = parts.persistence.record_id(request)
+        parts.publish_result(
+            request={"key": request["key"], "result": result, "record_id": record_id},
+            delivery=delivery,
+        )
 
     def _holder_wait(self, delivery: Delivery) -> float:
         """Seconds until the holder's lock expires, or the default when unknown."""

@@ -23,6 +23,7 @@ from .errors import (
 )
 from .model_call import error_code
 from .outcome import DeadLetteredResult, StepResult
+from .tracing import MODEL_CALL
 
 if TYPE_CHECKING:
     from .components import StepComponents
@@ -58,7 +59,8 @@ class UnitOfWork:
         if claim.state.interrupted:
             delivery.log.interrupted()
         try:
-            message = parts.model_call.send(prepared, delivery.context, delivery.spend)
+            with parts.tracer.subsegment(MODEL_CALL):
+                message = parts.model_call.send(prepared, delivery.context, delivery.spend)
             return parts.model_call.result(message, key)
         except NonRetryableError as error:
             return self.dead_letter(error, key, dict(key))
@@ -150,6 +152,15 @@ class UnitOfWork:
             delivery.counted_dead_letter = True
             delivery.log.counted_dead_letter()
         return {"dead_letter_message_id": message_id}
+
+    def publish_result(self, *, request: dict[str, Any], delivery: Delivery) -> dict[str, Any]:
+        """The idempotent result-event publish (record suffix ``#result-event``). Raises
+        ``ResultEventError`` when the bus refuses it, which releases this record only: the
+        retry replays the key's stored result and publishes again."""
+        publisher = self._parts.result_events
+        assert publisher is not None
+        event_id = publisher.publish(request["result"], request["record_id"])
+        return {"result_event_id": event_id}
 
     def dead_letter(
         self, error: NonRetryableError, key: Mapping[str, Any] | None, dead_key: dict[str, Any]

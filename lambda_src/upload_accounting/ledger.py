@@ -31,6 +31,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 from prospect_contract.cost import BILLED_TOKENS
 from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
+from prospect_contract.metrics import write_closed_upload
 from prospect_contract.put_events import ClassicBus, detail_json, send_batch
 
 from .config import LedgerSettings
@@ -586,6 +587,7 @@ class UploadLedger:
             return False
         detail = summary_detail(_plain_item(response["Attributes"]), self.settings.model_price)
         self._put_completed_event(detail)
+        write_closed_upload(self.settings.uploads_table_name, detail, self._clock())
         done = _Update().set("summary_published_at", utc_now_iso(self._clock()))
         done.remove("sweep_shard").remove("publish_lease_until")
         self._dynamodb.update_item(

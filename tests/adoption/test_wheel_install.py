@@ -235,7 +235,34 @@ def test_the_readme_example_synthesizes_from_the_wheel_clean_under_cdk_nag(synth
         for r in synthesized.template["Resources"].values()
         if r["Type"] == "AWS::Lambda::Function"
     ]
-    assert [f["Properties"]["Handler"] for f in functions] == ["model_step.handler.handler"]
+    # Two steps, Classify and the Outreach step that follows it: one runtime each.
+    assert [f["Properties"]["Handler"] for f in functions] == ["model_step.handler.handler"] * 2
+
+
+def test_the_readme_examples_second_step_follows_the_firsts_results(synthesized):
+    # The README's two-step chain: Outreach's rule matches Classify's "Model Step Completed"
+    # events with a hot label, and Classify may publish exactly those on the bus.
+    resources = synthesized.template["Resources"].values()
+    patterns = [
+        r["Properties"]["EventPattern"] for r in resources if r["Type"] == "AWS::Events::Rule"
+    ]
+    follow = {
+        "source": [f"{STACK}/Classify"],
+        "detail-type": ["Model Step Completed"],
+        "detail": {"result": {"label": ["hot"]}},
+    }
+    assert follow in patterns
+    statements = [
+        statement
+        for r in resources
+        if r["Type"] == "AWS::IAM::Policy"
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Action"] == "events:PutEvents"
+    ]
+    sources = [
+        s.get("Condition", {}).get("StringEquals", {}).get("events:source") for s in statements
+    ]
+    assert [f"{STACK}/Classify"] in sources, statements
 
 
 def test_the_readme_example_passes_a_users_checkov_gate(synthesized, tmp_path):
@@ -244,7 +271,7 @@ def test_the_readme_example_passes_a_users_checkov_gate(synthesized, tmp_path):
     [result] = checkov(tmp_path).values()
     assert result["failed"] == [] and result["skipped"]
     # Only the step's own resources carry acknowledgments (the bus is the user's).
-    assert all(key.startswith("Classify") for key in result["skipped"])
+    assert all(key.startswith(("Classify", "Outreach")) for key in result["skipped"])
 
 
 def bytecode_in(outdir: Path) -> bool:

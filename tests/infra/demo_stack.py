@@ -57,6 +57,9 @@ class DemoStack(cdk.Stack):
             allowed_labels=["hot", "warm", "cold"],
             api_key_secret=secret,
             alarm_topic=topic,
+            # Every optional runtime variable is set by the demo (test_runtime_environment).
+            tracing=True,
+            result_bus=bus,
         )
 
 

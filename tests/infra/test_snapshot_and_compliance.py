@@ -105,6 +105,9 @@ def test_every_acknowledgment_gives_a_specific_reason(demo: Synthesized):
         "/IdempotentModelStepDemo/AnthropicApiKey Annotation::AwsSolutions-SMG4",
         "/IdempotentModelStepDemo/Classify/DeadLetterQueue Annotation::AwsSolutions-SQS3",
         "/IdempotentModelStepDemo/Classify/Function Annotation::AwsSolutions-L1",
+        # tracing=True: X-Ray's two write actions have no resource-level permissions.
+        "/IdempotentModelStepDemo/Classify/FunctionServiceRole "
+        "Annotation::AwsSolutions-IAM5[Resource::*]",
         "/IdempotentModelStepDemoV2/AnthropicApiKey Annotation::AwsSolutions-SMG4",
         "/IdempotentModelStepDemoV2/Classify/DeadLetterQueue Annotation::AwsSolutions-SQS3",
         "/IdempotentModelStepDemoV2/Classify/Function Annotation::AwsSolutions-L1",

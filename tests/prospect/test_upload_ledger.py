@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import pytest
 from botocore.exceptions import ClientError
+from prospect_contract import metrics as upload_metrics
 from prospect_contract.errors import ConfigurationError
 from upload_accounting import LedgerSettings, RowAccounted, SummaryPublishError, UploadLedger
 from upload_accounting.ledger import PUBLISH_LEASE_SECONDS
@@ -425,3 +427,31 @@ def test_the_summary_reports_cache_tokens_dollars_and_savings(aws, clock):
     # 12,000 cached tokens at $1, less $0.0075 of write and $0.0006 of read.
     assert detail["saved_by_cache_usd"] == 0.0039
     assert detail["saved_by_batch_usd"] == 0.0
+
+
+def _upload_metric_documents(out: str) -> list[dict]:
+    documents = [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
+    return [doc for doc in documents if doc["_aws"]["CloudWatchMetrics"][0]["Namespace"]
+            == upload_metrics.NAMESPACE]  # fmt: skip
+
+
+def test_a_closed_upload_is_counted_once_in_the_ledgers_own_metrics(aws, ledger, capsys):
+    # GIVEN an upload of three valid rows, one of which fails
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=3, valid=3, invalid=0)
+    ledger.row_classified("u-1", 1, "hot", billed())
+    ledger.row_classified("u-1", 2, "cold", billed())
+    # WHEN the last row closes it, and a late duplicate of that row arrives
+    ledger.row_failed("u-1", 3, "ModelRejectedInput")
+    ledger.row_failed("u-1", 3, "ModelRejectedInput")
+
+    # THEN one EMF document counts the upload and its rows, on the uploads table's dimension
+    [document] = _upload_metric_documents(capsys.readouterr().out)
+    [directive] = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Dimensions"] == [[upload_metrics.DIMENSION]]
+    assert document[upload_metrics.DIMENSION] == UPLOADS_TABLE
+    assert {m["Name"] for m in directive["Metrics"]} == set(upload_metrics.METRIC_NAMES)
+    assert {name: document[name] for name in upload_metrics.METRIC_NAMES} == {
+        "UploadsCompleted": 1, "UploadsIncomplete": 0, "UploadsRejected": 0,
+        "RowsClassified": 2, "RowsFailed": 1,
+    }  # fmt: skip

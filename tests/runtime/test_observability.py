@@ -35,8 +35,9 @@ def test_metrics_for_request_duplicate_and_failure(make_step, fake_api, capsys):
         step.handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())
 
     # The dead letter's count is its own document, written the moment it is won (issue 15.12).
+    # Only the answered request reports tokens (the fake API's usage: 12 in, 3 out).
     assert _emf_metrics(capsys.readouterr().out) == [
-        {"ModelRequests": [1.0]},
+        {"ModelRequests": [1.0], "InputTokens": [12.0], "OutputTokens": [3.0]},
         {"DuplicatesSuppressed": [1.0]},
         {"NonRetryableFailures": [1.0]},
         {"ModelRequests": [1.0]},

@@ -55,8 +55,18 @@ def test_cache_writes_and_reads_are_metrics(make_step, fake_api, capsys):
     step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
 
     assert _emf_metrics(capsys.readouterr().out) == [
-        {"ModelRequests": [1.0], "CacheWriteInputTokens": [6000.0]},
-        {"ModelRequests": [1.0], "CacheReadInputTokens": [6000.0]},
+        {
+            "ModelRequests": [1.0],
+            "CacheWriteInputTokens": [6000.0],
+            "InputTokens": [40.0],
+            "OutputTokens": [1.0],
+        },
+        {
+            "ModelRequests": [1.0],
+            "CacheReadInputTokens": [6000.0],
+            "InputTokens": [40.0],
+            "OutputTokens": [1.0],
+        },
     ]
 
 

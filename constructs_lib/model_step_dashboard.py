@@ -1,0 +1,122 @@
+"""ModelStepDashboard: one CloudWatch dashboard for one or more model steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from constructs import Construct
+
+from . import defaults
+from ._validation import PropValidationError, check_duration_range
+
+if TYPE_CHECKING:
+    from .idempotent_model_step import IdempotentModelStep
+
+#: CloudWatch dashboards are 24 grid units wide; three graphs of 8 fill a row.
+_GRAPH_WIDTH = 8
+_GRAPH_HEIGHT = 6
+#: The period range a graph allows here: a minute (the queues' resolution) to a day.
+PERIOD_RANGE = (Duration.minutes(1), Duration.days(1))
+
+
+class ModelStepDashboard(Construct):
+    """One CloudWatch dashboard with a row of widgets per model step.
+
+    For each step, in order:
+
+    - **Model requests**: billed ``ModelRequests``, ``DuplicatesSuppressed``,
+      ``RateLimited``, ``TransientFailures`` and ``NonRetryableFailures`` (the runtime's
+      EMF metrics, Sum per ``period``);
+    - **Queues**: the DLQ's depth, the buffer queue's depth (both Maximum) and the age of
+      its oldest row (seconds, right axis);
+    - **Tokens**: ``InputTokens`` and ``OutputTokens`` of billed answers (Sum);
+    - **Alarms**: the state of every alarm in the step's ``alarms``.
+
+    Each widget's metric comes from the step's own ``metric_*()`` method, so the dashboard
+    graphs exactly what the step alarms on. Add more with :meth:`add_widgets`.
+
+    Example::
+
+        ModelStepDashboard(self, "Dashboard", steps=[classify, outreach])
+
+    :param steps: the steps to show, at least one; each gets its own row.
+    :param period: the period of every graph, 1 minute to 1 day, default 5 minutes.
+    :param dashboard_name: default: none, CloudFormation generates a unique name.
+
+    The dashboard opens on the last 3 hours (``DEFAULT_DASHBOARD_INTERVAL``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        steps: Sequence[IdempotentModelStep],
+        period: Duration = defaults.DEFAULT_DASHBOARD_PERIOD,
+        dashboard_name: str | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        owner = f"ModelStepDashboard '{self.node.path}'"
+        if not steps:
+            raise PropValidationError(f"{owner}: steps must name at least one step, got []")
+        check_duration_range(owner, "period", period, *PERIOD_RANGE)
+        #: The steps shown, in order.
+        self.steps = list(steps)
+        #: The CloudWatch dashboard.
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=dashboard_name,
+            default_interval=defaults.DEFAULT_DASHBOARD_INTERVAL,
+        )
+        for step in self.steps:
+            self.dashboard.add_widgets(*step_widgets(step, period))
+
+    def add_widgets(self, *widgets: cloudwatch.IWidget) -> None:
+        """Add a row of widgets below the steps' rows."""
+        self.dashboard.add_widgets(*widgets)
+
+
+def step_widgets(step: IdempotentModelStep, period: Duration) -> list[cloudwatch.IWidget]:
+    """The widgets of one step's row: requests, queues, tokens, then its alarms' states."""
+    path = step.node.path
+    return [
+        cloudwatch.TextWidget(markdown=f"### Model step `{path}`", width=24, height=1),
+        cloudwatch.GraphWidget(
+            title="Model requests and failures",
+            left=[
+                step.metric_model_requests(period),
+                step.metric_duplicates_suppressed(period),
+                step.metric_rate_limited(period),
+                step.metric_transient_failures(period),
+                step.metric_non_retryable_failures(period),
+            ],
+            width=_GRAPH_WIDTH,
+            height=_GRAPH_HEIGHT,
+        ),
+        cloudwatch.GraphWidget(
+            title="Queues: DLQ and buffer depth, buffer age",
+            left=[
+                step.metric_dead_letter_visible(period).with_(label="DLQ depth"),
+                step.metric_buffer_depth(period).with_(label="Buffer depth"),
+            ],
+            right=[step.metric_buffer_age(period).with_(label="Oldest buffered row (s)")],
+            width=_GRAPH_WIDTH,
+            height=_GRAPH_HEIGHT,
+        ),
+        cloudwatch.GraphWidget(
+            title="Tokens",
+            left=[step.metric_input_tokens(period), step.metric_output_tokens(period)],
+            width=_GRAPH_WIDTH,
+            height=_GRAPH_HEIGHT,
+        ),
+        cloudwatch.AlarmStatusWidget(
+            title="Alarms", alarms=list(step.alarms), width=24, height=_GRAPH_HEIGHT // 2
+        ),
+    ]
+
+
+__all__ = ["ModelStepDashboard", "step_widgets"]

@@ -1,0 +1,156 @@
+"""Result events: each key's terminal outcome, published once on the step's result bus.
+
+With ``RESULT_BUS_ARN`` set, a key's stored result becomes one event:
+
+- ``detail-type`` :data:`COMPLETED` or :data:`DEAD_LETTERED`;
+- ``source``: ``RESULT_EVENT_SOURCE``, the step's construct path;
+- ``detail``: ``{"key": [business key parts], "result": {...}, "replay_generation": n}``
+  (the last only when present). ``result`` holds :data:`COMPLETED_FIELDS` or
+  :data:`DEAD_LETTERED_FIELDS`: the label, parsed value, request id and usage, or the error
+  code, but never the model's raw answer text nor an error message (which may quote a row).
+
+Exactly once: the publish is an idempotent hand-off under its own record (suffix
+``#result-event``), like the DLQ's, so a duplicate delivery replays the hand-off and
+publishes nothing, and an operator's retry (a new record key) publishes once more. On a v2 bus
+each entry also carries ``SystemMetadata.DeduplicationId``: the key's record id. A publish
+that fails raises :class:`~.errors.ResultEventError`: the hand-off record is released and
+the delivery is retried, and its stored result replays, so a retry never calls the model.
+
+Example::
+
+    publisher = ResultPublisher(bus_arn, "classic", "Stack/Classify", clients)
+    publisher.publish(stored_result, deduplication_id=record_id)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from .errors import ResultEventError
+from .outcome import StepResult
+
+#: The hand-off record's suffix, after the step's record prefix.
+RESULT_EVENT_SUFFIX = "#result-event"
+COMPLETED = "Model Step Completed"
+DEAD_LETTERED = "Model Step Dead Lettered"
+DETAIL_TYPES = (COMPLETED, DEAD_LETTERED)
+#: The result fields a "Model Step Completed" event carries (each only when stored).
+COMPLETED_FIELDS = (
+    "status",
+    "label",
+    "parsed",
+    "request_id",
+    "usage",
+    "model",
+    "prompt_version",
+    "stop_reason",
+    "completed_at",
+)
+#: The result fields a "Model Step Dead Lettered" event carries.
+DEAD_LETTERED_FIELDS = (
+    "status",
+    "error_code",
+    "request_id",
+    "model",
+    "prompt_version",
+    "dead_letter_id",
+)
+BusKind = Literal["classic", "v2"]
+BUS_KINDS: tuple[BusKind, ...] = ("classic", "v2")
+#: PutEvents error codes worth sending again (EventBridge's own guidance).
+RETRYABLE_ERROR_CODES = frozenset({"ThrottlingException", "InternalFailure"})
+#: Sends of one entry within one delivery; after that the delivery itself is retried.
+PUT_ATTEMPTS = 3
+#: An event is at most 256 KB; a larger ``parsed`` value is left out (``parsed_omitted``).
+MAX_DETAIL_BYTES = 200_000
+#: DeduplicationId is at most 128 characters; a longer record id is sent as its SHA-256.
+MAX_DEDUPLICATION_ID = 128
+
+
+def result_detail(result: StepResult) -> dict[str, Any]:
+    """The event detail of a stored result."""
+    fields = COMPLETED_FIELDS if result["status"] == "completed" else DEAD_LETTERED_FIELDS
+    stored: Mapping[str, Any] = result
+    detail: dict[str, Any] = {
+        "key": result["key"],
+        "result": {name: stored[name] for name in fields if name in stored},
+    }
+    if "replay_generation" in result:
+        detail["replay_generation"] = result["replay_generation"]
+    if len(json.dumps(detail, default=str).encode()) > MAX_DETAIL_BYTES:
+        detail["result"].pop("parsed", None)
+        detail["result"]["parsed_omitted"] = True
+    return detail
+
+
+def detail_type(result: StepResult) -> str:
+    return COMPLETED if result["status"] == "completed" else DEAD_LETTERED
+
+
+def deduplication_id(record_id: str) -> str:
+    """The v2 ``DeduplicationId`` of a key: its record id, or that id's SHA-256 if too long."""
+    if len(record_id) <= MAX_DEDUPLICATION_ID:
+        return record_id
+    return hashlib.sha256(record_id.encode()).hexdigest()
+
+
+class ResultPublisher:
+    """Puts one result event on a classic bus (``events``) or a v2 bus (``eventbridgev2``)."""
+
+    def __init__(
+        self,
+        bus_arn: str,
+        kind: BusKind,
+        source: str,
+        client: Callable[[str], Any],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``client(service_name)`` returns a boto3 client; it is called on first publish."""
+        self._bus_arn = bus_arn
+        self._kind = kind
+        self._source = source
+        self._client = client
+        self._sleep = sleep
+
+    def publish(self, result: StepResult, record_id: str) -> str:
+        """Publish ``result`` and return the event id. Retries throttles and internal failures
+        (:data:`PUT_ATTEMPTS` sends); raises :class:`ResultEventError` otherwise."""
+        entry: dict[str, Any] = {
+            "Source": self._source,
+            "DetailType": detail_type(result),
+            "Detail": json.dumps(result_detail(result), default=str),
+        }
+        if self._kind == "v2":
+            entry["SystemMetadata"] = {"DeduplicationId": deduplication_id(record_id)}
+        else:
+            entry["EventBusName"] = self._bus_arn
+        code = message = ""
+        for attempt in range(PUT_ATTEMPTS):
+            try:
+                answer = self._put(entry)
+            except Exception as exc:
+                raise ResultEventError(
+                    f"could not publish {entry['DetailType']!r}: {type(exc).__name__}"
+                ) from exc
+            if not answer.get("ErrorCode"):
+                return str(answer.get("EventId") or "")
+            code, message = str(answer["ErrorCode"]), str(answer.get("ErrorMessage") or "")
+            if code not in RETRYABLE_ERROR_CODES:
+                break
+            if attempt + 1 < PUT_ATTEMPTS:
+                self._sleep(0.1 * 2**attempt)
+        raise ResultEventError(f"{entry['DetailType']!r} not accepted: {code}: {message[:200]}")
+
+    def _put(self, entry: dict[str, Any]) -> Mapping[str, Any]:
+        if self._kind == "v2":
+            response = self._client("eventbridgev2").put_events(
+                EventBusArn=self._bus_arn, Entries=[entry]
+            )
+        else:
+            response = self._client("events").put_events(Entries=[entry])
+        [answer] = response.get("Entries") or [{"ErrorCode": "NoEntryInAnswer"}]
+        return dict(answer)
