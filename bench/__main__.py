@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from bench import cold_start, duplicates, dynamodb_calls, scale, splitter, synth
+from bench import cold_start, cost, duplicates, dynamodb_calls, scale, splitter, synth
 from bench.harness import parse_args, write_results
 
 BENCHMARKS = {
     "dynamodb_calls": dynamodb_calls.run,
     "duplicates": duplicates.run,
     "cold_start": cold_start.run,
+    "cost": cost.run,
     "synth": synth.run,
     "splitter": splitter.run,
     "scale": scale.run,

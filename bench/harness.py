@@ -13,6 +13,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,7 @@ from constructs_lib.local_engine.environment import (  # noqa: E402
 from constructs_lib.local_engine.moto_fixes import (  # noqa: E402
     atomic_dynamodb_writes,
 )
+from constructs_lib.system_prompt_asset import ship_prompt  # noqa: E402
 
 REGION = "us-east-1"
 FUNCTION_NAME = "model-step-bench"
@@ -110,6 +112,17 @@ def create_queue(session: boto3.session.Session, name: str = "model-step-dlq") -
     return session.client("sqs").create_queue(QueueName=name)["QueueUrl"]
 
 
+#: Where the benchmarks ship their system prompts (the construct ships them with the code).
+_PROMPT_ROOT = Path(tempfile.mkdtemp(prefix="bench-prompts-"))
+
+
+def shipped_prompt(text: str) -> str:
+    """Ship ``text`` as a step's system prompt, on ``sys.path``; its ``SYSTEM_PROMPT_SHA256``."""
+    if str(_PROMPT_ROOT) not in sys.path:
+        sys.path.append(str(_PROMPT_ROOT))
+    return ship_prompt(_PROMPT_ROOT, text)
+
+
 def step_environment(queue_url: str, api_base_url: str) -> dict[str, str]:
     """What the construct sets on the function, pointed at moto and the fake API."""
     return {
@@ -117,7 +130,7 @@ def step_environment(queue_url: str, api_base_url: str) -> dict[str, str]:
         "DEAD_LETTER_QUEUE_URL": queue_url,
         "IDEMPOTENCY_KEY": IDEMPOTENCY_KEY,
         "PROMPT_VERSION": PROMPT_VERSION,
-        "SYSTEM_PROMPT": SYSTEM_PROMPT,
+        "SYSTEM_PROMPT_SHA256": shipped_prompt(SYSTEM_PROMPT),
         "ANTHROPIC_API_KEY": "sk-ant-bench-local",
         "ANTHROPIC_BASE_URL": api_base_url,
         "MODEL_TIMEOUT_SECONDS": "5",

@@ -30,6 +30,7 @@ _EXPORTS = {
     "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
     "ModelProvider": ".idempotent_model_step",
+    "PromptCache": ".idempotent_model_step",
     "ModelStepDashboard": ".model_step_dashboard",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
@@ -48,6 +49,7 @@ __all__ = [
     "ModelProvider",
     "ModelStepDashboard",
     "ModelStepHandler",
+    "PromptCache",
     "PropValidationError",
     "RetryBudget",
     "python_lambda_code",
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
         RESULT_DEAD_LETTERED,
         IdempotentModelStep,
         ModelProvider,
+        PromptCache,
     )
     from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler

@@ -54,6 +54,7 @@ from .checkov_acknowledgments import MODEL_STEP, acknowledge_checkov_findings
 from .event_bus_v2 import EventBusV2Base
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
+from .system_prompt_asset import SYSTEM_PROMPT_MAX_BYTES, prompt_package, prompt_sha256
 
 #: Environment names the runtime reads that a user's ``environment`` may not set: every
 #: reserved name of ``lambda_src/model_step/environment.py``. Every name starting with one
@@ -64,12 +65,6 @@ RESERVED_ENVIRONMENT: frozenset[str] = frozenset(env.RESERVED_NAMES)
 #: switch idempotency off (``POWERTOOLS_IDEMPOTENCY_DISABLED``) or redirect
 #: metrics; ``AWS_*`` belongs to Lambda and the AWS SDKs.
 RESERVED_ENVIRONMENT_PREFIXES = ("POWERTOOLS_", "AWS_")
-
-#: Lambda caps all environment variables of a function at 4 KB together. The
-#: step's ~20 other variables (names, two queue URLs, the secret ARN, the
-#: construct path twice) take about 1.1 KB once deployed, and a custom handler
-#: adds its own: 2.5 KB keeps the total inside 4 KB with room for long paths.
-SYSTEM_PROMPT_MAX_BYTES = 2560
 
 METRICS_NAMESPACE = "IdempotentModelStep"
 #: Detail types of the result events (``lambda_src/model_step/result_events.py``).
@@ -110,6 +105,23 @@ class ModelProvider(enum.Enum):
     BEDROCK = "bedrock"
 
 
+class PromptCache(enum.Enum):
+    """How long Anthropic's prompt cache keeps the system prompt (``cache_control`` TTL).
+
+    A cache read bills the prefix at 0.1x the input price; writing it costs 1.25x (five
+    minutes) or 2x (one hour). The setting changes the cost, never the answer, so it does
+    not join the record key.
+    """
+
+    #: ``{"type": "ephemeral", "ttl": "5m"}``: the default; pays back from the second row
+    #: within five minutes of the previous one.
+    FIVE_MINUTES = "5m"
+    #: ``"ttl": "1h"``: for rows spaced more than five minutes apart, and batches.
+    ONE_HOUR = "1h"
+    #: No ``cache_control``: every request bills the whole prompt at the input price.
+    OFF = "off"
+
+
 @dataclass(frozen=True)
 class _StepProps:
     """The props of one :class:`IdempotentModelStep`, as passed; :meth:`validate` checks them.
@@ -121,7 +133,7 @@ class _StepProps:
     event_pattern: events.EventPattern
     idempotency_key: str
     prompt_version: str
-    system_prompt: str
+    system_prompt: str | None
     api_key_secret: secretsmanager.ISecret | None
     model_provider: ModelProvider
     event_bus: events.IEventBus | EventBusV2Base | None
@@ -144,6 +156,9 @@ class _StepProps:
     snap_start: bool
     handler: ModelStepHandler | None
     environment: Mapping[str, str] | None
+    # -- issue 20: prompt size and caching
+    system_prompt_file: str | Path | None
+    prompt_cache: PromptCache
     # Compose and watch (issue 21).
     dashboard: bool = False
     tracing: bool = False
@@ -158,10 +173,11 @@ class _StepProps:
         self._check_dead_letter_queue(owner)
         self._check_environment(owner)
         self._check_allowed_labels(owner)
+        self._check_system_prompt(owner)
         self._check_watch(owner)
 
     def _check_strings(self, owner: str) -> None:
-        for prop in ("idempotency_key", "prompt_version", "system_prompt", "model_id"):
+        for prop in ("idempotency_key", "prompt_version", "model_id"):
             check_non_empty(owner, prop, getattr(self, prop))
         key = self.idempotency_key
         try:
@@ -175,12 +191,6 @@ class _StepProps:
             raise PropValidationError(
                 f"{owner}: idempotency_key is evaluated over the event's detail already; "
                 f"write '[upload_id, row_number]', not 'detail.' paths; got {key!r}"
-            )
-        size = len(self.system_prompt.encode())
-        if not Token.is_unresolved(self.system_prompt) and size > SYSTEM_PROMPT_MAX_BYTES:
-            raise PropValidationError(
-                f"{owner}: system_prompt must be at most {SYSTEM_PROMPT_MAX_BYTES} bytes "
-                f"(Lambda allows 4 KB of environment variables in total), got {size} bytes"
             )
 
     def _check_ranges(self, owner: str) -> None:
@@ -256,6 +266,59 @@ class _StepProps:
             raise PropValidationError(
                 f"{owner}: allowed_labels must be non-empty strings without commas, got {labels!r}"
             )
+
+    # -- issue 20: prompt size and caching
+    def _check_system_prompt(self, owner: str) -> None:
+        if not isinstance(self.prompt_cache, PromptCache):
+            raise PropValidationError(
+                f"{owner}: prompt_cache must be PromptCache.FIVE_MINUTES, ONE_HOUR or OFF, "
+                f"got {self.prompt_cache!r}"
+            )
+        text, prop = self.system_prompt_text(owner)
+        if not text.strip():
+            raise PropValidationError(f"{owner}: {prop} must be a non-empty string, got {text!r}")
+        size = len(text.encode())
+        if size > SYSTEM_PROMPT_MAX_BYTES:
+            raise PropValidationError(
+                f"{owner}: {prop} must be at most {SYSTEM_PROMPT_MAX_BYTES:,} bytes (UTF-8), "
+                f"got {size:,} bytes"
+            )
+
+    def system_prompt_text(self, owner: str) -> tuple[str, str]:
+        """The system prompt's text and the prop it came from (``system_prompt_file`` is read
+        now, at synth). Exactly one of the two props must be given, and a literal."""
+        given, path = self.system_prompt, self.system_prompt_file
+        if (given is None) == (path is None):
+            raise PropValidationError(
+                f"{owner}: pass exactly one of system_prompt (the text) and system_prompt_file "
+                f"(a path read at synth), got {'both' if given is not None else 'neither'}"
+            )
+        if path is None:
+            if not isinstance(given, str) or Token.is_unresolved(given):
+                raise PropValidationError(
+                    f"{owner}: system_prompt must be a literal string (it ships with the "
+                    f"function's code), got {given!r}"
+                )
+            return given, "system_prompt"
+        file = Path(path)
+        try:
+            data = file.read_bytes()
+        except OSError as error:
+            raise PropValidationError(
+                f"{owner}: system_prompt_file must be a readable file, got {str(path)!r} "
+                f"({error.strerror or error})"
+            ) from error
+        if len(data) > SYSTEM_PROMPT_MAX_BYTES:
+            raise PropValidationError(
+                f"{owner}: system_prompt_file must be at most {SYSTEM_PROMPT_MAX_BYTES:,} bytes, "
+                f"got {len(data):,} bytes ({str(path)!r})"
+            )
+        try:
+            return data.decode(), "system_prompt_file"
+        except UnicodeDecodeError as error:
+            raise PropValidationError(
+                f"{owner}: system_prompt_file must be UTF-8 text, got {str(path)!r} ({error})"
+            ) from error
 
     def _check_watch(self, owner: str) -> None:
         """The props of issue 21: the dashboard and tracing switches."""
@@ -343,8 +406,11 @@ class IdempotentModelStep(Construct):
         business key, e.g. ``"[upload_id, row_number]"``. Never the event id:
         a redelivered or re-published event gets a new id. Required.
     :param prompt_version: joins the key, so a changed prompt gets a new answer. Required.
-    :param system_prompt: the system prompt, at most 2,560 bytes (it travels in
-        the function's environment). Required.
+    :param system_prompt: the system prompt, at most 200,000 bytes (UTF-8). It ships with
+        the function's code (``model_step_prompt/<sha256>.txt``), never in its environment,
+        which carries only ``SYSTEM_PROMPT_SHA256``; the full text joins the record key's
+        fingerprint, so an edited prompt gets new answers. Give this or
+        ``system_prompt_file``, not both. Default: none.
     :param api_key_secret: the Secrets Manager secret holding the Anthropic API
         key (the raw key, or JSON ``{"api_key": ...}``). Required with
         ``ModelProvider.ANTHROPIC``; refused with ``ModelProvider.BEDROCK``.
@@ -397,6 +463,12 @@ class IdempotentModelStep(Construct):
     :param environment: extra variables for a custom handler. The runtime's own
         names (``RESERVED_ENVIRONMENT``) and every ``POWERTOOLS_*`` and ``AWS_*``
         name are refused. Default: none.
+    :param system_prompt_file: a UTF-8 file holding the system prompt, read at synth, at
+        most 200,000 bytes; otherwise as ``system_prompt``. Default: none.
+    :param prompt_cache: ``PromptCache.FIVE_MINUTES`` (default), ``ONE_HOUR`` or ``OFF``:
+        marks the system prompt with ``cache_control`` and that TTL, so rows after the first
+        read it at 0.1x the input price. A prompt shorter than the model's minimum cacheable
+        length is simply not cached. Never joins the record key.
     :param dashboard: also create a :class:`ModelStepDashboard` of this step alone
         (``dashboard`` attribute). Default ``False``.
     :param result_bus: publish each key's terminal result once on this bus: an
@@ -420,7 +492,7 @@ class IdempotentModelStep(Construct):
         event_pattern: events.EventPattern,
         idempotency_key: str,
         prompt_version: str,
-        system_prompt: str,
+        system_prompt: str | None = None,
         api_key_secret: secretsmanager.ISecret | None = None,
         model_provider: ModelProvider = ModelProvider.ANTHROPIC,
         event_bus: events.IEventBus | EventBusV2Base | None = None,
@@ -443,6 +515,8 @@ class IdempotentModelStep(Construct):
         snap_start: bool = False,
         handler: ModelStepHandler | None = None,
         environment: Mapping[str, str] | None = None,
+        system_prompt_file: str | Path | None = None,
+        prompt_cache: PromptCache = PromptCache.FIVE_MINUTES,
         dashboard: bool = False,
         tracing: bool = False,
         result_bus: events.IEventBus | EventBusV2Base | None = None,
@@ -478,6 +552,8 @@ class IdempotentModelStep(Construct):
             snap_start=snap_start,
             handler=handler,
             environment=environment,
+            system_prompt_file=system_prompt_file,
+            prompt_cache=prompt_cache,
             dashboard=dashboard,
             tracing=tracing,
             result_bus=result_bus,
@@ -546,10 +622,15 @@ class IdempotentModelStep(Construct):
     def _function(self, props: _StepProps) -> None:
         """The function, its environment and the grants its runtime needs."""
         handler = props.handler or ModelStepHandler.default()
+        text, _ = props.system_prompt_text(self.node.path)
+        #: sha256 of the system prompt: the function's ``SYSTEM_PROMPT_SHA256``.
+        self.system_prompt_sha256 = prompt_sha256(text)
         self.function = python_function(
             self,
             "Function",
-            packages=handler.packages,
+            # Last: the first package's parent is the staged source of a synth that skips
+            # bundling, and the prompt's directory is in the assembly.
+            packages=[*handler.packages, prompt_package(self, text)],
             handler=handler.handler,
             requirements=[*handler.requirements, *self._tracing_requirements(props)],
             architecture=props.architecture,
@@ -668,7 +749,9 @@ class IdempotentModelStep(Construct):
             env.IDEMPOTENCY_KEY: props.idempotency_key,
             env.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: str(int(props.expires_after.to_seconds())),
             env.PROMPT_VERSION: props.prompt_version,
-            env.SYSTEM_PROMPT: props.system_prompt,
+            # Only the hash: the text ships with the code (system_prompt_asset.py).
+            env.SYSTEM_PROMPT_SHA256: self.system_prompt_sha256,
+            env.PROMPT_CACHE: props.prompt_cache.value,
             env.MODEL_ID: props.model_id,
             env.MAX_TOKENS: str(props.max_tokens),
             env.MODEL_PROVIDER: props.model_provider.value,
@@ -992,6 +1075,17 @@ class IdempotentModelStep(Construct):
         """Deliveries answered from the table without a model request (Sum, default 5 minutes)."""
         return self._runtime_metric("DuplicatesSuppressed", period)
 
+    # -- issue 20: prompt caching
+    def metric_cache_write_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens written to the prompt cache (EMF ``CacheWriteInputTokens``, Sum,
+        default 5 minutes): about one prompt's length per TTL lapse."""
+        return self._runtime_metric("CacheWriteInputTokens", period)
+
+    def metric_cache_read_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens read from the prompt cache at 0.1x the input price (EMF
+        ``CacheReadInputTokens``, Sum, default 5 minutes)."""
+        return self._runtime_metric("CacheReadInputTokens", period)
+
     def metric_transient_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Deliveries that failed transiently and were retried (EMF ``TransientFailures``,
         Sum, default 5 minutes)."""
@@ -1137,6 +1231,7 @@ __all__ = [
     "RESERVED_ENVIRONMENT_PREFIXES",
     "IdempotentModelStep",
     "ModelProvider",
+    "PromptCache",
 ]
 
 

@@ -151,9 +151,30 @@ def environment_table(path: Path = ENVIRONMENT_MODULE) -> str:
     return "\n".join(rows) + "\n"
 
 
+def prices_table() -> str:
+    """``constructs_lib.model_prices.PRICE_TABLE`` as a Markdown table."""
+    from constructs_lib.model_prices import PRICE_TABLE
+
+    rows = [
+        "| model id | input | output | cache write 5 min | cache write 1 h | cache read | "
+        "batch discount | minimum cacheable tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model_id, p in sorted(PRICE_TABLE.items()):
+        rows.append(
+            f"| `{model_id}` | ${p.input:g} | ${p.output:g} | ${p.cache_write_5m:g} | "
+            f"${p.cache_write_1h:g} | ${p.cache_read:g} | {p.batch_discount:.0%} | "
+            f"{p.min_cacheable_tokens:,} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def render(spec: str) -> str:
-    """The table a region's spec names: ``props <module> <Class>`` or ``environment``."""
+    """The table a region's spec names: ``props <module> <Class>``, ``environment`` or
+    ``prices``."""
     kind, *args = spec.split()
+    if kind == "prices" and not args:
+        return prices_table()
     if kind == "props" and len(args) == 2:
         return props_table(*args)
     if kind == "environment" and not args:

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..system_prompt_asset import prompt_roots_on_path, prompt_search_paths
 from . import identity
 from .assembly import (
     MODEL_STEP_MARKER_ENV,
@@ -237,6 +238,8 @@ class LocalEngine:
             **settings.environment,
         }
         self._stack.enter_context(patched_environ(overlay, remove=UNSAFE_VARIABLES))
+        # Each step's system prompt ships with its code; locally it is read from the assembly.
+        self._stack.enter_context(prompt_roots_on_path(prompt_search_paths(assembly.source.parent)))
         #: By logical id, the variables each function reads as its own (two model steps).
         self.function_environments = function_environments(
             assembly.functions(), aws.resolver, scoped

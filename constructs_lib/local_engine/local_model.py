@@ -17,6 +17,12 @@ A row's first request fails with probability F; a failing row gets one seeded pl
 
 A timeout holds the request ``timeout_hold_seconds`` (longer than the client's timeout),
 then closes the connection unanswered.
+
+Prompt caching is emulated as the API does it (:class:`PromptCacheEmulator`): a system
+prefix marked with ``cache_control`` and at least the model's minimum cacheable length is
+written on first use (``cache_creation_input_tokens``), read while its TTL lasts on the
+run's clock (``cache_read_input_tokens``), and each read refreshes the TTL; ``input_tokens``
+counts only what was not cached. Tokens are estimated as 4 characters each.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -107,6 +113,92 @@ def label_for(text: str, labels: Sequence[str] = DEFAULT_LABELS) -> str:
     return labels[int.from_bytes(digest[:8], "big") % len(labels)]
 
 
+#: The TTLs ``cache_control`` may name, in run-clock seconds.
+CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+#: A model the price table does not know is given the largest published minimum.
+FALLBACK_MIN_CACHEABLE_TOKENS = 4096
+
+
+def estimated_tokens(text: str) -> int:
+    """The local model's token count of ``text``: 4 characters a token, at least 1."""
+    return max(1, len(text) // 4)
+
+
+def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's ``system`` as text blocks (a plain string is one block, unmarked)."""
+    system = body.get("system")
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}] if system else []
+    if isinstance(system, list):
+        return [block for block in system if isinstance(block, dict)]
+    return []
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The model's minimum cacheable length, from the library's price table."""
+    from constructs_lib.model_prices import PRICE_TABLE
+
+    price = PRICE_TABLE.get(model)
+    return price.min_cacheable_tokens if price else FALLBACK_MIN_CACHEABLE_TOKENS
+
+
+class PromptCacheEmulator:
+    """The API's prompt cache, per model and prefix, on a run clock (seconds).
+
+    :param clock: run-clock seconds, default ``time.monotonic`` (one local second is one run
+        second); a local run passes its compressed clock.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._expires: dict[str, float] = {}
+        self._lock = threading.Lock()
+        #: Requests that wrote the cache, and requests that read it.
+        self.writes = 0
+        self.reads = 0
+
+    def usage(self, body: dict[str, Any], model: str) -> dict[str, int]:
+        """The ``usage`` of a 200 answer to ``body``: what was written, read and not cached."""
+        blocks = system_blocks(body)
+        marked = [i for i, block in enumerate(blocks) if block.get("cache_control")]
+        system_text = "".join(str(block.get("text", "")) for block in blocks)
+        uncached = user_text(body)
+        written = read = 0
+        if marked:
+            end = marked[-1] + 1
+            prefix = "".join(str(block.get("text", "")) for block in blocks[:end])
+            rest = "".join(str(block.get("text", "")) for block in blocks[end:])
+            ttl = str((blocks[marked[-1]].get("cache_control") or {}).get("ttl") or "5m")
+            tokens = estimated_tokens(prefix)
+            if tokens >= min_cacheable_tokens(model) and ttl in CACHE_TTL_SECONDS:
+                hit = self._use(f"{model}\0{prefix}", CACHE_TTL_SECONDS[ttl])
+                written, read = (0, tokens) if hit else (tokens, 0)
+                uncached = rest + uncached
+            else:
+                uncached = system_text + uncached
+        else:
+            uncached = system_text + uncached
+        return {
+            "input_tokens": estimated_tokens(uncached),
+            "output_tokens": 1,
+            "cache_creation_input_tokens": written,
+            "cache_read_input_tokens": read,
+        }
+
+    def _use(self, prefix: str, ttl_seconds: float) -> bool:
+        """True for a read of a live entry; either way the entry lives ``ttl_seconds`` on."""
+        key = hashlib.sha256(prefix.encode()).hexdigest()
+        now = self._clock()
+        with self._lock:
+            hit = self._expires.get(key, -math.inf) > now
+            self._expires[key] = now + ttl_seconds
+            if hit:
+                self.reads += 1
+            else:
+                self.writes += 1
+            return hit
+
+
 class RateLimiter:
     """At most ``per_minute`` accepted requests in any window of one minute of the run's
     clock (``seconds_per_minute`` local seconds), as a provider's requests-per-minute limit.
@@ -144,10 +236,13 @@ class LocalMessagesAPI(LoopbackServer):
     ``seed`` [0]; ``timeout_hold_seconds`` [1.5]; ``model`` [claude-haiku-5-5] used when a
     request names none; ``rate_limit`` [none]: a :class:`RateLimiter`; a request over it
     gets 429 with ``retry-after`` (whole seconds) and ``retry-after-ms`` on the run's
-    clock, before any fault plan applies.
+    clock, before any fault plan applies; ``run_clock`` [``time.monotonic``]: run-clock
+    seconds, which the prompt cache's TTLs are measured on.
 
     Counters: :attr:`outcomes` by status, :attr:`rate_limited` (429s of the limiter),
-    :attr:`input_tokens` and :attr:`output_tokens` (billed: 200 answers only).
+    :attr:`input_tokens`, :attr:`output_tokens`, :attr:`cache_creation_input_tokens` and
+    :attr:`cache_read_input_tokens` (billed: 200 answers only); :attr:`prompt_cache` counts
+    cache writes and reads.
     """
 
     thread_name = "local-model"
@@ -161,6 +256,7 @@ class LocalMessagesAPI(LoopbackServer):
         timeout_hold_seconds: float = 1.5,
         model: str = DEFAULT_MODEL,
         rate_limit: RateLimiter | None = None,
+        run_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
         if not 0.0 <= fault_rate <= 1.0:
@@ -175,6 +271,9 @@ class LocalMessagesAPI(LoopbackServer):
         self.rate_limited = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cache_creation_input_tokens = 0
+        self.cache_read_input_tokens = 0
+        self.prompt_cache = PromptCacheEmulator(run_clock)
         self._per_content: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -230,6 +329,8 @@ class LocalMessagesAPI(LoopbackServer):
         with self._lock:
             self.input_tokens += int(usage.get("input_tokens", 0))
             self.output_tokens += int(usage.get("output_tokens", 0))
+            self.cache_creation_input_tokens += int(usage.get("cache_creation_input_tokens", 0))
+            self.cache_read_input_tokens += int(usage.get("cache_read_input_tokens", 0))
 
     def decide(self, body: dict[str, Any]) -> tuple[int | str, str]:
         """Count the request; return its outcome and request id."""
@@ -252,15 +353,16 @@ class LocalMessagesAPI(LoopbackServer):
     def success_body(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
         """A Messages API success body the SDK accepts."""
         text = user_text(body)
+        model = str(body.get("model") or self.model)
         return {
             "id": "msg_local_" + request_id.rsplit("_", 1)[-1],
             "type": "message",
             "role": "assistant",
-            "model": body.get("model") or self.model,
+            "model": model,
             "content": [{"type": "text", "text": label_for(text, self.labels)}],
             "stop_reason": "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": max(1, len(text) // 4), "output_tokens": 1},
+            "usage": self.prompt_cache.usage(body, model),
         }
 
     def hold(self) -> None:

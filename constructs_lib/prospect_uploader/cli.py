@@ -53,6 +53,9 @@ counts (the summary table and --json):
   kills, throttles       Lambda faults injected (--kill-rate, --throttle-rate)
   redriven        messages SQS moved by a redrive policy (redriven_by_queue: per queue)
   input_tokens, output_tokens   billed tokens (200 answers)
+  cache_creation_input_tokens, cache_read_input_tokens   prompt-cache tokens written / read
+                  (cache_writes, cache_reads: the requests that wrote / read it)
+  cost_usd        the billed tokens in dollars at the stack's MODEL_PRICE (null: no price)
   elapsed_s       wall seconds from the upload until everything settled
   aws_calls, denied   handler AWS calls evaluated against their role in cdk.out / denied
 

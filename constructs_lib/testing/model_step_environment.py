@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constructs_lib._runtime_environment import runtime_environment as env
+from constructs_lib.system_prompt_asset import system_prompt_on_path
 
 from .lambda_context import FakeLambdaContext
 from .messages_api import FakeMessagesAPI
@@ -162,7 +163,8 @@ def model_step_environment(
     :param idempotency_key: the step's ``idempotency_key`` (JMESPath over ``detail``).
         Required.
     :param prompt_version: the step's ``prompt_version``. Default ``"v1"``.
-    :param system_prompt: the step's ``system_prompt``. Default a short test prompt.
+    :param system_prompt: the step's ``system_prompt``, shipped as the construct ships it (a
+        file on ``sys.path``, named by its sha256). Default a short test prompt.
     :param model_id: the step's ``model_id``. Default ``"claude-haiku-5-5"``.
     :param allowed_labels: the step's ``allowed_labels``. Default None: any answer.
     :param model_timeout_seconds: ``MODEL_TIMEOUT_SECONDS``, the model call's deadline.
@@ -224,7 +226,7 @@ def model_step_environment(
             env.DEAD_LETTER_QUEUE_URL: queue_url,
             env.IDEMPOTENCY_KEY: idempotency_key,
             env.PROMPT_VERSION: prompt_version,
-            env.SYSTEM_PROMPT: system_prompt,
+            env.SYSTEM_PROMPT_SHA256: stack.enter_context(system_prompt_on_path(system_prompt)),
             env.MODEL_ID: model_id,
             env.MODEL_PROVIDER: "anthropic",
             env.MODEL_TIMEOUT_SECONDS: str(model_timeout_seconds),

@@ -18,6 +18,7 @@ from jmespath.exceptions import JMESPathError
 
 from . import environment as env_names
 from .errors import ConfigurationError
+from .system_prompt import load_system_prompt
 
 N = TypeVar("N", int, float)
 
@@ -31,6 +32,7 @@ DEFAULT_MAX_EVENT_AGE_SECONDS = 86_400
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_API_KEY_MAX_AGE_SECONDS = 300
 DEFAULT_METRICS_NAMESPACE = "IdempotentModelStep"
+DEFAULT_PROMPT_CACHE = "5m"
 PROVIDERS = ("anthropic", "bedrock")
 
 
@@ -59,6 +61,8 @@ class Settings:
     buffer_queue_url: str | None = None
     redrive_queue_arn: str | None = None
     api_key_max_age_seconds: int = DEFAULT_API_KEY_MAX_AGE_SECONDS
+    #: ``"5m"``, ``"1h"`` or ``"off"``: the system prompt's ``cache_control`` TTL.
+    prompt_cache: str = DEFAULT_PROMPT_CACHE
     # Compose and watch (issue 21).
     tracing_enabled: bool = False
     result_bus_arn: str | None = None
@@ -88,7 +92,7 @@ class Settings:
             dead_letter_queue_url=_required(env, env_names.DEAD_LETTER_QUEUE_URL),
             idempotency_key=key_expression,
             prompt_version=_required(env, env_names.PROMPT_VERSION),
-            system_prompt=_required(env, env_names.SYSTEM_PROMPT),
+            system_prompt=load_system_prompt(_required(env, env_names.SYSTEM_PROMPT_SHA256)),
             model_id=env.get(env_names.MODEL_ID) or DEFAULT_MODEL_ID,
             max_tokens=_positive(env, env_names.MAX_TOKENS, DEFAULT_MAX_TOKENS, int),
             model_provider=provider,
@@ -115,6 +119,7 @@ class Settings:
             api_key_max_age_seconds=_positive(
                 env, env_names.API_KEY_MAX_AGE_SECONDS, DEFAULT_API_KEY_MAX_AGE_SECONDS, int
             ),
+            prompt_cache=_prompt_cache(env),
             tracing_enabled=_flag(env, env_names.TRACING_ENABLED),
             result_bus_arn=env.get(env_names.RESULT_BUS_ARN, "").strip() or None,
             result_bus_kind=_choice(env, env_names.RESULT_BUS_KIND, ("classic", "v2")),
@@ -126,6 +131,15 @@ class Settings:
 def parse_labels(raw: str) -> tuple[str, ...]:
     """``"Hot, warm,,cold"`` -> ``("hot", "warm", "cold")``; empty input -> ``()``."""
     return tuple(label.strip().lower() for label in raw.split(",") if label.strip())
+
+
+def _prompt_cache(env: Mapping[str, str]) -> str:
+    raw = env.get(env_names.PROMPT_CACHE, "").strip().lower() or DEFAULT_PROMPT_CACHE
+    if raw not in env_names.PROMPT_CACHE_VALUES:
+        raise ConfigurationError(
+            f"{env_names.PROMPT_CACHE} must be one of {env_names.PROMPT_CACHE_VALUES}, got {raw!r}"
+        )
+    return raw
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

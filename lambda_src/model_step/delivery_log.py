@@ -3,6 +3,8 @@
 Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, dimension ``service``):
 ``ModelRequests`` and ``RateLimited`` (what the delivery's model call cost), ``InputTokens``
 and ``OutputTokens`` (the billed request's usage, when it reported any),
+``CacheWriteInputTokens`` and ``CacheReadInputTokens`` (the billed request's prompt-cache
+usage: ``cache_creation_input_tokens`` and ``cache_read_input_tokens``),
 ``DuplicatesSuppressed`` (answered from a stored record), ``ConcurrentDuplicates`` (waited for
 a holder), ``TransientFailures``, ``AttemptsInterrupted`` (the previous attempt of the key
 never reported back: a kill, timeout or out-of-memory after its request was sent),
@@ -57,6 +59,10 @@ class DeliveryLog:
             self._count("ModelRequests", spend.requests)
         if spend.rate_limited:
             self._count("RateLimited", spend.rate_limited)
+        if spend.requests and spend.usage["cache_creation_input_tokens"]:
+            self._count("CacheWriteInputTokens", spend.usage["cache_creation_input_tokens"])
+        if spend.requests and spend.usage["cache_read_input_tokens"]:
+            self._count("CacheReadInputTokens", spend.usage["cache_read_input_tokens"])
         # Only a billed answer reports usage; a zero is left out (a Sum graph reads the same).
         if spend.usage["input_tokens"]:
             self._count("InputTokens", spend.usage["input_tokens"])

@@ -66,7 +66,8 @@ DEAD_LETTER_QUEUE_URL: Final = "DEAD_LETTER_QUEUE_URL"
 BUFFER_QUEUE_URL: Final = "BUFFER_QUEUE_URL"
 REDRIVE_QUEUE_ARN: Final = "REDRIVE_QUEUE_ARN"
 PROMPT_VERSION: Final = "PROMPT_VERSION"
-SYSTEM_PROMPT: Final = "SYSTEM_PROMPT"
+SYSTEM_PROMPT_SHA256: Final = "SYSTEM_PROMPT_SHA256"
+PROMPT_CACHE: Final = "PROMPT_CACHE"
 MODEL_ID: Final = "MODEL_ID"
 MAX_TOKENS: Final = "MAX_TOKENS"
 MODEL_PROVIDER: Final = "MODEL_PROVIDER"
@@ -87,6 +88,9 @@ POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 AWS_REGION: Final = "AWS_REGION"
 AWS_LAMBDA_INITIALIZATION_TYPE: Final = "AWS_LAMBDA_INITIALIZATION_TYPE"
+
+#: Values of ``PROMPT_CACHE``: the ``cache_control`` TTL of the system prompt, or ``off``.
+PROMPT_CACHE_VALUES: Final = ("5m", "1h", "off")
 
 #: Every variable, in the order the docs list them.
 VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
@@ -112,9 +116,16 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         required=True,
     ),
     EnvironmentVariable(
-        SYSTEM_PROMPT,
-        "the system prompt of every request; joins the key's fingerprint",
+        SYSTEM_PROMPT_SHA256,
+        "sha256 (hex) of the system prompt, which ships with the code as "
+        "`model_step_prompt/<sha256>.txt` (never in the environment); the full text joins "
+        "the key's fingerprint",
         required=True,
+    ),
+    EnvironmentVariable(
+        PROMPT_CACHE,
+        "`5m`, `1h` or `off`: the `cache_control` TTL on the system prompt; never joins the key",
+        "5m",
     ),
     EnvironmentVariable(MODEL_ID, "the model to call; joins the key", "claude-haiku-5-5"),
     EnvironmentVariable(MAX_TOKENS, "`max_tokens` of each request; joins the key", "1024"),

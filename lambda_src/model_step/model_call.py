@@ -27,7 +27,7 @@ from .errors import (
     should_retry_header,
 )
 from .key import REPLAY_GENERATION_FIELD, RecordKey
-from .outcome import CompletedResult, Usage, zero_usage
+from .outcome import CompletedResult, Usage, usage_of, zero_usage
 from .persistence import stored_form
 
 BuildUserMessage = Callable[[dict[str, Any]], str]
@@ -77,6 +77,17 @@ def request_fingerprint(settings: Settings, handler_prompt_version: str | None =
     }
     encoded = json.dumps(document, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(encoded).hexdigest()
+
+
+def system_blocks(settings: Settings) -> list[dict[str, Any]]:
+    """The request's ``system``: one text block, marked with ``cache_control`` and the
+    ``PROMPT_CACHE`` TTL unless it is ``off``. The per-row part is the user message, after
+    this cached prefix. Below the model's minimum cacheable length the API caches nothing
+    and the request works as without the mark."""
+    block: dict[str, Any] = {"type": "text", "text": settings.system_prompt}
+    if settings.prompt_cache != "off":
+        block["cache_control"] = {"type": "ephemeral", "ttl": settings.prompt_cache}
+    return [block]
 
 
 def cap_answer(text: str, limit: int = MAX_STORED_ANSWER_BYTES) -> tuple[str, bool]:
@@ -158,7 +169,7 @@ class ModelCall:
                 message = client.messages.create(
                     model=settings.model_id,
                     max_tokens=settings.max_tokens,
-                    system=settings.system_prompt,
+                    system=system_blocks(settings),
                     messages=[{"role": "user", "content": user_message}],
                     timeout=seconds,
                 )
@@ -169,10 +180,7 @@ class ModelCall:
                 spend.requests = 1
             raise
         spend.requests = 1
-        spend.usage = Usage(
-            input_tokens=int(message.usage.input_tokens),
-            output_tokens=int(message.usage.output_tokens),
-        )
+        spend.usage = usage_of(message.usage)
         return message
 
     def result(self, message: Any, key: RecordKey) -> CompletedResult:
@@ -196,10 +204,7 @@ class ModelCall:
             model=str(message.model),
             prompt_version=settings.prompt_version,
             stop_reason=str(stop_reason),
-            usage=Usage(
-                input_tokens=int(message.usage.input_tokens),
-                output_tokens=int(message.usage.output_tokens),
-            ),
+            usage=usage_of(message.usage),
             completed_at=clock.utc_iso(),
         )
         if REPLAY_GENERATION_FIELD in key:

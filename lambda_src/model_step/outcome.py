@@ -22,10 +22,14 @@ DeliveryStatus = Literal["completed", "dead_lettered", "retry", "rate_limited"]
 
 
 class Usage(TypedDict):
-    """Tokens of the billed request (zeros when none was made)."""
+    """Tokens of the billed request (zeros when none was made), as the API reports them:
+    ``input_tokens`` excludes the cached prefix, which is counted either as written
+    (``cache_creation_input_tokens``) or as read (``cache_read_input_tokens``)."""
 
     input_tokens: int
     output_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
 
 
 class CompletedResult(TypedDict):
@@ -84,4 +88,21 @@ class Outcome(TypedDict):
 
 def zero_usage() -> Usage:
     """No tokens."""
-    return Usage(input_tokens=0, output_tokens=0)
+    return Usage(
+        input_tokens=0, output_tokens=0, cache_creation_input_tokens=0, cache_read_input_tokens=0
+    )
+
+
+def usage_of(sdk_usage: Any) -> Usage:
+    """The :class:`Usage` of an SDK message's ``usage`` (absent cache counts are 0: an API
+    or a fake that does not report caching cached nothing)."""
+
+    def count(name: str) -> int:
+        return int(getattr(sdk_usage, name, None) or 0)
+
+    return Usage(
+        input_tokens=count("input_tokens"),
+        output_tokens=count("output_tokens"),
+        cache_creation_input_tokens=count("cache_creation_input_tokens"),
+        cache_read_input_tokens=count("cache_read_input_tokens"),
+    )

@@ -363,12 +363,7 @@ class ModelStep:
                 replayed=result is not None and delivery.replayed,
                 model_requests=1 if billed else 0,
                 rate_limited=1 if spend.rate_limited else 0,
-                usage=Usage(
-                    input_tokens=spend.usage["input_tokens"],
-                    output_tokens=spend.usage["output_tokens"],
-                )
-                if billed
-                else zero_usage(),
+                usage=Usage(**spend.usage) if billed else zero_usage(),
                 result=result,
                 error_code=code,
             ),

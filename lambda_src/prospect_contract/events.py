@@ -50,6 +50,13 @@ UPLOAD_COUNTERS: tuple[str, ...] = (
     "output_tokens",
     "requests_saved",
     "deduplicated",
+    # Prompt caching (issue 20): billed cache tokens, and the usage of replayed results.
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "replayed_input_tokens",
+    "replayed_output_tokens",
+    "replayed_cache_creation_input_tokens",
+    "replayed_cache_read_input_tokens",
 )
 
 SplitStatus = Literal["completed", "rejected"]
@@ -113,6 +120,17 @@ class UploadCompletedDetail(TypedDict):
     output_tokens: int
     requests_saved: int
     deduplicated: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+    replayed_input_tokens: int
+    replayed_output_tokens: int
+    replayed_cache_creation_input_tokens: int
+    replayed_cache_read_input_tokens: int
+    #: Dollars (``prospect_contract.cost``); null when the model has no price.
+    cost_usd: float | None
+    saved_by_replays_usd: float | None
+    saved_by_cache_usd: float | None
+    saved_by_batch_usd: float | None
     missing: int | None
 
 

@@ -66,7 +66,7 @@ class ViewerApp:
             200,
             {
                 "configured": True,
-                "items": [upload_view(item) for item in items],
+                "items": [upload_view(item, self.uploads.price) for item in items],
                 "truncated": truncated,
             },
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from prospect_contract.cost import Price
 from prospect_contract.errors import ConfigurationError
 from prospect_contract.events import EVENT_SOURCE
 from prospect_contract.settings import positive_int
@@ -29,6 +30,8 @@ class Settings:
     - EVENT_BUS_KIND ["classic"]: ``classic`` (events PutEvents to EVENT_BUS_NAME) or
       ``v2`` (eventbridgev2 PutEvents to EVENT_BUS_ARN, with a deduplication id).
     - EVENT_BUS_ARN (required when EVENT_BUS_KIND is v2).
+    - MODEL_PRICE [unset: cost unknown]: the classify model's price, JSON
+      (``prospect_contract.cost``), for the uploads' dollar figures.
     """
 
     failures_table_name: str
@@ -38,6 +41,7 @@ class Settings:
     uploads_table_name: str = ""
     event_bus_kind: str = "classic"
     event_bus_arn: str = ""
+    model_price: Price | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -57,4 +61,5 @@ class Settings:
             uploads_table_name=os.environ.get("UPLOADS_TABLE_NAME", "").strip(),
             event_bus_kind=kind,
             event_bus_arn=os.environ.get("EVENT_BUS_ARN", "").strip() if kind == "v2" else "",
+            model_price=Price.from_environment(),
         )

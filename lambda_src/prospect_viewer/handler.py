@@ -31,7 +31,7 @@ def build_app(settings: Settings, session: boto3.session.Session | None = None) 
     else:
         bus = ClassicBus(session.client("events"), settings.event_bus_name, settings.event_source)
     uploads = (
-        UploadStore(dynamodb.Table(settings.uploads_table_name))
+        UploadStore(dynamodb.Table(settings.uploads_table_name), settings.model_price)
         if settings.uploads_table_name
         else None
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prospect_contract.cost import Price, upload_cost
+
 from .store import plain
 
 # Fields sent to the browser, in the page's column order.
@@ -27,6 +29,19 @@ UPLOAD_FIELDS = (
     "deduplicated",
     "input_tokens",
     "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+#: Counters the dollar figures are computed from (not all are shown).
+_COST_INPUTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "replayed_input_tokens",
+    "replayed_output_tokens",
+    "replayed_cache_creation_input_tokens",
+    "replayed_cache_read_input_tokens",
 )
 # Statuses an upload can have (contract): the page shows anything else as is.
 STATUSES = ("splitting", "classifying", "completed", "incomplete", "rejected")
@@ -35,19 +50,25 @@ STATUSES = ("splitting", "classifying", "completed", "incomplete", "rejected")
 MAX_UPLOADS_READ = 2000
 
 
-def upload_view(item: dict[str, Any]) -> dict[str, Any]:
-    """JSON-safe view of one upload, plus ``tokens_billed`` (input + output)."""
+def upload_view(item: dict[str, Any], price: Price | None = None) -> dict[str, Any]:
+    """JSON-safe view of one upload, plus ``tokens_billed`` (input, output, cache writes and
+    reads) and the dollar figures of ``prospect_contract.cost`` (null without ``price``,
+    default None: the model has no price)."""
     view = {name: plain(item[name]) for name in UPLOAD_FIELDS if name in item}
-    tokens = [view.get("input_tokens"), view.get("output_tokens")]
+    tokens = [view.get(name) for name in _COST_INPUTS[:4]]
     view["tokens_billed"] = sum(t for t in tokens if isinstance(t, int | float))
+    counters = {name: plain(item.get(name) or 0) for name in _COST_INPUTS}
+    view.update(upload_cost(counters, price))
     return view
 
 
 class UploadStore:
     """UploadsTable access: a bounded, paged Scan, newest first."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, price: Price | None = None) -> None:
         self._table = table
+        #: The classify model's price (``MODEL_PRICE``); None: cost unknown.
+        self.price = price
 
     def newest(self, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Up to ``limit`` uploads, newest ``created_at`` first, and whether more exist."""

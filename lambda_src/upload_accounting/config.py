@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from prospect_contract.cost import Price
 from prospect_contract.events import EVENT_SOURCE
 from prospect_contract.settings import positive_int, required
 
@@ -32,6 +33,8 @@ class LedgerSettings:
     - UPLOAD_SPLIT_DEADLINE_SECONDS [25200]: how long a split may take before the sweeper
       starts the clock above without it.
     - UPLOAD_RETENTION_DAYS [90]: TTL (``expires_at``) of upload items and row markers.
+    - MODEL_PRICE [unset: cost unknown]: the classify model's price, JSON
+      (``prospect_contract.cost``); the summary's dollar figures are null without it.
     """
 
     uploads_table_name: str
@@ -41,6 +44,7 @@ class LedgerSettings:
     deadline_seconds: int = DEFAULT_DEADLINE_SECONDS
     split_deadline_seconds: int = DEFAULT_SPLIT_DEADLINE_SECONDS
     retention_days: int = DEFAULT_RETENTION_DAYS
+    model_price: Price | None = None
 
     @staticmethod
     def configured() -> bool:
@@ -60,4 +64,5 @@ class LedgerSettings:
                 "UPLOAD_SPLIT_DEADLINE_SECONDS", DEFAULT_SPLIT_DEADLINE_SECONDS
             ),
             retention_days=positive_int("UPLOAD_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+            model_price=Price.from_environment(),
         )

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
+from prospect_contract.cost import BILLED_TOKENS
 from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
 from prospect_contract.metrics import write_closed_upload
 from prospect_contract.put_events import ClassicBus, detail_json, send_batch
@@ -85,10 +86,15 @@ def delivery_increments(outcome: Outcome | Mapping[str, Any] | None) -> dict[str
     increments = {
         "model_requests": int(outcome.get("model_requests") or 0),
         "rate_limited": int(outcome.get("rate_limited") or 0),
-        "input_tokens": int(usage.get("input_tokens") or 0),
-        "output_tokens": int(usage.get("output_tokens") or 0),
+        **{name: int(usage.get(name) or 0) for name in BILLED_TOKENS},
         "requests_saved": 1 if outcome.get("replayed") else 0,
     }
+    result = outcome.get("result") or {}
+    if outcome.get("replayed") and result.get("status") == "completed":
+        # What this duplicate would have cost had it been sent again: its original's usage.
+        stored = result.get("usage") or {}
+        for name in BILLED_TOKENS:
+            increments[f"replayed_{name}"] = int(stored.get(name) or 0)
     return {name: value for name, value in increments.items() if value}
 
 
@@ -579,7 +585,7 @@ class UploadLedger:
         response = self._update_upload(upload_id, update, condition, ReturnValues="ALL_NEW")
         if response is None:
             return False
-        detail = summary_detail(_plain_item(response["Attributes"]))
+        detail = summary_detail(_plain_item(response["Attributes"]), self.settings.model_price)
         self._put_completed_event(detail)
         write_closed_upload(self.settings.uploads_table_name, detail, self._clock())
         done = _Update().set("summary_published_at", utc_now_iso(self._clock()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, cast
 
+from prospect_contract.cost import Price, upload_cost
 from prospect_contract.events import UPLOAD_COUNTERS, UploadCompletedDetail
 
 SPLIT_COUNTS = ("rows", "valid", "invalid")
@@ -24,10 +25,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def summary_detail(item: dict[str, Any]) -> UploadCompletedDetail:
+def summary_detail(item: dict[str, Any], price: Price | None = None) -> UploadCompletedDetail:
     """The event detail for one upload item (``docs/contract.md`` §2). ``rows``/``valid``/
     ``invalid``/``missing`` are null when the split never finished; ``classified`` and
-    ``failed`` are maps label -> n and error_code -> n."""
+    ``failed`` are maps label -> n and error_code -> n; the dollar figures are null without
+    ``price`` (default None: the model has no price)."""
     detail: dict[str, Any] = {name: _plain(item.get(name)) for name in TEXT_FIELDS}
     if detail["reason"] is None:
         del detail["reason"]
@@ -37,5 +39,6 @@ def summary_detail(item: dict[str, Any]) -> UploadCompletedDetail:
     detail["failed"] = _plain(item.get("failed") or {})
     for name in UPLOAD_COUNTERS:
         detail[name] = _plain(item.get(name) or 0)
+    detail.update(upload_cost(detail, price))
     detail["missing"] = _plain(item.get("missing"))
     return cast(UploadCompletedDetail, detail)

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from bench import cold_start, duplicates, dynamodb_calls, splitter, synth
+from bench import cold_start, cost, duplicates, dynamodb_calls, splitter, synth
 
 
 def _run_quick(module, tmp_path, capsys) -> dict:
@@ -44,6 +44,15 @@ def test_duplicates(tmp_path, capsys):
     for name in duplicates.HANDLERS:
         assert {"requests", "requests_per_event", "failed_deliveries"} <= set(row[name])
     assert {r["scenario"] for r in result["rows"]} == set(duplicates.SCENARIOS)
+
+
+@pytest.mark.moto
+def test_cost(tmp_path, capsys):
+    result = _run_quick(cost, tmp_path, capsys)
+    assert result["rows"] == cost.QUICK_ROWS and result["prompt_tokens"] == cost.PROMPT_TOKENS
+    for run in ("uncached", "cached"):
+        assert result[run]["requests"] == cost.QUICK_ROWS
+    assert {"ratio", "physical_minimum_usd", "physical_minimum_ratio"} <= set(result)
 
 
 @pytest.mark.moto

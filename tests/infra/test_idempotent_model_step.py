@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import aws_cdk as cdk
@@ -138,7 +139,10 @@ def test_function_environment_configures_the_handler(raw):
         "MODEL_ID": "claude-haiku-5-5",
         "MAX_TOKENS": "1024",
     }
-    assert env["SYSTEM_PROMPT"].startswith("Classify the lead")
+    prompt = "Classify the lead as hot, warm or cold. Answer with one word."
+    assert env["SYSTEM_PROMPT_SHA256"] == hashlib.sha256(prompt.encode()).hexdigest()
+    assert env["PROMPT_CACHE"] == "5m"
+    assert "SYSTEM_PROMPT" not in env
 
 
 def test_no_secret_value_reaches_the_template(raw):

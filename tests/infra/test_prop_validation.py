@@ -84,9 +84,43 @@ def test_idempotency_key_is_over_detail_already(stack):
         make_step(stack, idempotency_key="[detail.upload_id, detail.row_number]")
 
 
-def test_system_prompt_over_the_environment_budget(stack):
-    with pytest.raises(PropValidationError, match=r"at most 2560 bytes .* got 4000 bytes"):
-        make_step(stack, system_prompt="x" * 4000)
+def test_a_system_prompt_of_200_000_bytes_is_accepted(stack):
+    make_step(stack, system_prompt="x" * 200_000)
+
+
+def test_system_prompt_over_200_000_bytes_names_the_size_and_the_limit(stack):
+    with pytest.raises(
+        PropValidationError, match=r"system_prompt must be at most 200,000 bytes .* got 200,001"
+    ):
+        make_step(stack, system_prompt="x" * 200_001)
+
+
+def test_system_prompt_file_over_the_limit_names_the_prop_and_the_file(stack, tmp_path):
+    path = tmp_path / "prompt.txt"
+    path.write_text("é" * 100_001)  # 200,002 bytes in UTF-8
+    with pytest.raises(
+        PropValidationError,
+        match=r"system_prompt_file must be at most 200,000 bytes, got 200,002 bytes .*prompt\.txt",
+    ):
+        make_step(stack, system_prompt=None, system_prompt_file=path)
+
+
+def test_system_prompt_file_missing(stack, tmp_path):
+    with pytest.raises(PropValidationError, match=r"system_prompt_file must be a readable file"):
+        make_step(stack, system_prompt=None, system_prompt_file=tmp_path / "nope.txt")
+
+
+@pytest.mark.parametrize(("text", "given"), [("Answer.", "both"), (None, "neither")])
+def test_exactly_one_of_system_prompt_and_its_file(stack, tmp_path, text, given):
+    path = tmp_path / "prompt.txt"
+    path.write_text("Answer hot.")
+    with pytest.raises(PropValidationError, match=rf"exactly one of system_prompt .* got {given}"):
+        make_step(stack, system_prompt=text, system_prompt_file=path if given == "both" else None)
+
+
+def test_prompt_cache_must_be_a_prompt_cache(stack):
+    with pytest.raises(PropValidationError, match=r"prompt_cache must be PromptCache\..* '5m'"):
+        make_step(stack, prompt_cache="5m")
 
 
 def test_expires_after_shorter_than_max_event_age(stack):

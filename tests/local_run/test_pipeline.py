@@ -79,6 +79,22 @@ def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_ru
     assert result.alerts == 1  # the sample has invalid rows
 
 
+def test_the_sample_writes_the_prompt_cache_once_and_reads_it_for_every_other_row(
+    duplicated_run,
+):
+    # The classifier's rubric is longer than the default model's minimum cacheable length.
+    assert (duplicated_run.cache_writes, duplicated_run.cache_reads) == (
+        1,
+        duplicated_run.valid - 1,
+    )
+    assert duplicated_run.cache_read_input_tokens == (
+        (duplicated_run.valid - 1) * duplicated_run.cache_creation_input_tokens
+    )
+    assert duplicated_run.cache_creation_input_tokens >= 4096
+    # Priced at the stack's MODEL_PRICE: the default model is in the price table.
+    assert duplicated_run.cost_usd is not None and duplicated_run.cost_usd > 0
+
+
 def test_handler_logs_go_to_the_log_file(duplicated_run):
     log = Path(duplicated_run.log_file).read_text()
     assert '"service":"prospect-splitter"' in log.replace(" ", "")

@@ -632,6 +632,30 @@ def test_uploads_are_listed_newest_first_with_counts_and_tokens(with_uploads):
     assert "expires_at" not in alpha
 
 
+def test_an_upload_without_a_model_price_has_tokens_and_an_unknown_cost(with_uploads):
+    _, data = get_json("/api/uploads")
+
+    gamma = data["items"][1]
+    assert (gamma["cache_creation_input_tokens"], gamma["cache_read_input_tokens"]) == (6000, 66000)
+    assert gamma["tokens_billed"] == 4800 + 96 + 6000 + 66000
+    assert gamma["cost_usd"] is None and gamma["saved_by_cache_usd"] is None
+
+
+def test_an_upload_with_a_model_price_shows_dollars_and_savings(with_uploads, monkeypatch):
+    price = '{"input":1,"output":5,"cache_write":1.25,"cache_read":0.1,"batch_discount":0.5}'
+    monkeypatch.setenv("MODEL_PRICE", price)
+    _, data = get_json("/api/uploads")
+
+    gamma = data["items"][1]
+    # 4,800 in x $1 + 96 out x $5 + 6,000 written x $1.25 + 66,000 read x $0.10, per million.
+    assert gamma["cost_usd"] == 0.01938
+    # The 72,000 cached tokens at $1, less their write and reads.
+    assert gamma["saved_by_cache_usd"] == 0.0579
+    # One replayed duplicate's 6,000 cache-read tokens were not sent again.
+    assert gamma["saved_by_replays_usd"] == 0.0006
+    assert gamma["saved_by_batch_usd"] == 0.0
+
+
 def _retry_all(upload_id):
     status, _, body = call("POST", "/api/retry-upload", {"upload_id": upload_id}, POST_HEADERS)
     assert status == 200, body

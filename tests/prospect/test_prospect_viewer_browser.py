@@ -147,7 +147,8 @@ def test_uploads_list_shows_status_counts_and_tokens(page):
     assert badges == ["splitting", "classifying", "incomplete", "completed"]
     alpha = page.locator("#uploads tr[data-upload-id='alpha']")
     assert "hot 1 · warm 1" in alpha.inner_text()
-    assert alpha.locator("td.tokens").inner_text() == "1290 (1234 / 56)"
+    assert alpha.locator("td.tokens").inner_text() == "1290 (1234 / 56 / 0 / 0)"
+    assert alpha.locator("td.cost").inner_text() == "unknown"
 
 
 def test_clicking_an_upload_shows_its_failures_and_filters_by_kind_and_code(page):

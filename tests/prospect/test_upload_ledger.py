@@ -40,7 +40,7 @@ def clock() -> Clock:
     return Clock()
 
 
-def new_ledger(aws, clock, **options):
+def new_ledger(aws, clock, model_price=None, **options):
     """A ledger whose clients come from ``aws.session`` now (after any hooks on it)."""
     settings = LedgerSettings(
         uploads_table_name=UPLOADS_TABLE,
@@ -48,6 +48,7 @@ def new_ledger(aws, clock, **options):
         event_bus_name=BUS,
         deadline_seconds=DEADLINE,
         split_deadline_seconds=600,
+        model_price=model_price,
     )
     return UploadLedger(
         settings,
@@ -125,6 +126,12 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         "classified_total": 2, "failed_total": 1, "model_requests": 2, "rate_limited": 0,
         "duplicates_suppressed": 0, "input_tokens": 150, "output_tokens": 3,
         "requests_saved": 0, "deduplicated": 2, "missing": 0,
+        "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+        "replayed_input_tokens": 0, "replayed_output_tokens": 0,
+        "replayed_cache_creation_input_tokens": 0, "replayed_cache_read_input_tokens": 0,
+        # No MODEL_PRICE: the cost is unknown, never a guess.
+        "cost_usd": None, "saved_by_replays_usd": None, "saved_by_cache_usd": None,
+        "saved_by_batch_usd": None,
     }  # fmt: skip
     item = upload_item(aws.session, "u-1")
     assert item["status"] == "completed" and "summary_published_at" in item
@@ -386,6 +393,40 @@ def test_the_sweeper_handler_sweeps_with_the_environment(aws, monkeypatch):
     # THEN the upload is closed as incomplete, one row missing
     assert result == {"swept": {"u-1": "incomplete"}}
     assert upload_item(aws.session, "u-1")["missing"] == 1
+
+
+def test_the_summary_reports_cache_tokens_dollars_and_savings(aws, clock):
+    from prospect_contract.cost import Price
+
+    create_upload_tables(aws.session)
+    price = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
+    ledger = new_ledger(aws, clock, model_price=price)
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=2, valid=2, invalid=0)
+    # Row 1 writes the 6,000-token prompt to the cache, a duplicate of row 1 is answered from
+    # its stored result, and row 2 reads the cache.
+    write = {"input_tokens": 40, "output_tokens": 1, "cache_creation_input_tokens": 6000,
+             "cache_read_input_tokens": 0}  # fmt: skip
+    read = {**write, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 6000}
+    stored = {"status": "completed", "label": "hot", "usage": write}
+    ledger.row_classified("u-1", 1, "hot", billed(usage=write, result=stored))
+    ledger.row_classified("u-1", 1, "hot", {**REPLAYED, "result": stored})
+    ledger.row_classified("u-1", 2, "cold", billed(usage=read))
+
+    [event] = completed_events(aws.drain_published())
+    detail = event["detail"]
+    assert (detail["cache_creation_input_tokens"], detail["cache_read_input_tokens"]) == (
+        6000,
+        6000,
+    )
+    # 80 in x $1 + 2 out x $5 + 6,000 written x $1.25 + 6,000 read x $0.10, per million.
+    assert detail["cost_usd"] == 0.00819
+    # The duplicate's request, billed as its original was: 40 in, 1 out, 6,000 written.
+    assert detail["saved_by_replays_usd"] == 0.007545
+    assert detail["requests_saved"] == 1
+    # 12,000 cached tokens at $1, less $0.0075 of write and $0.0006 of read.
+    assert detail["saved_by_cache_usd"] == 0.0039
+    assert detail["saved_by_batch_usd"] == 0.0
 
 
 def _upload_metric_documents(out: str) -> list[dict]:

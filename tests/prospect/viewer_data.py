@@ -216,7 +216,8 @@ def seed_uploads(table: Any) -> None:
             upload_item(
                 "gamma", "classifying", "2026-11-29T09:20:00.000Z",
                 rows=40, valid=40, classified={"cold": 12}, model_requests=12,
-                input_tokens=4800, output_tokens=96,
+                input_tokens=4800, output_tokens=96, cache_creation_input_tokens=6000,
+                cache_read_input_tokens=66000, replayed_cache_read_input_tokens=6000,
             ),
             upload_item("delta", "splitting", "2026-11-29T09:30:00.000Z"),
         ],

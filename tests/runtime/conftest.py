@@ -24,12 +24,15 @@ from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from constructs_lib.testing import FakeLambdaContext
 from tests.fakes import FakeMessagesAPI
 
+from .prompts import shipped
+
 REGION = "us-east-1"
 TABLE = "idempotency"
 PROSPECTS_TABLE = "prospects"
 SECRET_NAME = "anthropic-api-key"
 SECRET_VALUE = "sk-ant-secret-from-secrets-manager-0123456789"
 SYSTEM_PROMPT = "You label prospects. Answer hot, warm or cold."
+
 
 # One boto3 session for the whole run: a fresh session re-reads every service model from disk
 # (~0.1-0.2 s per client), which would dominate the suite's run time. moto intercepts clients
@@ -180,7 +183,7 @@ def model_env(aws, fake_api, monkeypatch) -> Aws:
     monkeypatch.setenv("DEAD_LETTER_QUEUE_URL", aws.queue_url)
     monkeypatch.setenv("IDEMPOTENCY_KEY", "[upload_id, row_number]")
     monkeypatch.setenv("PROMPT_VERSION", "v1")
-    monkeypatch.setenv("SYSTEM_PROMPT", SYSTEM_PROMPT)
+    monkeypatch.setenv("SYSTEM_PROMPT_SHA256", shipped(SYSTEM_PROMPT))
     monkeypatch.setenv("ANTHROPIC_API_KEY_SECRET_ARN", aws.secret_arn)
     monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "5")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "IdempotentModelStepTest")

@@ -15,6 +15,7 @@ from model_step import ModelStep
 from constructs_lib.local_engine.moto_server import moto_server as local_moto_server
 
 from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
+from .prompts import PROMPT_ROOT, shipped
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +58,7 @@ def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeyp
         "DEAD_LETTER_QUEUE_URL": queue_url,
         "IDEMPOTENCY_KEY": "[upload_id, row_number]",
         "PROMPT_VERSION": "v1",
-        "SYSTEM_PROMPT": SYSTEM_PROMPT,
+        "SYSTEM_PROMPT_SHA256": shipped(SYSTEM_PROMPT),
         "ANTHROPIC_API_KEY": "sk-local",
     }.items():
         monkeypatch.setenv(name, value)
@@ -65,7 +66,10 @@ def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeyp
     first = ModelStep.from_environment(boto3_session=session).handle(event, FakeLambdaContext())
     assert fake_api.request_count == 1
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src"), str(PROMPT_ROOT)]),
+    )
     child = subprocess.run(
         [sys.executable, "-c", CHILD],
         input=json.dumps(event),

@@ -11,12 +11,14 @@ from model_step import (
 )
 from model_step.api_key import parse_secret_string
 
+from .prompts import shipped
+
 REQUIRED = {
     "IDEMPOTENCY_TABLE_NAME": "t",
     "DEAD_LETTER_QUEUE_URL": "https://sqs.example/q",
     "IDEMPOTENCY_KEY": "[upload_id, row_number]",
     "PROMPT_VERSION": "v1",
-    "SYSTEM_PROMPT": "be brief",
+    "SYSTEM_PROMPT_SHA256": shipped("be brief"),
 }
 
 
@@ -123,7 +125,7 @@ def test_the_defaults_are_the_ones_environment_declares():
             environment.DEAD_LETTER_QUEUE_URL: "q",
             environment.IDEMPOTENCY_KEY: "[a]",
             environment.PROMPT_VERSION: "v",
-            environment.SYSTEM_PROMPT: "s",
+            environment.SYSTEM_PROMPT_SHA256: shipped("s"),
         }
     )
     declared = {v.name: v.default for v in environment.VARIABLES}

@@ -6,13 +6,14 @@ import pytest
 from model_step import Settings, request_fingerprint
 
 from .conftest import FakeLambdaContext, make_event
+from .prompts import shipped
 
 REQUIRED = {
     "IDEMPOTENCY_TABLE_NAME": "t",
     "DEAD_LETTER_QUEUE_URL": "https://sqs.example/q",
     "IDEMPOTENCY_KEY": "[upload_id, row_number]",
     "PROMPT_VERSION": "v1",
-    "SYSTEM_PROMPT": "be brief",
+    "SYSTEM_PROMPT_SHA256": shipped("be brief"),
 }
 
 
@@ -45,7 +46,7 @@ def test_a_replaced_function_keeps_its_records(make_step, fake_api, monkeypatch)
     ("name", "value"),
     [
         ("MAX_TOKENS", "512"),
-        ("SYSTEM_PROMPT", "You label prospects. Answer hot or cold."),
+        ("SYSTEM_PROMPT_SHA256", shipped("You label prospects. Answer hot or cold.")),
         ("ALLOWED_LABELS", "hot,warm,cold,frozen"),
     ],
 )

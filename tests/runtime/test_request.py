@@ -19,7 +19,38 @@ def test_request_sends_no_sampling_parameters(make_step, fake_api):
     assert not {"temperature", "top_p", "top_k"} & body.keys()
     assert body["model"] == "claude-haiku-5-5"
     assert body["max_tokens"] == 1024
-    assert body["system"] == SYSTEM_PROMPT
+    assert body["system"] == [
+        {"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral", "ttl": "5m"}}
+    ]
+
+
+@pytest.mark.parametrize(("setting", "cache_control"), [("1h", {"type": "ephemeral", "ttl": "1h"})])
+def test_the_system_prompt_carries_the_prompt_cache_ttl(
+    make_step, fake_api, monkeypatch, setting, cache_control
+):
+    monkeypatch.setenv("PROMPT_CACHE", setting)
+    make_step().handle(make_event(), FakeLambdaContext())
+
+    [block] = fake_api.last_request.body["system"]
+    assert block["cache_control"] == cache_control
+
+
+def test_prompt_cache_off_sends_no_cache_control(make_step, fake_api, monkeypatch):
+    monkeypatch.setenv("PROMPT_CACHE", "off")
+    make_step().handle(make_event(), FakeLambdaContext())
+
+    assert fake_api.last_request.body["system"] == [{"type": "text", "text": SYSTEM_PROMPT}]
+
+
+def test_the_per_row_part_follows_the_cached_prefix(make_step, fake_api):
+    event = make_event()
+    make_step().handle(event, FakeLambdaContext())
+
+    body = fake_api.last_request.body
+    assert "cache_control" in body["system"][-1]
+    assert body["messages"] == [
+        {"role": "user", "content": json.dumps(event["detail"], sort_keys=True)}
+    ]
 
 
 def test_default_user_message_is_the_detail_as_sorted_json(make_step, fake_api):

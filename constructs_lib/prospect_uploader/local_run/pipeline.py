@@ -39,6 +39,7 @@ from constructs_lib.local_engine.run_bound import (
     derive_run_bound,
     queue_horizon_seconds,
 )
+from constructs_lib.model_prices import upload_cost
 
 from .options import RunOptions, require_local_dependencies, validate_options
 from .results import RunResult, count_csv_rows, read_outcome
@@ -132,6 +133,8 @@ class LocalPipeline:
                     rate_limit=RateLimiter(options.rate_limit, options.seconds_per_minute)
                     if options.rate_limit
                     else None,
+                    # Prompt-cache TTLs run on the run's clock, as the retries do.
+                    run_clock=lambda: time.monotonic() * 60.0 / options.seconds_per_minute,
                 )
             )
             # ANTHROPIC_API_KEY wins over the secret, so Secrets Manager is never called.
@@ -323,6 +326,20 @@ class LocalPipeline:
             result.rate_limited = self._model.outcomes.get("429", 0)
             result.input_tokens = self._model.input_tokens
             result.output_tokens = self._model.output_tokens
+            result.cache_creation_input_tokens = self._model.cache_creation_input_tokens
+            result.cache_read_input_tokens = self._model.cache_read_input_tokens
+            result.cache_writes = self._model.prompt_cache.writes
+            result.cache_reads = self._model.prompt_cache.reads
+            # Priced as the deployed ledger prices it: the stack's MODEL_PRICE (prop and
+            # context overrides included); null for a model the price table does not know.
+            billed = {
+                "input_tokens": result.input_tokens,
+                "output_tokens": result.output_tokens,
+                "cache_creation_input_tokens": result.cache_creation_input_tokens,
+                "cache_read_input_tokens": result.cache_read_input_tokens,
+            }
+            price = engine.environment.get("MODEL_PRICE")
+            result.cost_usd = upload_cost(billed, price)["cost_usd"]
         else:
             # The real API cannot be asked; the step's own ModelRequests metric (EMF) can.
             sys.stdout.flush()  # The handler log while the run is open: EMF lines to disk.

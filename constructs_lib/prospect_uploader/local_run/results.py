@@ -74,6 +74,11 @@ class RunResult:
     rate_limited: int = 0  # 429 answers (the limiter's and injected ones)
     input_tokens: int = 0  # billed (200 answers)
     output_tokens: int = 0
+    cache_creation_input_tokens: int = 0  # billed cache writes (200 answers)
+    cache_read_input_tokens: int = 0  # billed cache reads (200 answers)
+    cache_writes: int = 0  # requests that wrote the prompt cache
+    cache_reads: int = 0  # requests that read it
+    cost_usd: float | None = None  # the billed tokens at MODEL_PRICE; None: no price
     elapsed_s: float = 0.0  # wall time from the upload to the last settled invocation
     run_minutes: float = 0.0  # the same on the run's clock (elapsed_s / seconds per minute)
     iam_checked: bool = False
