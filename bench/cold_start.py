@@ -45,7 +45,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ from bench.harness import (
     median,
     patched_env,
     print_table,
+    prompt_root,
     ratio,
     step_environment,
 )
@@ -242,6 +243,8 @@ def measure_cold_starts(
         variants, why_not = deployed_variants(stack, cdk_out, quick)
         if not variants:
             variants = [source_tree_variant(empty)]
+        # The bench's system prompt ships beside the asset, as the construct ships the app's.
+        variants = [replace(v, paths=(*v.paths, str(prompt_root()))) for v in variants]
         session = boto3.session.Session(region_name=REGION)
         with patched_env({"AWS_ENDPOINT_URL": endpoint}):
             create_idempotency_table(session)

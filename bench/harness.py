@@ -116,6 +116,12 @@ def create_queue(session: boto3.session.Session, name: str = "model-step-dlq") -
 _PROMPT_ROOT = Path(tempfile.mkdtemp(prefix="bench-prompts-"))
 
 
+def prompt_root() -> Path:
+    """The directory :func:`shipped_prompt` ships into: a child process that runs the step
+    needs it on its ``sys.path``, as Lambda has the asset's copy."""
+    return _PROMPT_ROOT
+
+
 def shipped_prompt(text: str) -> str:
     """Ship ``text`` as a step's system prompt, on ``sys.path``; its ``SYSTEM_PROMPT_SHA256``."""
     if str(_PROMPT_ROOT) not in sys.path:
