@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constructs_lib._runtime_environment import runtime_environment as env
+from constructs_lib.local_engine.environment import patched_environ
 from constructs_lib.system_prompt_asset import system_prompt_on_path
 
 from .lambda_context import FakeLambdaContext
@@ -203,7 +203,7 @@ def model_step_environment(
         "AWS_REGION": REGION,
     }
     with ExitStack() as stack:
-        stack.enter_context(_patched_environ(fake_aws, _CLEARED))
+        stack.enter_context(patched_environ(fake_aws, _CLEARED))
         stack.enter_context(mock_aws())
         stack.enter_context(atomic_dynamodb_writes())
         session = boto3.session.Session(region_name=REGION)
@@ -237,22 +237,5 @@ def model_step_environment(
             **({env.ALLOWED_LABELS: ",".join(allowed_labels)} if allowed_labels else {}),
             **dict(environment or {}),
         }
-        stack.enter_context(_patched_environ(environ, ()))
+        stack.enter_context(patched_environ(environ, ()))
         yield LocalModelStep(api=api, environ=environ, dynamodb=dynamodb, sqs=sqs)
-
-
-@contextmanager
-def _patched_environ(values: Mapping[str, str], cleared: Sequence[str]) -> Iterator[None]:
-    names = set(values) | set(cleared)
-    saved = {name: os.environ.get(name) for name in names}
-    for name in cleared:
-        os.environ.pop(name, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
