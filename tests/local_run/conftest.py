@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly
+from constructs_lib.local_engine.scheduling import Scheduler, WorkTracker
 
 REPO = Path(__file__).resolve().parents[2]
 CDK_OUT = REPO / "cdk.out"
 SAMPLE = REPO / "data" / "prospects-sample.csv"
+
+
+@pytest.fixture
+def clock() -> Iterator[tuple[Scheduler, WorkTracker]]:
+    """A scheduler and work tracker for the local engine's queues, stopped after the test."""
+    scheduler, tracker = Scheduler(), WorkTracker()
+    yield scheduler, tracker
+    scheduler.stop()
 
 
 @pytest.fixture(scope="session")

@@ -15,32 +15,8 @@ from constructs_lib.local_engine.lambda_faults import (
     LambdaKilled,
     stable_content,
 )
-from constructs_lib.local_engine.scheduling import Scheduler, WorkTracker
-from constructs_lib.local_engine.sqs_queues import Arrival, LocalQueue, MappingPoller
-
-URL = "https://sqs.us-east-1.amazonaws.com/123456789012/"
-ARN = "arn:aws:sqs:us-east-1:123456789012:"
-MINUTE = 0.2  # local seconds per minute of AWS time
-
-
-@pytest.fixture
-def clock():
-    scheduler, tracker = Scheduler(), WorkTracker()
-    yield scheduler, tracker
-    scheduler.stop()
-
-
-def _queue(clock, name: str, **kwargs) -> LocalQueue:
-    scheduler, tracker = clock
-    return LocalQueue(
-        name,
-        URL + name,
-        ARN + name,
-        seconds_per_minute=MINUTE,
-        scheduler=scheduler,
-        tracker=tracker,
-        **kwargs,
-    )
+from constructs_lib.local_engine.sqs_queues import Arrival, MappingPoller
+from tests.local_run.local_queues import make_queue
 
 
 def _poller(queue, invoke, pool, tracker, faults=None) -> MappingPoller:
@@ -110,7 +86,7 @@ def test_copies_of_one_event_are_one_content():
 def test_a_throttled_receive_comes_back_with_a_higher_receive_count(clock):
     # GIVEN a poller whose Lambda throttles the first receive
     scheduler, tracker = clock
-    queue = _queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
+    queue = make_queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
     seen: list[tuple[str, float]] = []
 
     class ThrottleFirstReceive(LambdaFaults):
@@ -142,8 +118,8 @@ def test_a_throttled_receive_comes_back_with_a_higher_receive_count(clock):
 def test_a_killed_invocation_deletes_nothing_and_its_redrive_remembers_it(clock):
     # GIVEN a queue that redrives after two receives, and a function killed on every one
     scheduler, tracker = clock
-    dlq = _queue(clock, "dlq")
-    queue = _queue(clock, "buffer", visibility_timeout=30, max_receive_count=2)
+    dlq = make_queue(clock, "dlq")
+    queue = make_queue(clock, "buffer", visibility_timeout=30, max_receive_count=2)
     queue.dead_letter = dlq
     calls = []
 
@@ -167,7 +143,7 @@ def test_a_killed_invocation_deletes_nothing_and_its_redrive_remembers_it(clock)
 
 
 def test_a_message_sent_with_an_error_code_is_a_coded_arrival(clock):
-    dlq = _queue(clock, "dlq")
+    dlq = make_queue(clock, "dlq")
     dlq.send("{}", attributes={"ERROR_CODE": {"DataType": "String", "StringValue": "X"}})
     dlq.send("{}")
     on_failure = {"requestContext": {"condition": "RetriesExhausted"}, "requestPayload": {}}

@@ -12,36 +12,12 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from constructs_lib.local_engine.scheduling import Scheduler, WorkTracker
-from constructs_lib.local_engine.sqs_queues import LocalQueue, LocalQueues, MappingPoller
-
-URL = "https://sqs.us-east-1.amazonaws.com/123456789012/"
-ARN = "arn:aws:sqs:us-east-1:123456789012:"
-MINUTE = 0.2  # local seconds per minute of AWS time
-
-
-@pytest.fixture
-def clock():
-    scheduler, tracker = Scheduler(), WorkTracker()
-    yield scheduler, tracker
-    scheduler.stop()
-
-
-def _queue(clock, name: str, **kwargs) -> LocalQueue:
-    scheduler, tracker = clock
-    return LocalQueue(
-        name,
-        URL + name,
-        ARN + name,
-        seconds_per_minute=MINUTE,
-        scheduler=scheduler,
-        tracker=tracker,
-        **kwargs,
-    )
+from constructs_lib.local_engine.sqs_queues import LocalQueues, MappingPoller
+from tests.local_run.local_queues import make_queue
 
 
 def test_delay_and_visibility_run_on_the_compressed_clock(clock):
-    queue = _queue(clock, "buffer", visibility_timeout=60)
+    queue = make_queue(clock, "buffer", visibility_timeout=60)
     queue.send("a", delay_seconds=120)  # two minutes: 0.4 s locally
     assert queue.receive(1)[0] == []
     time.sleep(0.45)
@@ -56,8 +32,8 @@ def test_delay_and_visibility_run_on_the_compressed_clock(clock):
 
 
 def test_a_message_received_max_receive_count_times_moves_to_the_dead_letter_queue(clock):
-    dlq = _queue(clock, "dlq")
-    queue = _queue(clock, "buffer", visibility_timeout=0, max_receive_count=2)
+    dlq = make_queue(clock, "dlq")
+    queue = make_queue(clock, "buffer", visibility_timeout=0, max_receive_count=2)
     queue.dead_letter = dlq
     queue.send("poison", attributes={"attempts": {"DataType": "Number", "StringValue": "1"}})
     assert len(queue.receive(1)[0]) == 1
@@ -71,7 +47,7 @@ def test_a_message_received_max_receive_count_times_moves_to_the_dead_letter_que
 
 def test_the_poller_never_exceeds_maximum_concurrency_and_settles(clock):
     scheduler, tracker = clock
-    queue = _queue(clock, "buffer", visibility_timeout=30)
+    queue = make_queue(clock, "buffer", visibility_timeout=30)
     running, peak, lock = [0], [0], threading.Lock()
 
     def invoke(event):
@@ -103,7 +79,7 @@ def test_the_poller_never_exceeds_maximum_concurrency_and_settles(clock):
 
 def test_a_reported_item_failure_comes_back_after_the_visibility_timeout(clock):
     scheduler, tracker = clock
-    queue = _queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
+    queue = make_queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
     seen: list[float] = []
 
     def invoke(event):
@@ -130,7 +106,7 @@ def test_a_reported_item_failure_comes_back_after_the_visibility_timeout(clock):
 
 
 def test_a_real_client_is_answered_by_the_local_queue(clock):
-    queue = _queue(clock, "buffer")
+    queue = make_queue(clock, "buffer")
     queues = LocalQueues()
     queues.add(queue)
     with mock_aws(), queues.installed():
