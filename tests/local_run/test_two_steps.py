@@ -62,17 +62,21 @@ def row_event(row_number: int) -> dict:
     }
 
 
+def _settings(model: LocalMessagesAPI) -> EngineSettings:
+    """Every event delivered twice, both steps' model calls on the local model."""
+    return EngineSettings(
+        duplicates=2,
+        environment={
+            "ANTHROPIC_API_KEY": "sk-ant-local-two-steps",
+            "ANTHROPIC_BASE_URL": model.base_url,
+        },
+    )
+
+
 def test_hot_prospects_get_one_outreach_note_each_with_one_request_per_key_per_step(cdk_out):
     assembly = load_assembly(cdk_out, "TwoSteps")
     with LocalMessagesAPI(labels=LABELS) as model:
-        settings = EngineSettings(
-            duplicates=2,
-            environment={
-                "ANTHROPIC_API_KEY": "sk-ant-local-two-steps",
-                "ANTHROPIC_BASE_URL": model.base_url,
-            },
-        )
-        with LocalEngine(assembly, settings, code_root=lambda_src_root()) as engine:
+        with LocalEngine(assembly, _settings(model), code_root=lambda_src_root()) as engine:
             bus = engine.aws.ref(_bus_logical_id(engine))
             # GIVEN every row published twice (a producer's retry)
             for row_number in range(1, ROWS + 1):
@@ -140,14 +144,7 @@ def test_on_a_v2_bus_the_steps_chain_and_every_result_is_published_once(tmp_path
     app.synth()
     assembly = load_assembly(tmp_path, "TwoStepsV2")
     with LocalMessagesAPI(labels=LABELS) as model:
-        settings = EngineSettings(
-            duplicates=2,
-            environment={
-                "ANTHROPIC_API_KEY": "sk-ant-local-two-steps",
-                "ANTHROPIC_BASE_URL": model.base_url,
-            },
-        )
-        with LocalEngine(assembly, settings, code_root=lambda_src_root()) as engine:
+        with LocalEngine(assembly, _settings(model), code_root=lambda_src_root()) as engine:
             [bus] = engine.buses_v2.buses.values()
             client = engine.aws.client("eventbridgev2")
             # GIVEN every row published twice, without a DeduplicationId of its own
