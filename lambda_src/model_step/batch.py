@@ -91,7 +91,8 @@ RESERVE_MILLIS = 30_000
 MAX_CREATE_BYTES = 256 * 1024 * 1024 - 1024 * 1024
 #: The most rows one submission holds (its custom_ids must fit one table item).
 SUBMISSION_ROWS = 10_000
-#: The tick's lease (seconds): the function's longest run.
+#: The tick's lease (seconds) when the context has no deadline; else the invocation's
+#: remaining time, so a killed tick's lease ends with it.
 LEASE_SECONDS = 900.0
 #: The error type of a batch result that is the request's own fault.
 INVALID_REQUEST = "invalid_request_error"
@@ -438,7 +439,9 @@ class BatchDelivery:
         """Submit due submissions, reconcile uncertain creates, collect ended batches and
         cancel stuck ones; emit the oldest open batch's age. One tick at a time (a lease)."""
         store = self.store
-        token = store.take_lease(LEASE_SECONDS)
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        lease = LEASE_SECONDS if remaining is None else float(remaining()) / 1000
+        token = store.take_lease(lease)
         if token is None:
             return {"model_step_batch": "busy"}
         summary = {"submitted": 0, "reconciled": 0, "collected": 0, "results": 0, "open": 0}

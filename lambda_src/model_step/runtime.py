@@ -277,7 +277,7 @@ class ModelStep:
         except (batch.Staged, batch.BatchResubmit) as waiting:
             # Message Batches delivery (issue 19): no request now; the key waits in a batch.
             log.spent(delivery.spend)
-            log.waiting("batch", getattr(waiting, "error_code", "Staged"), 0)
+            log.batched(getattr(waiting, "error_code", "Staged"))
             log.flush()
             raise
         except IdempotencyAlreadyInProgressError:

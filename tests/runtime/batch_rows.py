@@ -7,11 +7,9 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
-import pytest
-from model_step import clock
 from model_step.batch_store import custom_id_of
 
-from .conftest import TABLE, Buffer, FakeLambdaContext, fresh_event
+from .conftest import Buffer, FakeLambdaContext, fresh_event
 
 TICK = {"model_step_batch": "tick"}
 #: Seconds past which an uncertain create is reconciled (create deadline + grace).
@@ -124,18 +122,3 @@ def custom_id_for(step, event: dict) -> str:
         fingerprint=parts.fingerprint,
     )
     return custom_id_of(parts.persistence.record_id({"key": key}))
-
-
-@pytest.fixture
-def batch_env(model_env, buffer, fake_api, monkeypatch):
-    """Batch delivery: a submission is due as soon as it is written (max wait 1 s, and
-    rows enqueued earlier), batches end 60 s after creation on the runtime's clock."""
-    monkeypatch.setenv("MODEL_DELIVERY", "batch")
-    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "1")
-    monkeypatch.setenv("BATCH_MAX_REQUESTS", "10000")
-    fake_api.batches.clock = lambda: clock.now()
-    fake_api.batches.processing_delay = 60
-    return model_env
-
-
-__all__ = ["TABLE"]

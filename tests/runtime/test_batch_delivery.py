@@ -4,11 +4,8 @@ API's batch endpoints, moto for AWS."""
 
 from __future__ import annotations
 
-import time
-
 from .batch_rows import (
     assert_every_key_ends_once,
-    batch_env,  # noqa: F401 (a fixture)
     rows,
     sqs_batch,
     stored,
@@ -23,7 +20,7 @@ def test_rows_go_as_one_batch_and_the_tick_stores_each_answer(
     clock = ShiftedClock(monkeypatch)
     step = make_step(on_outcome=outcomes)
     events = rows(5)
-    time.sleep(1.1)
+    clock.shift(2)
 
     response = step.handle(sqs_batch(buffer, events), FakeLambdaContext())
 
