@@ -125,6 +125,9 @@ class MessageBatchStore:
         self.max_bytes = max_bytes
         #: Faults of the next create calls, consumed in order (see the module docstring).
         self.create_faults: list[int | str] = []
+        #: A batch not ended this long after creation ends with every request ``expired``
+        #: (the API's 24 h); a test may raise it to imitate a batch stuck open.
+        self.lifetime_seconds: float = BATCH_LIFETIME_SECONDS
         #: Close the results stream after this many lines (once). Default None.
         self.results_drop_after: int | None = None
         #: Every batch, by id, in creation order.
@@ -147,7 +150,7 @@ class MessageBatchStore:
         now = self.clock()
         if batch.cancel_initiated_at is not None:
             final = "canceled"
-        elif now >= batch.created_at + BATCH_LIFETIME_SECONDS:
+        elif now >= batch.created_at + self.lifetime_seconds:
             final = "expired"
         elif now >= batch.created_at + batch.delay:
             final = ""
