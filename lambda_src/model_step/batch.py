@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -564,27 +564,23 @@ class BatchDelivery:
     ) -> tuple[bool, int]:
         """Stream a batch's results from line ``done`` on; ``(finished, applied)``."""
         client = self._clients.get()
-        position = 0
-        applied = 0
         stream = client.messages.batches.results(batch_id)
         try:
-            for line in _lines(stream):
-                position += 1
-                if position <= done:
-                    continue
-                self._apply(batch_id, line, context, answer_row)
-                applied += 1
-                if position % CHECKPOINT_EVERY == 0:
-                    self.store.checkpoint(batch_id, position)
-                    if _out_of_time(context):
-                        return False, applied
+            finished, position, applied = stream_results(
+                stream,
+                done,
+                lambda line: self._apply(batch_id, line, context, answer_row),
+                lambda position: self.store.checkpoint(batch_id, position),
+                lambda: _out_of_time(context),
+            )
         finally:
             stream.close()
-        self.store.checkpoint(batch_id, position, collected=True)
-        self._parts.logger.info(
-            "Message Batch collected", extra={"batch_id": batch_id, "results": position}
-        )
-        return True, applied
+        if finished:
+            self.store.checkpoint(batch_id, position, collected=True)
+            self._parts.logger.info(
+                "Message Batch collected", extra={"batch_id": batch_id, "results": position}
+            )
+        return finished, applied
 
     def _apply(self, batch_id: str, line: Any, context: Any, answer_row: AnswerRow) -> None:
         """One result line: the key's outcome through the realtime path, then the row is
@@ -659,8 +655,30 @@ def _exhausted(claim: Claim) -> RetriesExhaustedError:
     )
 
 
-def _lines(stream: Any) -> Iterator[Any]:
-    yield from stream
+def stream_results(
+    stream: Iterable[Any],
+    done: int,
+    apply: Callable[[Any], None],
+    checkpoint: Callable[[int], None],
+    out_of_time: Callable[[], bool],
+) -> tuple[bool, int, int]:
+    """Apply a results stream one line at a time, from line ``done`` on (the lines before
+    it are read and dropped: the stream is never held whole). Every
+    :data:`CHECKPOINT_EVERY` lines the position is checkpointed, and the run stops there
+    when ``out_of_time()``. Returns ``(finished, position, applied)``."""
+    position = 0
+    applied = 0
+    for line in stream:
+        position += 1
+        if position <= done:
+            continue
+        apply(line)
+        applied += 1
+        if position % CHECKPOINT_EVERY == 0:
+            checkpoint(position)
+            if out_of_time():
+                return False, position, applied
+    return True, position, applied
 
 
 def _retry_after(exc: Any) -> float:
