@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -689,11 +688,11 @@ def _retry_after(exc: Any) -> float:
         return 60.0
 
 
+def out_of_time(context: Any) -> bool:
+    """True when the invocation has less than :data:`RESERVE_MILLIS` left."""
+    return _out_of_time(context)
+
+
 def _out_of_time(context: Any) -> bool:
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     return remaining is not None and float(remaining()) < RESERVE_MILLIS
-
-
-def monotonic() -> float:
-    """Seconds of a monotonic clock (durations of the tick)."""
-    return time.monotonic()

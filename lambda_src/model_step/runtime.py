@@ -201,7 +201,13 @@ class ModelStep:
     def _handle_batch(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         failures = []
         self._staging.rows = []
+        staging = self._components().batch is not None
         for record in event["Records"]:
+            if staging and batch.out_of_time(context):
+                # Message Batches delivery (issue 19): up to 10,000 rows a delivery; the
+                # ones left when time runs short come back, never half-staged.
+                failures.append({"itemIdentifier": record["messageId"]})
+                continue
             try:
                 self._handle_record(record, context)
             except Exception as exc:
@@ -411,15 +417,15 @@ class ModelStep:
     def _stage_direct(self, event: Mapping[str, Any], context: Any) -> Any:
         """A bare EventBridge event under batch delivery: staged as a one-row submission
         (or answered from its stored record)."""
-        self._staging.rows = []
         delivery = self._new_delivery(event, context, None)
         try:
             result = self._deliver(delivery)
         except batch.Staged as staged:
-            if staged.new:
-                self._staging.rows.append(("", batch.StagedRow(staged.custom_id, clock.now())))
-            if self._flush_staged(context):
-                raise
+            parts = self._components()
+            assert parts.batch is not None
+            rows = [batch.StagedRow(staged.custom_id, clock.now())] if staged.new else []
+            # A failure raises: Lambda retries the event, which adopts its staged row.
+            parts.batch.flush(rows, context, self._answer_from_batch)
             return {"status": "staged"}
         self._notify(delivery, result["status"], result, _result_code(result))
         return result
