@@ -1260,8 +1260,10 @@ class IdempotentModelStep(Construct):
                 )
             ],
         )
-        # The staged rows of a submission are read 100 at a time (batch_store.rows).
-        self.table.grant(self.function, "dynamodb:BatchGetItem")
+        # The staged rows of a submission are read 100 at a time (batch_store.rows); a row
+        # staged by a killed invocation is adopted in a transaction (batch_store.adopt_orphan:
+        # a ConditionCheck on the missing submission beside the row's UpdateItem).
+        self.table.grant(self.function, "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem")
         alarm = threshold_alarm(
             self,
             "OldestOpenBatchAlarm",

@@ -193,7 +193,7 @@ class BatchDelivery:
         if found is not None:
             owner = batch_store.text(found, "submission") or ""
             orphan = owner != self.submission_id and store.submission(owner) is None
-            if not (orphan and store.move_row(custom_id, owner, self.submission_id)):
+            if not (orphan and store.adopt_orphan(custom_id, owner, self.submission_id)):
                 raise Staged(custom_id, new=False)
             raise Staged(custom_id, new=True)  # its attempt was claimed when first staged
         claim = self._parts.budget(request).claim()

@@ -141,6 +141,42 @@ class BatchStore:
             return False
         return True
 
+    def adopt_orphan(self, custom_id: str, old: str, new: str) -> bool:
+        """Give a staged row to ``new`` if its owner ``old`` does not exist: one transaction,
+        so an owner written meanwhile (a slow duplicate of the same invocation's rows)
+        keeps it, and the row is never in two submissions that both send it."""
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "ConditionCheck": {
+                            "TableName": self._table,
+                            "Key": self._key(SUBMISSION, old),
+                            "ConditionExpression": "attribute_not_exists(id)",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self._table,
+                            "Key": self._key(ROW, custom_id),
+                            "UpdateExpression": "SET submission = :new",
+                            "ConditionExpression": "submission = :old AND #state = :staged",
+                            "ExpressionAttributeNames": {"#state": "state"},
+                            "ExpressionAttributeValues": {
+                                ":new": {"S": new},
+                                ":old": {"S": old},
+                                ":staged": {"S": "staged"},
+                            },
+                        }
+                    },
+                ]
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise
+            return False
+        return True
+
     def row(self, custom_id: str) -> Item | None:
         """The live row of ``custom_id``."""
         return self._get(self._key(ROW, custom_id))

@@ -97,7 +97,9 @@ def test_a_rule_ticks_the_function_every_minute_with_the_constant_input(batch_te
     )
 
 
-def test_the_function_may_read_staged_rows_in_batches(batch_template, realtime_template):
+def test_the_function_may_read_staged_rows_in_batches_and_adopt_orphans(
+    batch_template, realtime_template
+):
     def actions(template: assertions.Template) -> set[str]:
         found: set[str] = set()
         for policy in template.find_resources("AWS::IAM::Policy").values():
@@ -106,8 +108,9 @@ def test_the_function_may_read_staged_rows_in_batches(batch_template, realtime_t
                 found.update([action] if isinstance(action, str) else action)
         return found
 
-    assert "dynamodb:BatchGetItem" in actions(batch_template)
+    assert {"dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem"} <= actions(batch_template)
     assert "dynamodb:BatchGetItem" not in actions(realtime_template)
+    assert "dynamodb:ConditionCheckItem" not in actions(realtime_template)
 
 
 def test_the_function_timeout_is_at_least_15_minutes_under_batch(batch_template):
