@@ -55,6 +55,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+)
 
 from . import batch_store, clock, deadline
 from .batch_store import BatchStore, Item, custom_id_of
@@ -82,6 +85,9 @@ CLOCK_SKEW_SECONDS = 300.0
 #: A batch still open this long after its creation is canceled (the API ends every batch
 #: within 24 h; this is the "stuck" case).
 CANCEL_AFTER_SECONDS = 24 * 3600 + 1800.0
+#: An index entry whose submission was never written is dropped this long after its id was
+#: made (longer than any invocation runs).
+ABANDONED_AFTER_SECONDS = 1800.0
 #: Results applied between checkpoints of the stream position.
 CHECKPOINT_EVERY = 50
 #: Milliseconds of the invocation kept free when collecting: stop, checkpoint, resume later.
@@ -303,7 +309,7 @@ class BatchDelivery:
         limit = self._parts.settings.batch_max_requests
         size = sum(len(json.dumps(r)) for r in requests)
         if len(requests) > limit or size > MAX_CREATE_BYTES:
-            self._split(submission, [r["custom_id"] for r in requests], "oversize")
+            self._split(submission, [r["custom_id"] for r in requests], "pending")
             return
         if not requests:
             if store.transition(submission, "pending", "done"):
@@ -420,9 +426,10 @@ class BatchDelivery:
             self.store.close_submission(submission)
 
     def _split(self, submission: str, ids: list[str], from_state: str) -> None:
-        """Replace a submission by halves (rows move to them) that are due at once."""
-        if not self.store.transition(submission, from_state, "split"):
-            return
+        """Replace a submission by halves that are due at once. Crash-safe in this order:
+        the halves are written, the rows move to them one by one (a row has one owner, so
+        it is sent by one of them only), and only then is the original marked ``split``;
+        a crash before that leaves it ``pending``/``creating``, and it splits again."""
         half = max(1, math.ceil(len(ids) / 2))
         for part in (ids[:half], ids[half:]):
             if not part:
@@ -430,6 +437,25 @@ class BatchDelivery:
             new = self.store.new_submission_id()
             self.store.put_submission(new, part, 0.0)
             for custom_id in part:
+                self.store.move_row(custom_id, submission, new)
+        if self.store.transition(submission, from_state, "split"):
+            self.store.close_submission(submission)
+
+    def _rehome(self, submission: str, item: Item) -> None:
+        """A submission that sends nothing more (``split`` or ``done``) still owning staged
+        rows (a crash between its steps): they go into a new pending submission (no batch
+        was sent for them by it, so no attempt is claimed), then it leaves the index."""
+        ids = (batch_store.text(item, "custom_ids") or "").split(",")
+        owned = [
+            custom_id
+            for custom_id, row in self.store.rows(ids)
+            if batch_store.text(row, "state") == "staged"
+            and batch_store.text(row, "submission") == submission
+        ]
+        if owned:
+            new = self.store.new_submission_id()
+            self.store.put_submission(new, owned, 0.0)
+            for custom_id in owned:
                 self.store.move_row(custom_id, submission, new)
         self.store.close_submission(submission)
 
@@ -451,7 +477,11 @@ class BatchDelivery:
                     break
                 item = store.submission(submission)
                 if item is None:
-                    store.close_submission(submission)
+                    # Listed, never written: its writer died between the two writes (its
+                    # rows are adopted on redelivery), or is between them right now.
+                    made = batch_store.submission_made_at(submission)
+                    if clock.now() - made > ABANDONED_AFTER_SECONDS:
+                        store.close_submission(submission)
                     continue
                 state = batch_store.text(item, "state")
                 if state == "pending":
@@ -472,7 +502,7 @@ class BatchDelivery:
                     summary["results"] += results
                     summary["collected"] += 1
                 else:
-                    store.close_submission(submission)
+                    self._rehome(submission, item)
             summary["open"] = len(store.open_submissions())
         finally:
             store.release_lease(token)
@@ -572,6 +602,14 @@ class BatchDelivery:
                 lambda position: self.store.checkpoint(batch_id, position),
                 lambda: _out_of_time(context),
             )
+        except IdempotencyAlreadyInProgressError:
+            # A killed invocation still holds one key's record (until its deadline): this
+            # batch resumes from its checkpoint on a later tick; the lines read again after
+            # it find their rows answered.
+            self._parts.logger.info(
+                "Message Batch collection waits for a held record", extra={"batch_id": batch_id}
+            )
+            return False, 0
         finally:
             stream.close()
         if finished:

@@ -209,11 +209,22 @@ class BatchStore:
 
     # -- submissions -----------------------------------------------------------------------
     def new_submission_id(self) -> str:
-        """A fresh submission id."""
-        return uuid.uuid4().hex
+        """A fresh submission id: the epoch second it was made (10 digits), then 22 random
+        hex digits, so a tick can tell an index entry being written from an abandoned one."""
+        return f"{int(clock.now()):010d}{uuid.uuid4().hex[:22]}"
 
     def put_submission(self, submission: str, custom_ids: list[str], first_waited: float) -> None:
-        """Write a pending submission and list it in the index."""
+        """List a submission in the index, then write it pending. In this order: a crash
+        between the two leaves an index entry without an item (the tick drops it, and the
+        rows, whose owner does not exist, are adopted by their redelivery), never an item
+        no tick can find."""
+        self._client.update_item(
+            TableName=self._table,
+            Key=self._key(INDEX),
+            UpdateExpression="ADD #open :one SET expiration = :exp",
+            ExpressionAttributeNames={"#open": "open"},
+            ExpressionAttributeValues={":one": {"SS": [submission]}, ":exp": self._expiration()},
+        )
         self._client.put_item(
             TableName=self._table,
             Item={
@@ -224,13 +235,6 @@ class BatchStore:
                 "first_waited": {"N": f"{first_waited:.3f}"},
                 "expiration": self._expiration(),
             },
-        )
-        self._client.update_item(
-            TableName=self._table,
-            Key=self._key(INDEX),
-            UpdateExpression="ADD #open :one SET expiration = :exp",
-            ExpressionAttributeNames={"#open": "open"},
-            ExpressionAttributeValues={":one": {"SS": [submission]}, ":exp": self._expiration()},
         )
 
     def submission(self, submission: str) -> Item | None:
@@ -356,6 +360,12 @@ class BatchStore:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
+
+
+def submission_made_at(submission: str) -> float:
+    """The epoch second a submission id was made (0 for an id of another form)."""
+    head = submission[:10]
+    return float(head) if head.isdigit() else 0.0
 
 
 def text(item: Item, name: str) -> str | None:

@@ -89,9 +89,13 @@ def billed_per_key(fake_api) -> Counter:
     return Counter(fake_api.batches.billed_by_custom_id)
 
 
-def assert_every_key_ends_once(aws, step, fake_api, events: list[dict], outcomes=None) -> None:
+def assert_every_key_ends_once(
+    aws, step, fake_api, events: list[dict], outcomes=None, *, exactly_once: bool = True
+) -> None:
     """Per key: at most one billed request over all batches (and realtime), and a stored
-    label or a stored coded dead letter; with ``outcomes``, one terminal outcome per key."""
+    label or a stored coded dead letter; with ``outcomes``, one terminal outcome per key
+    (at least one with ``exactly_once=False``: a kill after ``on_outcome`` returned and
+    before the row was marked answered calls it again, as a realtime retry does)."""
     billed = billed_per_key(fake_api)
     assert all(count <= 1 for count in billed.values()), billed
     assert fake_api.request_count == 0, "no realtime request under batch delivery"
@@ -106,8 +110,11 @@ def assert_every_key_ends_once(aws, step, fake_api, events: list[dict], outcomes
             for e, o in outcomes.seen
             if o["status"] in ("completed", "dead_lettered") and not o["replayed"]
         )
-        assert all(terminal[e["detail"]["row_number"]] == 1 for e in events), terminal
-        assert sum(o["model_requests"] for _, o in outcomes.seen) == sum(billed.values())
+        if exactly_once:
+            assert all(terminal[e["detail"]["row_number"]] == 1 for e in events), terminal
+            assert sum(o["model_requests"] for _, o in outcomes.seen) == sum(billed.values())
+        else:
+            assert all(terminal[e["detail"]["row_number"]] >= 1 for e in events), terminal
 
 
 def custom_id_for(step, event: dict) -> str:
