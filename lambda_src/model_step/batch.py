@@ -11,11 +11,11 @@ Then, instead of a request:
    earlier batch) never gets here: it replays.
 2. **Submit** (:meth:`BatchDelivery.submit`): at the end of the invocation, its rows become a
    pending submission, listed in the index, before the queue messages are deleted. It is sent
-   when ``BATCH_MAX_WAIT_SECONDS`` have passed since its oldest row was enqueued (or it holds
-   ``BATCH_MAX_REQUESTS``), by that invocation or by a later tick. ``pending → creating``
-   is a conditional write that records ``started_at`` and the request count FIRST; only then
-   is ``messages.batches.create`` called, once (the client has ``max_retries=0``), split so
-   no batch passes ``BATCH_MAX_REQUESTS`` or 256 MB.
+   once the next tick would come after ``BATCH_MAX_WAIT_SECONDS`` since its oldest row was
+   enqueued (or when it holds ``BATCH_MAX_REQUESTS``), by that invocation or by a tick.
+   ``pending → creating`` is a conditional write that records ``started_at`` and the
+   request count FIRST; only then is ``messages.batches.create`` called, once (the client
+   has ``max_retries=0``), split so no batch passes ``BATCH_MAX_REQUESTS`` or 256 MB.
 3. **Reconcile** (tick): a submission left ``creating`` (a kill before, during or after
    ``create``, a timeout, a dropped connection, a 5xx) is reconciled once
    :data:`RECONCILE_AFTER_SECONDS` have passed since ``started_at`` (the create's deadline
@@ -74,6 +74,8 @@ if TYPE_CHECKING:
 #: The ``{"model_step_batch": "tick"}`` schedule event's key and value.
 TICK_FIELD = "model_step_batch"
 TICK_VALUE = "tick"
+#: Seconds between schedule ticks (the rule's ``rate(1 minute)``).
+TICK_PERIOD_SECONDS = 60.0
 #: Total deadline of one ``create`` call (seconds).
 CREATE_TIMEOUT_SECONDS = 60.0
 #: Grace after a create's deadline before its submission is reconciled: the API may still
@@ -289,10 +291,11 @@ class BatchDelivery:
                 self._parts.logger.exception("batch submit failed; the tick retries it")
 
     def _due(self, count: int, first_waited: float) -> bool:
+        """Full, or the next tick (a minute away) would send it after ``max_wait``."""
         settings = self._parts.settings
         return (
             count >= settings.batch_max_requests
-            or clock.now() - first_waited >= settings.batch_max_wait_seconds
+            or clock.now() + TICK_PERIOD_SECONDS >= first_waited + settings.batch_max_wait_seconds
         )
 
     def submit(self, submission: str, context: Any, answer_row: AnswerRow) -> None:

@@ -322,3 +322,30 @@ def test_the_tick_reports_the_oldest_open_batch_age(
         if "OldestOpenBatchAgeSeconds" in line
     ]
     assert metrics and metrics[-1]["OldestOpenBatchAgeSeconds"][0] >= 3600
+
+
+def test_a_submission_is_sent_by_the_last_tick_before_max_wait_and_not_earlier(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")
+    clock = ShiftedClock(monkeypatch)
+    step = make_step(on_outcome=outcomes)
+    step.handle(sqs_batch(buffer, rows(2)), FakeLambdaContext())
+    assert fake_api.batches.create_calls == 0  # waited 0 s of 300
+
+    clock.shift(200)
+    tick(step)
+    assert fake_api.batches.create_calls == 0  # the next tick (260 s) is still in time
+    clock.shift(45)
+    tick(step)
+    assert fake_api.batches.create_calls == 1  # the next one (305 s) would be late
+
+
+def test_max_requests_rows_are_sent_at_once(make_step, fake_api, batch_env, buffer, monkeypatch):
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "3600")
+    monkeypatch.setenv("BATCH_MAX_REQUESTS", "3")
+    step = make_step()
+
+    step.handle(sqs_batch(buffer, rows(3)), FakeLambdaContext())
+
+    assert fake_api.batches.create_calls == 1
