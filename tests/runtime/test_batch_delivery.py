@@ -349,3 +349,26 @@ def test_max_requests_rows_are_sent_at_once(make_step, fake_api, batch_env, buff
     step.handle(sqs_batch(buffer, rows(3)), FakeLambdaContext())
 
     assert fake_api.batches.create_calls == 1
+
+
+def test_each_batch_result_is_published_once_on_the_result_bus_with_its_batch_id(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    from .test_result_events import SOURCE, ResultBus
+
+    bus = ResultBus()
+    monkeypatch.setenv("RESULT_BUS_ARN", bus.arn)
+    monkeypatch.setenv("RESULT_EVENT_SOURCE", SOURCE)
+    monkeypatch.setenv("ALLOWED_LABELS", "hot,warm,cold")
+    clock = ShiftedClock(monkeypatch)
+    events = rows(3)
+    staged(make_step, buffer, clock, outcomes, events)
+    ticks_until_done(make_step, outcomes, clock)
+    make_step().handle(sqs_batch(buffer, events), FakeLambdaContext())  # duplicates after
+
+    published = bus.received()
+
+    assert len(published) == 3
+    [batch_id] = fake_api.batches.batches
+    assert {e["detail"]["result"]["batch_id"] for e in published} == {batch_id}
+    assert {e["detail"]["result"]["delivery"] for e in published} == {"batch"}
