@@ -16,6 +16,7 @@ Then, instead of a request:
    ``pending → creating`` is a conditional write that records ``started_at`` and the
    request count FIRST; only then is ``messages.batches.create`` called, once (the client
    has ``max_retries=0``), split so no batch passes ``BATCH_MAX_REQUESTS`` or 256 MB.
+   A tick merges due pending submissions with the other pending ones while they fit.
 3. **Reconcile** (tick): a submission left ``creating`` (a kill before, during or after
    ``create``, a timeout, a dropped connection, a 5xx) is reconciled once
    :data:`RECONCILE_AFTER_SECONDS` have passed since ``started_at`` (the create's deadline
@@ -438,7 +439,8 @@ class BatchDelivery:
             if not part:
                 continue
             new = self.store.new_submission_id()
-            self.store.put_submission(new, part, 0.0)
+            # Never merged back: the API refused the whole.
+            self.store.put_submission(new, part, 0.0, mergeable=False)
             for custom_id in part:
                 self.store.move_row(custom_id, submission, new)
         if self.store.transition(submission, from_state, "split"):
@@ -474,6 +476,7 @@ class BatchDelivery:
             return {"model_step_batch": "busy"}
         summary = {"submitted": 0, "reconciled": 0, "collected": 0, "results": 0, "open": 0}
         oldest = 0.0
+        waiting: list[tuple[str, Item]] = []
         try:
             for submission in store.open_submissions():
                 if _out_of_time(context):
@@ -488,11 +491,7 @@ class BatchDelivery:
                     continue
                 state = batch_store.text(item, "state")
                 if state == "pending":
-                    first = batch_store.number(item, "first_waited") or 0.0
-                    count = int(batch_store.number(item, "count") or 0)
-                    if self._due(count, first):
-                        self.submit(submission, context, answer_row)
-                        summary["submitted"] += 1
+                    waiting.append((submission, item))
                 elif state == "creating":
                     started = batch_store.number(item, "started_at") or clock.now()
                     oldest = max(oldest, clock.now() - started)
@@ -506,11 +505,80 @@ class BatchDelivery:
                     summary["collected"] += 1
                 else:
                     self._rehome(submission, item)
+            if not _out_of_time(context):
+                summary["submitted"] = self._submit_pending(waiting, context, answer_row)
             summary["open"] = len(store.open_submissions())
         finally:
             store.release_lease(token)
             self._metric(oldest)
         return {"model_step_batch": summary}
+
+    def _submit_pending(
+        self, waiting: list[tuple[str, Item]], context: Any, answer_row: AnswerRow
+    ) -> int:
+        """Send the due pending submissions; each is merged with the other pending ones,
+        oldest first, while their rows fit one batch (``BATCH_MAX_REQUESTS``, at most
+        :data:`SUBMISSION_ROWS`): one buffer delivery's rows are often far fewer (Lambda
+        hands a function at most 6 MB of records). Returns the batches sent."""
+        cap = min(self._parts.settings.batch_max_requests, SUBMISSION_ROWS)
+        now = clock.now()
+        ready = sorted(
+            (w for w in waiting if (batch_store.number(w[1], "not_before") or 0.0) <= now),
+            key=lambda w: batch_store.number(w[1], "first_waited") or 0.0,
+        )
+        sent = 0
+        while ready:
+            group: list[tuple[str, Item]] = []
+            total = 0
+            for entry in list(ready):
+                count = int(batch_store.number(entry[1], "count") or 0)
+                if group and (total + count > cap or _alone(entry[1]) or _alone(group[0][1])):
+                    continue
+                group.append(entry)
+                ready.remove(entry)
+                total += count
+            if (
+                not any(
+                    self._due(
+                        int(batch_store.number(item, "count") or 0),
+                        batch_store.number(item, "first_waited") or 0.0,
+                    )
+                    for _, item in group
+                )
+                and total < cap
+            ):
+                continue  # nothing in it is due, and it is not full: it waits
+            submission = self._merge(group) if len(group) > 1 else group[0][0]
+            if submission is not None:
+                self.submit(submission, context, answer_row)
+                sent += 1
+        return sent
+
+    def _merge(self, group: list[tuple[str, Item]]) -> str | None:
+        """One pending submission holding the rows of ``group``. Each source is locked
+        first (``pending → merging``: a concurrent submit of it then fails its own
+        ``pending → creating``), so no row is sent by its source and by the merge. A kill
+        halfway leaves sources ``merging`` that still own rows; the tick rehomes them."""
+        store = self.store
+        locked = [(sid, item) for sid, item in group if store.transition(sid, "pending", "merging")]
+        if not locked:
+            return None
+        if len(locked) == 1:
+            [(only, _)] = locked
+            store.transition(only, "merging", "pending")
+            return only
+        ids: list[str] = []
+        for _, item in locked:
+            ids.extend((batch_store.text(item, "custom_ids") or "").split(","))
+        first = min(batch_store.number(item, "first_waited") or 0.0 for _, item in locked)
+        merged = store.new_submission_id()
+        store.put_submission(merged, list(dict.fromkeys(ids)), first)
+        for sid, item in locked:
+            for custom_id in (batch_store.text(item, "custom_ids") or "").split(","):
+                store.move_row(custom_id, sid, merged)
+            if store.transition(sid, "merging", "done"):
+                store.close_submission(sid)
+        return merged
 
     def _metric(self, oldest: float) -> None:
         settings = self._parts.settings
@@ -676,6 +744,11 @@ class BatchDelivery:
                 self.store.move_row(custom_id, submission, new)
         if self.store.transition(submission, "created", "done"):
             self.store.close_submission(submission)
+
+
+def _alone(item: Item) -> bool:
+    """A submission that is sent as it is (a half of a refused create)."""
+    return item.get("mergeable", {}).get("BOOL") is False
 
 
 def _from_batch(result: StepResult, answer: BatchAnswer) -> StepResult:

@@ -10,8 +10,9 @@ so a row outlives a batch that takes its full 24 h and its collection.
   that owns it now), ``staged_at``.
 - **submission** ``<prefix>#batch-submission#<id>``: a group of rows that is sent as one
   Message Batch. ``state`` ``pending`` → ``creating`` (``started_at``, ``sent_count``: the
-  create may be in flight or uncertain) → ``created`` (``batch_ids``) → ``done``;
-  ``custom_ids`` (comma-separated), ``first_waited``, ``not_before``.
+  create may be in flight or uncertain) → ``created`` (``batch_ids``) → ``done`` (or
+  ``merging`` / ``split`` into others); ``custom_ids`` (comma-separated), ``first_waited``,
+  ``not_before``, ``mergeable`` (False for the halves of a refused create).
 - **batch** ``<prefix>#batch#<batch id>``: a created or adopted batch: ``submissions``
   (string set), ``created_at``, ``lines_done`` (the results-stream checkpoint),
   ``collected``.
@@ -213,7 +214,14 @@ class BatchStore:
         hex digits, so a tick can tell an index entry being written from an abandoned one."""
         return f"{int(clock.now()):010d}{uuid.uuid4().hex[:22]}"
 
-    def put_submission(self, submission: str, custom_ids: list[str], first_waited: float) -> None:
+    def put_submission(
+        self,
+        submission: str,
+        custom_ids: list[str],
+        first_waited: float,
+        *,
+        mergeable: bool = True,
+    ) -> None:
         """List a submission in the index, then write it pending. In this order: a crash
         between the two leaves an index entry without an item (the tick drops it, and the
         rows, whose owner does not exist, are adopted by their redelivery), never an item
@@ -233,6 +241,7 @@ class BatchStore:
                 "custom_ids": {"S": ",".join(custom_ids)},
                 "count": {"N": str(len(custom_ids))},
                 "first_waited": {"N": f"{first_waited:.3f}"},
+                "mergeable": {"BOOL": mergeable},
                 "expiration": self._expiration(),
             },
         )

@@ -255,3 +255,23 @@ def test_a_results_stream_that_drops_halfway_resumes_on_the_next_tick(
     step = run_until_done(make_step, clock, outcomes)
 
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_kill_halfway_through_a_merge_sends_each_row_once(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call, monkeypatch
+):
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")
+    events = rows(6)
+    step = make_step(on_outcome=outcomes)
+    for start in (0, 3):
+        step.handle(sqs_batch(buffer, events[start : start + 3]), FakeLambdaContext())
+    # The merge moves rows one UpdateItem each; the fourth move dies.
+    kill_aws_call("UpdateItem", "SET submission = :new", skip=3)
+    clock.shift(250)
+
+    with pytest.raises(LambdaKilled):
+        tick(make_step(on_outcome=outcomes))
+
+    step = run_until_done(make_step, clock, outcomes)
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+    assert sum(len(b.requests) for b in fake_api.batches.batches.values()) == 6

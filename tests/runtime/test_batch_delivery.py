@@ -372,3 +372,23 @@ def test_each_batch_result_is_published_once_on_the_result_bus_with_its_batch_id
     [batch_id] = fake_api.batches.batches
     assert {e["detail"]["result"]["batch_id"] for e in published} == {batch_id}
     assert {e["detail"]["result"]["delivery"] for e in published} == {"batch"}
+
+
+def test_pending_submissions_are_merged_into_one_batch_when_due(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")
+    monkeypatch.setenv("BATCH_MAX_REQUESTS", "5")
+    clock = ShiftedClock(monkeypatch)
+    events = rows(6)
+    step = make_step(on_outcome=outcomes)
+    for start in (0, 2, 4):  # three small buffer deliveries, none due yet
+        step.handle(sqs_batch(buffer, events[start : start + 2]), FakeLambdaContext())
+    assert fake_api.batches.create_calls == 0
+
+    clock.shift(250)
+    step = ticks_until_done(make_step, outcomes, clock)
+
+    sizes = sorted(len(b.requests) for b in fake_api.batches.batches.values())
+    assert sizes == [2, 4]  # merged up to BATCH_MAX_REQUESTS=5: 2+2, then the last 2
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)

@@ -1,6 +1,7 @@
 """Issue 19: seeded random fault schedules over the whole batch path.
 
-Each seed draws: faults around create (dropped before or after the batch exists, a 500
+Each seed draws: one to three buffer deliveries (merged into one batch when rows wait),
+faults around create (dropped before or after the batch exists, a 500
 after it, 413 and 429), a result type per request (succeeded, errored invalid/api_error,
 expired, canceled), a results stream dropped halfway, and kills at random DynamoDB calls of
 the handler and of the ticks (``LambdaKilled`` before the call is made: nothing after it
@@ -26,7 +27,7 @@ from .batch_rows import (
 )
 from .conftest import TABLE, FakeLambdaContext, ShiftedClock, boto3_session
 
-SEEDS = range(30)
+SEEDS = range(40)
 
 
 @pytest.fixture
@@ -78,25 +79,28 @@ def test_a_random_fault_schedule_ends_every_key_once(
     if rng.random() < 0.5:
         fake_api.batches.results_drop_after = rng.randint(1, 5)
     events = rows(rng.randint(2, 7))
-    delivery = None
+    if rng.random() < 0.5:  # rows wait: several deliveries' submissions are merged
+        monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")
+    cuts = sorted(rng.sample(range(1, len(events)), rng.randint(0, min(2, len(events) - 1))))
+    chunks = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
     clock.shift(2)
     kills_left = 3
 
-    # The buffer delivery, handed over again after each kill (SQS keeps the messages).
-    for _ in range(4):
-        if delivery is None:
-            delivery = sqs_batch(buffer, events)
-        if kills_left and rng.random() < 0.6:
-            killer["at"] = rng.randint(1, 12 * len(events))
-            kills_left -= 1
-        try:
-            make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
-            break
-        except LambdaKilled:
-            expire_held_records(batch_env)
-            continue
-    killer["at"] = None
-    make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
+    # Each buffer delivery, handed over again after each kill (SQS keeps the messages).
+    for chunk in chunks:
+        delivery = sqs_batch(buffer, chunk)
+        for _ in range(4):
+            if kills_left and rng.random() < 0.6:
+                killer["at"] = rng.randint(1, 12 * len(chunk))
+                kills_left -= 1
+            try:
+                make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
+                break
+            except LambdaKilled:
+                expire_held_records(batch_env)
+                continue
+        killer["at"] = None
+        make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
 
     # Ticks, some killed, until nothing is open.
     for _ in range(40):
