@@ -208,9 +208,8 @@ def test_a_missing_object_is_404_only_to_a_role_that_may_list_the_bucket(actions
     from constructs_lib.local_engine import identity
     from constructs_lib.local_engine.iam import IamCheck
 
-    role = _role(
-        {"Effect": "Allow", "Action": actions, "Resource": ["arn:aws:s3:::bkt-1", "arn:aws:s3:::bkt-1/*"]}
-    )
+    bucket = ["arn:aws:s3:::bkt-1", "arn:aws:s3:::bkt-1/*"]
+    role = _role({"Effect": "Allow", "Action": actions, "Resource": bucket})
     with mock_aws():
         session = boto3.session.Session(region_name="us-east-1")
         s3 = session.client("s3")
