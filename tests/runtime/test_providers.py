@@ -230,3 +230,35 @@ def test_an_incomplete_answer_is_a_stored_dead_letter(make_step, provider, stop_
     assert (result["error_code"], result["provider"]) == (code, provider.name)
     assert result["request_id"] == provider.fake.last_request.request_id
     assert again == result
+
+
+@pytest.mark.parametrize("ttl", ["5m", "1h"])
+def test_the_prompt_cache_mark_is_sent_and_its_usage_recorded(
+    make_step, provider, monkeypatch, ttl
+):
+    # Bedrock takes the Messages API's cache_control on Claude through InvokeModel and
+    # reports the same usage fields: prompt_cache works on both providers, unchanged.
+    monkeypatch.setenv("PROMPT_CACHE", ttl)
+    usage = {
+        "input_tokens": 20,
+        "output_tokens": 1,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 4096,
+    }
+    body = {
+        "id": "msg_cached",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-5-5",
+        "content": [{"type": "text", "text": "warm"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    provider.fake.script = [Reply(body=body)]
+
+    result = make_step().handle(make_event(), FakeLambdaContext())
+
+    [block] = provider.fake.last_request.body["system"]
+    assert block["cache_control"] == {"type": "ephemeral", "ttl": ttl}
+    assert result["usage"] == usage
