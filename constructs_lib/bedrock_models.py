@@ -124,3 +124,10 @@ def foundation_model_arns(model: BedrockModel, partition: str, source_region: st
 def inference_profile_arn(model: BedrockModel, partition: str, region: str, account: str) -> str:
     """The ARN of a system-defined inference profile, in the region it is invoked from."""
     return f"arn:{partition}:bedrock:{region}:{account}:inference-profile/{model.model_id}"
+
+
+def claude_model_name(model: BedrockModel) -> str:
+    """The Claude API's name of the model, as Bedrock's answers report it:
+    ``us.anthropic.claude-haiku-5-5-v1:0`` -> ``claude-haiku-5-5``."""
+    name = model.foundation_model.removeprefix("anthropic.")
+    return re.sub(r"-v\d+(?::\d+)?$", "", name)

@@ -143,3 +143,39 @@ def test_the_runtime_gets_the_id_as_given(templates):
     ]
     [variables] = [f["Environment"]["Variables"] for f in functions]
     assert (variables["MODEL_PROVIDER"], variables["MODEL_ID"]) == ("bedrock", f"global.{MODEL}")
+
+
+@pytest.fixture(scope="module")
+def prospect_bedrock(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """app.py with ``-c model_provider=bedrock``, under its own cdk-nag checks."""
+    import app as app_module
+
+    outdir = tmp_path_factory.mktemp("prospect-bedrock")
+    context = {"aws:cdk:bundling-stacks": [], "model_provider": "bedrock"}
+    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    return json.loads((outdir / "ProspectUploader.template.json").read_text())
+
+
+def test_the_reference_app_on_bedrock_has_no_secret_and_grants_the_us_profile(
+    prospect_bedrock,
+):
+    template = prospect_bedrock["Resources"].values()
+    assert not [r for r in template if r["Type"] == "AWS::SecretsManager::Secret"]
+    [variables] = [
+        r["Properties"]["Environment"]["Variables"]
+        for r in template
+        if r["Type"] == "AWS::Lambda::Function"
+        and r["Properties"].get("Environment", {}).get("Variables", {}).get("MODEL_PROVIDER")
+    ]
+    assert variables["MODEL_PROVIDER"] == "bedrock"
+    assert variables["MODEL_ID"] == f"us.{MODEL}"
+    assert "ANTHROPIC_API_KEY_SECRET_ARN" not in variables
+    invoke = [
+        statement
+        for r in template
+        if r["Type"] == "AWS::IAM::Policy"
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Action"] == "bedrock:InvokeModel"
+    ]
+    assert len(invoke) == 2
+    assert len(resources(invoke[1])) == len(GEOGRAPHY_REGIONS["us"])
