@@ -416,11 +416,18 @@ class IdempotentModelStep(Construct):
         Granted ``secretsmanager:GetSecretValue`` only (the runtime never calls
         DescribeSecret), on the ARN ``grant_read`` would use, so a secret imported by name
         or partial ARN and a customer managed KMS key both work. Default: none.
-    :param model_provider: default ``ModelProvider.ANTHROPIC``.
+    :param model_provider: ``ModelProvider.ANTHROPIC`` (the Claude API, with
+        ``api_key_secret``) or ``ModelProvider.BEDROCK`` (Claude on Amazon Bedrock through
+        the function's role, no secret). Default ``ModelProvider.ANTHROPIC``.
     :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
         :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
         subscriber is created). Default: the account's default bus.
-    :param model_id: default ``"claude-haiku-5-5"``.
+    :param model_id: the model to call; joins the record key. With
+        ``ModelProvider.BEDROCK``: a foundation-model id (``anthropic.<model>``) or an
+        inference-profile id (``us.``, ``eu.``, ``apac.`` or ``global.`` then
+        ``anthropic.<model>``), granted on the profile and on the model in every region the
+        profile routes to (``constructs_lib.bedrock_models``). Default
+        ``"claude-haiku-5-5"``.
     :param max_tokens: 1-128,000, default 1,024.
     :param allowed_labels: if given, an answer must be one of these (case-insensitive)
         or the event is dead-lettered. Default: any answer.
