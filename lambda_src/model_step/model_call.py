@@ -47,6 +47,9 @@ MAX_STORED_ANSWER_BYTES = 64 * 1024
 MAX_STORED_RESULT_BYTES = 300 * 1024
 #: Error code of a request stopped by its total deadline.
 DEADLINE_EXCEEDED = "ModelDeadlineExceeded"
+#: Answers that are not billed and are not a rate limit: a 401, and a 429 that is no rate
+#: limit (Bedrock's ModelNotReadyException: the model did not serve it).
+UNBILLED_STATUSES = frozenset({401, 429})
 
 
 def default_user_message(detail: Mapping[str, Any]) -> str:
@@ -178,7 +181,7 @@ class ModelCall:
         except Exception as exc:
             if is_rate_limited(exc):
                 spend.rate_limited = 1
-            elif getattr(exc, "status_code", None) != 401:
+            elif getattr(exc, "status_code", None) not in UNBILLED_STATUSES:
                 spend.requests = 1
             raise
         spend.requests = 1

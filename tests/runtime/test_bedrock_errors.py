@@ -30,6 +30,18 @@ def bedrock(model_env, monkeypatch):
         yield fake
 
 
+def test_bedrock_gets_its_wire_shape_signed(make_step, bedrock):
+    make_step().handle(make_event(), FakeLambdaContext())
+
+    request = bedrock.last_request
+    assert request.model_id == BEDROCK_MODEL_ID  # from the path; never in the body
+    assert request.body["anthropic_version"] == "bedrock-2023-05-31"
+    assert "model" not in request.body
+    assert request.headers["authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
+    assert "/us-east-1/bedrock/aws4_request" in request.headers["authorization"]
+    assert request.access_key_id in SECRET_KEYS  # the fake verified the signature itself
+
+
 @pytest.mark.parametrize(
     "error",
     [
@@ -87,17 +99,25 @@ def test_a_transient_bedrock_error_spends_an_attempt_and_its_name_is_the_last_co
 
 
 def test_model_not_ready_is_no_rate_limit_on_the_buffer_queue(
-    make_step, bedrock, model_env, buffer
+    make_step, bedrock, model_env, buffer, outcomes
 ):
     # A 429 like ThrottlingException, but the model is not serving: an attempt is spent and
     # the row is retried as a spaced batch item failure, not re-enqueued to wait.
     bedrock.script = ["ModelNotReadyException"]
-    response = make_step().handle(buffer.batch(fresh_event()), FakeLambdaContext())
+    step = make_step(on_outcome=outcomes)
+    response = step.handle(buffer.batch(fresh_event()), FakeLambdaContext())
 
     assert len(response["batchItemFailures"]) == 1
     assert buffer.requeued() == []
     [budget] = model_env.budgets().values()
     assert budget["attempts"]["N"] == "1"
+    # Not served, so not billed: a 429 never is, whichever error it names.
+    [(_, outcome)] = outcomes.seen
+    assert (outcome["status"], outcome["model_requests"], outcome["rate_limited"]) == (
+        "retry",
+        0,
+        0,
+    )
 
 
 def test_throttling_is_the_rate_limit_and_a_stored_answer_follows(make_step, bedrock, buffer):

@@ -120,20 +120,6 @@ def test_an_answer_is_stored_with_the_same_shape_and_its_provider(make_step, pro
     _assert_reached_only(provider, fake_api)
 
 
-def test_bedrock_gets_its_wire_shape_signed(make_step, provider):
-    if provider.name != "bedrock":
-        pytest.skip("Bedrock's wire shape")
-    make_step().handle(make_event(), FakeLambdaContext())
-
-    request = provider.fake.last_request
-    assert request.model_id == BEDROCK_MODEL_ID  # from the path; never in the body
-    assert request.body["anthropic_version"] == "bedrock-2023-05-31"
-    assert "model" not in request.body
-    assert request.headers["authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
-    assert "/us-east-1/bedrock/aws4_request" in request.headers["authorization"]
-    assert request.access_key_id in SECRET_KEYS  # the fake verified the signature itself
-
-
 def test_a_duplicate_makes_no_second_request(make_step, provider):
     step = make_step()
     results = [step.handle(make_event(), FakeLambdaContext()) for _ in range(3)]
