@@ -148,3 +148,64 @@ def test_the_provider_must_be_the_templates(bedrock_cdk_out: Path, cdk_out: Path
         run_pipeline(RunOptions(csv_path=_csv(tmp_path), cdk_out=bedrock_cdk_out))
     with pytest.raises(UsageError, match="cdk synth -c model_provider=bedrock"):
         run_pipeline(RunOptions(csv_path=_csv(tmp_path), cdk_out=cdk_out, provider="bedrock"))
+
+
+def test_faults_in_bedrocks_shape_keep_the_invariants(bedrock_cdk_out: Path, tmp_path: Path):
+    # The local model's fault plans, sent as Bedrock's errors: ThrottlingException (429),
+    # ServiceUnavailableException (for a 529), InternalServerException, ValidationException.
+    result = run_pipeline(
+        RunOptions(
+            csv_path=_csv(tmp_path, rows=8),
+            cdk_out=bedrock_cdk_out,
+            provider="bedrock",
+            duplicates=2,
+            fault_rate=0.6,
+            seed=3,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    assert _failing(result) == set()
+    assert {k for k in result.model_outcomes if k != "200"}, "no fault was injected"
+    assert result.failed == result.dlq
+    assert result.classified + result.failed == result.valid == 8
+    assert result.max_requests_per_key <= result.max_attempts
+    assert result.denied == 0 and result.left_on_queue == 0
+
+
+def test_the_cli_runs_the_bedrock_stack(bedrock_cdk_out: Path, tmp_path: Path, capsys):
+    from constructs_lib.prospect_uploader.cli import main
+
+    code = main(
+        [
+            "run",
+            str(_csv(tmp_path, rows=2)),
+            "--cdk-out",
+            str(bedrock_cdk_out),
+            "--provider",
+            "bedrock",
+            "--json",
+            "--log-file",
+            str(tmp_path / "handlers.log"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    counts = json.loads(out.strip().splitlines()[-1])
+    assert (counts["classified"], counts["model_requests"], counts["denied"]) == (2, 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--provider", "bedrock", "--model", "anthropic"], "--provider bedrock runs against"),
+        (["--provider", "vertex"], "invalid choice: 'vertex'"),
+    ],
+)
+def test_the_cli_refuses_a_provider_it_cannot_run(flags, message, tmp_path: Path, capsys):
+    from constructs_lib.prospect_uploader.cli import main
+
+    try:
+        code = main(["run", str(_csv(tmp_path)), *flags])
+    except SystemExit as exit:  # argparse's own refusal
+        code = int(exit.code or 0)
+    assert code == 2 and message in capsys.readouterr().err
