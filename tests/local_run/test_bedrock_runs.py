@@ -192,6 +192,8 @@ def test_the_cli_runs_the_bedrock_stack(bedrock_cdk_out: Path, tmp_path: Path, c
     assert code == 0, out
     counts = json.loads(out.strip().splitlines()[-1])
     assert (counts["classified"], counts["model_requests"], counts["denied"]) == (2, 2, 0)
+    assert "Bedrock: 2 InvokeModel calls checked against the calling role" in out
+    assert "us-east-1 x1, us-east-2 x1" in out
 
 
 @pytest.mark.parametrize(
