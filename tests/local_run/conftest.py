@@ -57,7 +57,7 @@ def classic_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bedrock_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The stack synthesized with ``-c model_provider=bedrock`` (in-process, without
     bundling): its classify step calls Claude on Bedrock through the US inference profile."""
-    import aws_cdk as cdk
+    import aws_cdk
 
     import app as app_module
 
@@ -67,7 +67,7 @@ def bedrock_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "aws:cdk:enable-path-metadata": True,
         "model_provider": "bedrock",
     }
-    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    app_module.build_app(aws_cdk.App(context=context, outdir=str(outdir))).synth()
     return outdir
 
 

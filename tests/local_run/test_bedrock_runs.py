@@ -172,6 +172,7 @@ def test_faults_in_bedrocks_shape_keep_the_invariants(bedrock_cdk_out: Path, tmp
     assert result.denied == 0 and result.left_on_queue == 0
 
 
+@pytest.mark.moto  # main() runs the pipeline, which the source cannot show
 def test_the_cli_runs_the_bedrock_stack(bedrock_cdk_out: Path, tmp_path: Path, capsys):
     from constructs_lib.prospect_uploader.cli import main
 
