@@ -25,7 +25,8 @@ Not evaluated (documented limits):
 
 - ``Condition`` blocks, except ``StringEquals`` (and its ``ForAllValues`` / ``ForAnyValue``
   forms) on ``events:source`` and ``events:detail-type``, which are evaluated per PutEvents
-  entry. moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
+  entry, and on ``bedrock:InferenceProfileArn`` (:mod:`.bedrock_iam`).
+  moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
   and it answers DENIED for an Allow whose condition fails), so statements are evaluated one
   by one: moto matches action and resource, and the condition is checked here. No other
   request context (``aws:SourceArn``, ``dynamodb:LeadingKeys``, ``dynamodb:Attributes``...)
@@ -286,7 +287,15 @@ class RolePolicies:
 #: Condition operators evaluated here (with the request context a call carries).
 _STRING_EQUALS = ("StringEquals", "ForAllValues:StringEquals", "ForAnyValue:StringEquals")
 #: Context keys the local run knows for the calls that carry them.
-KNOWN_CONTEXT_KEYS = frozenset({"events:source", "events:detail-type"})
+KNOWN_CONTEXT_KEYS = frozenset(
+    {
+        "events:source",
+        "events:detail-type",
+        # Bedrock (issue 22): set on the foundation-model check of an InvokeModel made
+        # through an inference profile (local_engine.bedrock_iam).
+        "bedrock:InferenceProfileArn",
+    }
+)
 
 
 def _evaluable(condition: Mapping[str, Any]) -> bool:

@@ -67,7 +67,7 @@ from ..alarms import events_rule_metric, occurrence_alarm
 from ..bundling import lambda_src_root
 from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_findings
 from ..event_bus_v2 import EventBusV2
-from ..idempotent_model_step import IdempotentModelStep, PromptCache
+from ..idempotent_model_step import IdempotentModelStep, ModelProvider, PromptCache
 from ..model_prices import ModelPrice, price_table
 from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
@@ -94,6 +94,10 @@ CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
 }
 #: Values of the ``event_bus`` context key; the first is the default.
 EVENT_BUS_KINDS = ("v2", "classic")
+#: Values of the ``model_provider`` context key; the first is the default (issue 22).
+MODEL_PROVIDERS = ("anthropic", "bedrock")
+#: The classify model on Bedrock: the default model through the US inference profile.
+DEFAULT_BEDROCK_MODEL_ID = f"us.anthropic.{defaults.DEFAULT_MODEL_ID}-v1:0"
 #: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
 #: its retry stamp and count, and the replay generation it publishes under; exactly what
 #: ``prospect_viewer.store`` writes. The item's key attributes are named in the request too.
@@ -213,6 +217,12 @@ class ProspectUploaderStack(Stack):
       and ``Classify`` subscribes to it; upload summaries and completion events stay on
       the classic ``ProspectBus`` with their alert rules. ``classic``: everything rides
       ``ProspectBus`` and ``Classify`` is a classic rule (the template before v2).
+    - ``model_provider``: ``anthropic`` (default: the Claude API, with the
+      ``AnthropicApiKey`` secret) or ``bedrock`` (Claude on Amazon Bedrock through the
+      function's IAM role, no secret; ``prospect-uploader run --provider bedrock`` runs it
+      locally).
+    - ``bedrock_model_id``: with ``model_provider=bedrock``, the Bedrock model or
+      inference-profile id. Default: ``us.anthropic.claude-haiku-5-5-v1:0``.
 
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
@@ -245,6 +255,8 @@ class ProspectUploaderStack(Stack):
         self.failure_retention_days = self._context_int("failure_retention_days")
         self.viewer_principals = self._context_role_arns("viewer_principals")
         self.event_bus_kind = self._context_choice("event_bus", EVENT_BUS_KINDS)
+        # Bedrock (issue 22): where the classify step calls Claude.
+        self.model_provider = self._context_choice("model_provider", MODEL_PROVIDERS)
         #: The price table the stack reports costs with: the default, the prop, the context.
         self.model_prices = self._model_prices(model_prices)
         self._storage()
@@ -586,7 +598,9 @@ class ProspectUploaderStack(Stack):
 
     def _classify(self, lambda_retry_attempts: int) -> None:
         """The classify step: one model request per row, hot, warm or cold."""
-        self.api_key_secret = self._api_key_secret()
+        bedrock = self.model_provider == "bedrock"
+        #: The API key secret; None with ``-c model_provider=bedrock`` (the role is the key).
+        self.api_key_secret = None if bedrock else self._api_key_secret()
         classifier = ModelStepHandler.from_package(
             _src("prospect_classifier"),
             handler="prospect_classifier.handler.handler",
@@ -605,6 +619,10 @@ class ProspectUploaderStack(Stack):
             allowed_labels=LABELS,
             max_tokens=16,
             api_key_secret=self.api_key_secret,
+            model_provider=ModelProvider.BEDROCK if bedrock else ModelProvider.ANTHROPIC,
+            model_id=str(self.node.try_get_context("bedrock_model_id") or DEFAULT_BEDROCK_MODEL_ID)
+            if bedrock
+            else defaults.DEFAULT_MODEL_ID,
             table=self.idempotency_table,
             dead_letter_queue=self.failure_queue,
             alarm_topic=self.alert_topic,

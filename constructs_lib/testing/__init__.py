@@ -8,6 +8,9 @@
 - :class:`FakeMessagesAPI` (with :class:`Reply` and :class:`RecordedRequest`): a scripted
   Anthropic Messages API on 127.0.0.1 that counts and records every request. Standard
   library only.
+- :class:`FakeBedrockRuntime` (with :class:`BedrockRequest`): a scripted Amazon Bedrock
+  ``bedrock-runtime`` InvokeModel for Claude on 127.0.0.1, with Bedrock's wire shape and
+  errors, that checks each request's SigV4 signature. Standard library only.
 - :func:`model_step_environment`: a handler's AWS side in moto (idempotency table,
   dead-letter queue, API key secret) and the environment the construct sets, pointing at a
   fake API; it loads a handler as a Lambda cold start would. Needs the ``local`` extra.
@@ -23,6 +26,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "BedrockRequest": ".bedrock_api",
+    "FakeBedrockRuntime": ".bedrock_api",
     "FakeLambdaContext": ".lambda_context",
     "FakeMessagesAPI": ".messages_api",
     "LocalModelStep": ".model_step_environment",
@@ -35,6 +40,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BedrockRequest",
+    "FakeBedrockRuntime",
     "FakeLambdaContext",
     "FakeMessagesAPI",
     "LocalModelStep",
@@ -47,6 +54,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .bedrock_api import BedrockRequest, FakeBedrockRuntime
     from .lambda_context import FakeLambdaContext
     from .messages_api import FakeMessagesAPI, RecordedRequest, Reply
     from .model_step_environment import LocalModelStep, model_step_environment
