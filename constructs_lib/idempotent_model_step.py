@@ -35,7 +35,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from . import defaults, queue_grants
+from . import bedrock_models, defaults, queue_grants
 from ._paths import lambda_src_root
 from ._runtime_environment import runtime_environment as env
 from ._validation import (
@@ -229,12 +229,11 @@ class _StepProps:
         if (
             provider is ModelProvider.BEDROCK
             and not Token.is_unresolved(model_id)
-            and not model_id.startswith("anthropic.")
+            and bedrock_models.parse_model_id(model_id) is None
         ):
             raise PropValidationError(
-                f"{owner}: model_id must be a Bedrock foundation-model id starting with "
-                f"'anthropic.' with ModelProvider.BEDROCK (cross-region inference profiles "
-                f"are not supported yet), got {model_id!r}"
+                f"{owner}: model_id must be a Bedrock foundation-model id or inference-profile "
+                f"id with ModelProvider.BEDROCK: {bedrock_models.ALLOWED}; got {model_id!r}"
             )
 
     def _check_delivery(self, owner: str) -> None:
@@ -431,11 +430,18 @@ class IdempotentModelStep(Construct):
         Granted ``secretsmanager:GetSecretValue`` only (the runtime never calls
         DescribeSecret), on the ARN ``grant_read`` would use, so a secret imported by name
         or partial ARN and a customer managed KMS key both work. Default: none.
-    :param model_provider: default ``ModelProvider.ANTHROPIC``.
+    :param model_provider: ``ModelProvider.ANTHROPIC`` (the Claude API, with
+        ``api_key_secret``) or ``ModelProvider.BEDROCK`` (Claude on Amazon Bedrock through
+        the function's role, no secret). Default ``ModelProvider.ANTHROPIC``.
     :param event_bus: a classic ``IEventBus`` (a rule is created) or a v2 bus,
         :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
         subscriber is created). Default: the account's default bus.
-    :param model_id: default ``"claude-haiku-5-5"``.
+    :param model_id: the model to call; joins the record key. With
+        ``ModelProvider.BEDROCK``: a foundation-model id (``anthropic.<model>``) or an
+        inference-profile id (``us.``, ``eu.``, ``apac.`` or ``global.`` then
+        ``anthropic.<model>``), granted on the profile and on the model in every region the
+        profile routes to (``constructs_lib.bedrock_models``). Default
+        ``"claude-haiku-5-5"``.
     :param max_tokens: 1-128,000, default 1,024.
     :param allowed_labels: if given, an answer must be one of these (case-insensitive)
         or the event is dead-lettered. Default: any answer.
@@ -1017,17 +1023,60 @@ class IdempotentModelStep(Construct):
         if props.api_key_secret is not None:
             _grant_get_secret_value(role, props.api_key_secret)
         if props.model_provider is ModelProvider.BEDROCK:
+            self._grant_bedrock_invoke(role, props.model_id)
+
+    # -------------------------------------------------------- Bedrock (issue 22)
+    def _grant_bedrock_invoke(self, role: iam.IRole, model_id: str) -> None:
+        """``bedrock:InvokeModel`` on what IAM evaluates for ``model_id``.
+
+        A foundation-model id: the model in the stack's region. An inference-profile id: the
+        profile, and the foundation model in every region the profile routes to
+        (``bedrock_models.GEOGRAPHY_REGIONS``; any region for ``global.``), only through that
+        profile (``bedrock:InferenceProfileArn``).
+        """
+        stack = Stack.of(self)
+        model = None if Token.is_unresolved(model_id) else bedrock_models.parse_model_id(model_id)
+        if model is None or not model.is_profile:
             role.add_to_principal_policy(
                 iam.PolicyStatement(
                     actions=["bedrock:InvokeModel"],
                     resources=[
-                        Stack.of(self).format_arn(
+                        stack.format_arn(
                             service="bedrock",
                             account="",
                             resource="foundation-model",
-                            resource_name=props.model_id,
+                            resource_name=model_id,
                         )
                     ],
+                )
+            )
+            return
+        profile_arn = stack.format_arn(
+            service="bedrock", resource="inference-profile", resource_name=model_id
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["bedrock:InvokeModel"], resources=[profile_arn])
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["bedrock:InvokeModel"],
+                resources=bedrock_models.foundation_model_arns(
+                    model, stack.partition, stack.region
+                ),
+                conditions={
+                    "StringEquals": {bedrock_models.INFERENCE_PROFILE_ARN_KEY: profile_arn}
+                },
+            )
+        )
+        if model.profile_prefix == bedrock_models.GLOBAL_PREFIX:
+            Validations.of(role).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:bedrock:*::"
+                    f"foundation-model/{model.foundation_model}]",
+                    reason="A global. inference profile routes each request to any "
+                    "commercial region, so the foundation model is granted in every region; "
+                    "one action, one model, and only through this profile "
+                    "(bedrock:InferenceProfileArn).",
                 )
             )
 

@@ -50,6 +50,9 @@ LIBRARY_REQUIREMENTS = ("model_step", "prospect_splitter")
 
 #: The runtime every custom handler is bundled with; its lock constrains theirs.
 RUNTIME_REQUIREMENTS = "model_step"
+#: Extras of the library's functions, locked against the runtime's lock once it is written
+#: (``tracing=True`` adds the X-Ray SDK from the first).
+LIBRARY_EXTRA_REQUIREMENTS = ("model_step/requirements-tracing.txt",)
 
 __all__ = ["LIBRARY_REQUIREMENTS", "LockCommandError", "find_uv", "main", "write_lock"]
 
@@ -144,6 +147,16 @@ def _lock_all(
     return written
 
 
+def library_requirement_files() -> tuple[list[Path], list[Path]]:
+    """What ``make lock`` re-locks: the library's functions' requirements (from scratch), and
+    their extras (within the runtime's lock), in that order."""
+    root = lambda_src_root()
+    return (
+        [root / name / "requirements.txt" for name in LIBRARY_REQUIREMENTS],
+        [root / extra for extra in LIBRARY_EXTRA_REQUIREMENTS],
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=LOCK_COMMAND,
@@ -161,18 +174,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give requirements files, or --library")
     from .defaults import LAMBDA_PYTHON_VERSION  # imports aws-cdk-lib: only when locking
 
-    files = (
-        [lambda_src_root() / name / "requirements.txt" for name in LIBRARY_REQUIREMENTS]
+    files, extras = (
+        library_requirement_files()
         if args.library
-        else [path.resolve() for path in args.requirements]
+        else ([p.resolve() for p in args.requirements], [])
     )
     try:
-        for path in files:
+        for path in [*files, *extras]:
             if not path.is_file():
                 raise LockCommandError(f"no such requirements file: {display_path(path)}")
+        uv = find_uv()
         written = _lock_all(
-            files, library=args.library, python_version=LAMBDA_PYTHON_VERSION, uv=find_uv()
+            files, library=args.library, python_version=LAMBDA_PYTHON_VERSION, uv=uv
         )
+        # Extras after the runtime's lock: they are resolved within it.
+        written += _lock_all(extras, library=False, python_version=LAMBDA_PYTHON_VERSION, uv=uv)
     except LocalBundlingError as error:
         print(error, file=sys.stderr)
         return 1

@@ -32,7 +32,9 @@ class ModelStepDashboard(Construct):
       EMF metrics, Sum per ``period``);
     - **Queues**: the DLQ's depth, the buffer queue's depth (both Maximum) and the age of
       its oldest row (seconds, right axis);
-    - **Tokens**: ``InputTokens`` and ``OutputTokens`` of billed answers (Sum);
+    - **Tokens**: ``InputTokens``, ``OutputTokens``, ``CacheWriteInputTokens`` and
+      ``CacheReadInputTokens`` of billed answers (Sum): a cache that stopped hitting shows
+      as writes where reads were;
     - **Alarms**: the state of every alarm in the step's ``alarms``.
 
     Each widget's metric comes from the step's own ``metric_*()`` method, so the dashboard
@@ -108,8 +110,13 @@ def step_widgets(step: IdempotentModelStep, period: Duration) -> list[cloudwatch
             height=_GRAPH_HEIGHT,
         ),
         cloudwatch.GraphWidget(
-            title="Tokens",
-            left=[step.metric_input_tokens(period), step.metric_output_tokens(period)],
+            title="Tokens: input, output, prompt cache writes and reads",
+            left=[
+                step.metric_input_tokens(period),
+                step.metric_output_tokens(period),
+                step.metric_cache_write_input_tokens(period),
+                step.metric_cache_read_input_tokens(period),
+            ],
             width=_GRAPH_WIDTH,
             height=_GRAPH_HEIGHT,
         ),

@@ -371,8 +371,18 @@ class LocalEngine:
         local = self.queues.by_url_or_arn(arn)
         url = queue_url_for_arn(self.aws.physical, arn)
         sqs = self.aws.client("sqs")
+        iam = self.iam if spec.role_arn is not None else None
+        role_key = f"subscriber:{spec.logical_id}"
 
         def send(event: Mapping[str, Any], error: Exception) -> None:
+            # The subscriber sends to its on-failure queue with its own role, as it delivers.
+            if iam is not None and iam.evaluate(role_key, [Permission("sqs:SendMessage", arn)]):
+                logger.error(
+                    "%s: the subscriber's role may not send to its on-failure queue; "
+                    "the event is lost",
+                    spec.display_name,
+                )
+                return
             attributes = {
                 "ERROR_CODE": {"DataType": "String", "StringValue": type(error).__name__},
                 "ERROR_MESSAGE": {"DataType": "String", "StringValue": str(error)[:256]},

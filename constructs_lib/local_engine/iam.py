@@ -10,7 +10,11 @@ finds the function running on the calling thread (:mod:`.identity`), and evaluat
 - an explicit Deny in any policy denies; otherwise an Allow in any policy allows; otherwise
   the call is denied implicitly, as IAM does for an identity policy in one account;
 - a denied call never reaches moto: the handler gets botocore's ``ClientError`` with the
-  service's AccessDenied code and AWS's message shape, and the call is counted.
+  service's AccessDenied code and AWS's message shape, and the call is counted;
+- S3 answers a GetObject / HeadObject of a missing object (or version) with 404 only to a
+  caller that may ``s3:ListBucket`` the bucket, and with 403 AccessDenied otherwise (so a
+  caller cannot probe for keys): the check evaluates ``s3:ListBucket`` then, and a denial
+  answers 403 as S3 does.
 
 The role's policies, read from the template and resolved by :mod:`.intrinsics`: the role's
 inline ``Policies``, its ``ManagedPolicyArns`` (AWS managed policies from moto's copy of
@@ -21,7 +25,8 @@ Not evaluated (documented limits):
 
 - ``Condition`` blocks, except ``StringEquals`` (and its ``ForAllValues`` / ``ForAnyValue``
   forms) on ``events:source`` and ``events:detail-type``, which are evaluated per PutEvents
-  entry. moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
+  entry, and on ``bedrock:InferenceProfileArn`` (:mod:`.bedrock_iam`).
+  moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
   and it answers DENIED for an Allow whose condition fails), so statements are evaluated one
   by one: moto matches action and resource, and the condition is checked here. No other
   request context (``aws:SourceArn``, ``dynamodb:LeadingKeys``, ``dynamodb:Attributes``...)
@@ -282,7 +287,15 @@ class RolePolicies:
 #: Condition operators evaluated here (with the request context a call carries).
 _STRING_EQUALS = ("StringEquals", "ForAllValues:StringEquals", "ForAnyValue:StringEquals")
 #: Context keys the local run knows for the calls that carry them.
-KNOWN_CONTEXT_KEYS = frozenset({"events:source", "events:detail-type"})
+KNOWN_CONTEXT_KEYS = frozenset(
+    {
+        "events:source",
+        "events:detail-type",
+        # Bedrock (issue 22): set on the foundation-model check of an InvokeModel made
+        # through an inference profile (local_engine.bedrock_iam).
+        "bedrock:InferenceProfileArn",
+    }
+)
 
 
 def _evaluable(condition: Mapping[str, Any]) -> bool:
@@ -453,6 +466,8 @@ class IamCheck:
         service = model.service_model.service_name
         permissions = required_permissions(service, model.name, params, self.secrets)
         missing = self.evaluate(function_id, permissions)
+        if missing is None and service == "s3" and model.name in _OBJECT_READS:
+            missing = self._missing_object_listing(function_id, params)
         if missing is None:
             return None
         context[DENIED_KEY] = True  # later hooks must not act
@@ -471,6 +486,17 @@ class IamCheck:
         }
         return response, parsed
 
+    def _missing_object_listing(
+        self, function_id: str, params: Mapping[str, Any]
+    ) -> Permission | None:
+        """For a read of a missing object: the ``s3:ListBucket`` S3 needs to answer 404."""
+        bucket, key = params.get("Bucket"), params.get("Key")
+        if not bucket or key is None:
+            return None
+        if _object_exists(str(bucket), unquote(str(key)), params.get("VersionId")) is not False:
+            return None
+        return self.evaluate(function_id, [Permission("s3:ListBucket", f"arn:aws:s3:::{bucket}")])
+
     @contextmanager
     def installed(self, *sessions: boto3.session.Session) -> Iterator[IamCheck]:
         """Evaluate every call made while open: on sessions created meanwhile (as event_bus
@@ -484,6 +510,30 @@ class IamCheck:
 
 
 _PARAMS_KEY = "local_engine.iam.params"
+#: S3 reads whose answer for a missing object depends on ``s3:ListBucket``.
+_OBJECT_READS = frozenset({"GetObject", "HeadObject"})
+
+
+def _object_exists(bucket: str, key: str, version_id: object) -> bool | None:
+    """Whether moto holds ``key`` (at ``version_id``) in ``bucket``; None when the bucket
+    itself is unknown (S3 then answers NoSuchBucket, whatever the caller may list)."""
+    from moto.s3.exceptions import MissingBucket
+    from moto.s3.models import s3_backends
+
+    try:
+        found = s3_backends[LOCAL_ACCOUNT]["aws"].get_bucket(bucket)
+    except MissingBucket:
+        return None
+    versions = found.keys.getlist(key, default=[])
+    if version_id is None:
+        return key in found.keys and not _is_delete_marker(found.keys[key])
+    return any(str(v.version_id) == str(version_id) for v in versions)
+
+
+def _is_delete_marker(value: object) -> bool:
+    from moto.s3.models import FakeDeleteMarker
+
+    return isinstance(value, FakeDeleteMarker)
 
 
 def iam_check(assembly: CloudAssembly, resolver: Resolver, secret_arns: Iterable[str]) -> IamCheck:

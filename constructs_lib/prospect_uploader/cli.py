@@ -173,6 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
         "anthropic: the real API, needs ANTHROPIC_API_KEY",
     )
     run.add_argument(
+        "--provider",
+        choices=("anthropic", "bedrock"),
+        default="anthropic",
+        help="the provider the stack's classify step calls: anthropic (default) or bedrock, "
+        "which needs the stack synthesized with -c model_provider=bedrock and runs against "
+        "a local bedrock-runtime, each InvokeModel checked against the step's IAM grant",
+    )
+    run.add_argument(
         "--backoff-minute-ms",
         type=_positive_float,
         default=DEFAULT_SECONDS_PER_MINUTE * 1000,
@@ -273,6 +281,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         fault_rate=args.fault_rate,
         seed=args.seed,
         model=args.model,
+        provider=args.provider,
         seconds_per_minute=args.backoff_minute_ms / 1000,
         rate_limit=args.rate_limit,
         kill_rate=args.kill_rate,

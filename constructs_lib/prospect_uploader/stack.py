@@ -67,7 +67,7 @@ from ..alarms import events_rule_metric, occurrence_alarm
 from ..bundling import lambda_src_root
 from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_findings
 from ..event_bus_v2 import EventBusV2
-from ..idempotent_model_step import IdempotentModelStep, PromptCache
+from ..idempotent_model_step import IdempotentModelStep, ModelProvider, PromptCache
 from ..model_prices import ModelPrice, price_table
 from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
@@ -94,6 +94,10 @@ CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
 }
 #: Values of the ``event_bus`` context key; the first is the default.
 EVENT_BUS_KINDS = ("v2", "classic")
+#: Values of the ``model_provider`` context key; the first is the default (issue 22).
+MODEL_PROVIDERS = ("anthropic", "bedrock")
+#: The classify model on Bedrock: the default model through the US inference profile.
+DEFAULT_BEDROCK_MODEL_ID = f"us.anthropic.{defaults.DEFAULT_MODEL_ID}-v1:0"
 #: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
 #: its retry stamp and count, and the replay generation it publishes under; exactly what
 #: ``prospect_viewer.store`` writes. The item's key attributes are named in the request too.
@@ -106,13 +110,19 @@ UPLOAD_SPLIT_DEADLINE = Duration.hours(7)
 SWEEP_INTERVAL = Duration.minutes(15)
 #: The ledger's calls per function (upload_accounting.ledger), as (UploadsTable actions,
 #: UploadRowsTable actions): the splitter opens and closes the split (PutItem, then
-#: UpdateItem, GetItem on completion); classify and the recorder account rows (a marker Put,
-#: or GetItem + Update of a known marker, in a transaction with the upload's Update); the
+#: UpdateItem, GetItem on completion); classify accounts rows (a marker Put, or GetItem +
+#: Update of a known marker when an operator's retry of a failed row succeeds, in a
+#: transaction with the upload's Update); the recorder accounts failed rows only (a marker
+#: Put, or a GetItem of a known marker: it never moves a marker, so no Update of one); the
 #: sweeper reads and closes uploads. Nothing else, so every grant has a path that uses it.
 LEDGER_SPLIT = (("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"), ())
 LEDGER_ROWS = (
     ("dynamodb:GetItem", "dynamodb:UpdateItem"),
     ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+)
+LEDGER_FAILED_ROWS = (
+    ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+    ("dynamodb:GetItem", "dynamodb:PutItem"),
 )
 LEDGER_SWEEP = (("dynamodb:GetItem", "dynamodb:UpdateItem"), ())
 #: Days RowBus keeps events for replay: the minimum, as nothing replays rows from it.
@@ -207,6 +217,12 @@ class ProspectUploaderStack(Stack):
       and ``Classify`` subscribes to it; upload summaries and completion events stay on
       the classic ``ProspectBus`` with their alert rules. ``classic``: everything rides
       ``ProspectBus`` and ``Classify`` is a classic rule (the template before v2).
+    - ``model_provider``: ``anthropic`` (default: the Claude API, with the
+      ``AnthropicApiKey`` secret) or ``bedrock`` (Claude on Amazon Bedrock through the
+      function's IAM role, no secret; ``prospect-uploader run --provider bedrock`` runs it
+      locally).
+    - ``bedrock_model_id``: with ``model_provider=bedrock``, the Bedrock model or
+      inference-profile id. Default: ``us.anthropic.claude-haiku-5-5-v1:0``.
 
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
@@ -239,6 +255,8 @@ class ProspectUploaderStack(Stack):
         self.failure_retention_days = self._context_int("failure_retention_days")
         self.viewer_principals = self._context_role_arns("viewer_principals")
         self.event_bus_kind = self._context_choice("event_bus", EVENT_BUS_KINDS)
+        # Bedrock (issue 22): where the classify step calls Claude.
+        self.model_provider = self._context_choice("model_provider", MODEL_PROVIDERS)
         #: The price table the stack reports costs with: the default, the prop, the context.
         self.model_prices = self._model_prices(model_prices)
         self._storage()
@@ -555,9 +573,14 @@ class ProspectUploaderStack(Stack):
         else:
             self.bus.grant_put_events_to(self.splitter)
         self.failures_table.grant(self.splitter, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
+        # Powertools' calls: the in-progress Put, the result Update, the Delete that releases
+        # the record of a split that raised. No GetItem: a failed conditional Put returns the
+        # existing record (ReturnValuesOnConditionCheckFailure=ALL_OLD with boto3 >= 1.26.164;
+        # the bundle ships no boto3, and the python3.12+ runtimes' is newer), and Powertools
+        # reads the record with GetItem only when that answer lacks it, which DynamoDB never
+        # does. The grants test's duplicate split proves the path under the IAM check.
         self.idempotency_table.grant(
             self.splitter,
-            "dynamodb:GetItem",
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
@@ -575,7 +598,9 @@ class ProspectUploaderStack(Stack):
 
     def _classify(self, lambda_retry_attempts: int) -> None:
         """The classify step: one model request per row, hot, warm or cold."""
-        self.api_key_secret = self._api_key_secret()
+        bedrock = self.model_provider == "bedrock"
+        #: The API key secret; None with ``-c model_provider=bedrock`` (the role is the key).
+        self.api_key_secret = None if bedrock else self._api_key_secret()
         classifier = ModelStepHandler.from_package(
             _src("prospect_classifier"),
             handler="prospect_classifier.handler.handler",
@@ -594,6 +619,10 @@ class ProspectUploaderStack(Stack):
             allowed_labels=LABELS,
             max_tokens=16,
             api_key_secret=self.api_key_secret,
+            model_provider=ModelProvider.BEDROCK if bedrock else ModelProvider.ANTHROPIC,
+            model_id=str(self.node.try_get_context("bedrock_model_id") or DEFAULT_BEDROCK_MODEL_ID)
+            if bedrock
+            else defaults.DEFAULT_MODEL_ID,
             table=self.idempotency_table,
             dead_letter_queue=self.failure_queue,
             alarm_topic=self.alert_topic,
@@ -652,7 +681,7 @@ class ProspectUploaderStack(Stack):
             },
         )
         self.failures_table.grant(self.recorder, "dynamodb:UpdateItem")
-        self._grant_ledger(self.recorder, LEDGER_ROWS)
+        self._grant_ledger(self.recorder, LEDGER_FAILED_ROWS)
         consume(self.recorder, self.failure_queue, batch_size=10)
 
     def _sweeper(self) -> None:
@@ -1025,7 +1054,8 @@ class ProspectUploaderStack(Stack):
         publish: bool = True,
     ) -> None:
         """The ledger calls ``function`` makes: ``access`` is (UploadsTable actions,
-        UploadRowsTable actions), one of LEDGER_SPLIT / LEDGER_ROWS / LEDGER_SWEEP; and
+        UploadRowsTable actions), one of LEDGER_SPLIT / LEDGER_ROWS / LEDGER_FAILED_ROWS /
+        LEDGER_SWEEP; and
         publishing the completion event."""
         uploads, rows = access
         # Table ARNs only: table.grant would add the sweeper's index (index/*) too.

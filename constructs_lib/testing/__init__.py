@@ -10,6 +10,9 @@
   Message Batches endpoints (create, retrieve, list, results, cancel) with scripted result
   types, a processing delay and faults around create (``api.batches``). Standard library
   only.
+- :class:`FakeBedrockRuntime` (with :class:`BedrockRequest`): a scripted Amazon Bedrock
+  ``bedrock-runtime`` InvokeModel for Claude on 127.0.0.1, with Bedrock's wire shape and
+  errors, that checks each request's SigV4 signature. Standard library only.
 - :func:`model_step_environment`: a handler's AWS side in moto (idempotency table,
   dead-letter queue, API key secret) and the environment the construct sets, pointing at a
   fake API; it loads a handler as a Lambda cold start would. Needs the ``local`` extra.
@@ -25,6 +28,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "BedrockRequest": ".bedrock_api",
+    "FakeBedrockRuntime": ".bedrock_api",
     "FakeLambdaContext": ".lambda_context",
     "FakeMessagesAPI": ".messages_api",
     "LocalModelStep": ".model_step_environment",
@@ -37,6 +42,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BedrockRequest",
+    "FakeBedrockRuntime",
     "FakeLambdaContext",
     "FakeMessagesAPI",
     "LocalModelStep",
@@ -49,6 +56,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .bedrock_api import BedrockRequest, FakeBedrockRuntime
     from .lambda_context import FakeLambdaContext
     from .messages_api import FakeMessagesAPI, RecordedRequest, Reply
     from .model_step_environment import LocalModelStep, model_step_environment

@@ -50,10 +50,12 @@ class ModelClientProvider:
                     import anthropic
 
                     # IAM credentials from the Lambda role; no API key secret is involved.
+                    # ANTHROPIC_BEDROCK_BASE_URL, read by the SDK, points a test or a local
+                    # run at a fake bedrock-runtime.
                     self._client = anthropic.AnthropicBedrock(
                         aws_region=self._settings.aws_region,
                         max_retries=0,
-                        http_client=_http_client(),
+                        http_client=_http_client(bedrock=True),
                     )
                 return self._client
         return self._for_key(self._keys.current())
@@ -82,11 +84,52 @@ class ModelClientProvider:
             return self._client
 
 
-def _http_client() -> Any:
-    """The SDK's own default HTTP client, on a transport that enforces the total deadline."""
+def _http_client(*, bedrock: bool = False) -> Any:
+    """The SDK's own default HTTP client, on a transport that enforces the total deadline
+    (and, for Bedrock, names Bedrock's request id the way the SDK reads it)."""
     import anthropic
     import httpx2
 
     from .deadline import DeadlineTransport
 
-    return anthropic.DefaultHttpxClient(transport=DeadlineTransport(httpx2.HTTPTransport()))
+    transport: httpx2.BaseTransport = DeadlineTransport(httpx2.HTTPTransport())
+    if bedrock:
+        transport = _bedrock_request_ids(transport)
+    return anthropic.DefaultHttpxClient(transport=transport)
+
+
+# -- Bedrock (issue 22) ----------------------------------------------------------------------
+#: The ``anthropic_version`` Bedrock's InvokeModel requires in the body of a Claude request.
+#: The SDK fills the field with the Messages API's own version when it is absent, which
+#: Bedrock refuses (ValidationException), so the runtime sends this one itself.
+BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+#: Bedrock's request id header; the SDK reads only the Claude API's ``request-id``.
+BEDROCK_REQUEST_ID_HEADER = "x-amzn-requestid"
+
+
+def request_options(settings: Settings) -> dict[str, Any]:
+    """Extra keyword arguments of ``messages.create`` for the provider: for Bedrock, the
+    body's ``anthropic_version``; none for the Claude API."""
+    if settings.model_provider == "bedrock":
+        return {"extra_body": {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}}
+    return {}
+
+
+def _bedrock_request_ids(inner: Any) -> Any:
+    """A transport that copies Bedrock's ``x-amzn-requestid`` into ``request-id`` when the
+    answer has none, so ``message._request_id`` and ``error.request_id`` (read by the SDK
+    from ``request-id``) carry Bedrock's id into the stored result and the DLQ message."""
+    import httpx2
+
+    class BedrockRequestIdTransport(httpx2.BaseTransport):
+        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+            response: httpx2.Response = inner.handle_request(request)
+            request_id = response.headers.get(BEDROCK_REQUEST_ID_HEADER)
+            if request_id and "request-id" not in response.headers:
+                response.headers["request-id"] = request_id
+            return response
+
+        def close(self) -> None:
+            inner.close()
+
+    return BedrockRequestIdTransport()

@@ -88,6 +88,8 @@ POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 AWS_REGION: Final = "AWS_REGION"
 AWS_LAMBDA_INITIALIZATION_TYPE: Final = "AWS_LAMBDA_INITIALIZATION_TYPE"
+# Bedrock (issue 22).
+ANTHROPIC_BEDROCK_BASE_URL: Final = "ANTHROPIC_BEDROCK_BASE_URL"
 # Message Batches delivery (issue 19).
 MODEL_DELIVERY: Final = "MODEL_DELIVERY"
 BATCH_MAX_REQUESTS: Final = "BATCH_MAX_REQUESTS"
@@ -165,6 +167,12 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
     EnvironmentVariable(
         ANTHROPIC_BASE_URL,
         "the Messages API's address, read by the SDK itself (a proxy, or a fake in tests)",
+        origin="caller",
+    ),
+    EnvironmentVariable(
+        ANTHROPIC_BEDROCK_BASE_URL,
+        "with `bedrock`: the bedrock-runtime address, read by the SDK itself (a VPC endpoint, "
+        "or a fake in tests and local runs); unset: bedrock-runtime in AWS_REGION",
         origin="caller",
     ),
     EnvironmentVariable(

@@ -155,8 +155,13 @@ def should_retry_header(exc: BaseException) -> bool | None:
 
 def is_rate_limited(exc: BaseException) -> bool:
     """A 429 or 529 answer: the provider did not serve (or bill) the request. Whether it is
-    retried at all is ``classify_model_error``'s call (``x-should-retry: false`` says no)."""
-    return getattr(exc, "status_code", None) in RATE_LIMIT_STATUSES
+    retried at all is ``classify_model_error``'s call (``x-should-retry: false`` says no).
+    Bedrock's ``ModelNotReadyException`` is a 429 too, but transient: see
+    :data:`BEDROCK_TRANSIENT_ERRORS`."""
+    return (
+        getattr(exc, "status_code", None) in RATE_LIMIT_STATUSES
+        and bedrock_error_type(exc) not in BEDROCK_TRANSIENT_ERRORS
+    )
 
 
 def classify_model_error(exc: BaseException) -> NonRetryableError | None:
@@ -175,12 +180,14 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     status = exc.status_code
     verdict = should_retry_header(exc)
     if verdict is None:
+        verdict = _bedrock_verdict(exc)
+    if verdict is None:
         verdict = not (400 <= status < 500 and status not in RETRYABLE_STATUSES)
     if verdict:
         return None
     return ModelRequestRejectedError(
         f"model API returned {status}: {exc.message}",
-        error_code=type(exc).__name__,
+        error_code=bedrock_error_type(exc) or type(exc).__name__,
         status_code=status,
         request_id=exc.request_id,
     )
@@ -192,3 +199,55 @@ class ReceivesExhaustedError(NonRetryableError):
     ``MAX_EVENT_AGE_SECONDS``. No model request is made for it."""
 
     error_code = "ReceivesExhausted"
+
+
+# -- Bedrock (issue 22) ----------------------------------------------------------------------
+# Bedrock names each error in the ``x-amzn-errortype`` header
+# (``ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/``) and puts only
+# ``{"message": ...}`` in the body. The SDK turns the status into its own class (429 ->
+# RateLimitError, 503 -> ServiceUnavailableError, ...); the ERROR_CODE is Bedrock's name.
+BEDROCK_ERROR_TYPE_HEADER = "x-amzn-errortype"
+#: Bedrock errors a later attempt can cure; each spends an attempt of the key's budget.
+#: ``ModelNotReadyException`` is a 429 but not a rate limit: the model itself is not
+#: serving yet, and a wait bounded by attempts (not by the 24 h event age) is the answer.
+#: ``ThrottlingException`` (429) is the rate limit: it waits and spends no attempt.
+BEDROCK_TRANSIENT_ERRORS = frozenset(
+    {
+        "ModelNotReadyException",
+        "ModelTimeoutException",
+        "ServiceUnavailableException",
+        "InternalServerException",
+    }
+)
+#: Bedrock errors that no retry can cure: the request, the model id, the role's grant or the
+#: account's quota is wrong. Each is a stored dead letter after one request.
+BEDROCK_NON_RETRYABLE_ERRORS = frozenset(
+    {
+        "ValidationException",
+        "AccessDeniedException",
+        "ResourceNotFoundException",
+        "ServiceQuotaExceededException",
+        "ModelErrorException",
+    }
+)
+
+
+def bedrock_error_type(exc: BaseException) -> str | None:
+    """Bedrock's error name from an SDK status error's ``x-amzn-errortype`` header (the part
+    before ``:``), e.g. ``"ThrottlingException"``; None for any other error."""
+    headers: Any = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    raw = str(headers.get(BEDROCK_ERROR_TYPE_HEADER) or "").split(":", 1)[0].strip()
+    return raw or None
+
+
+def _bedrock_verdict(exc: BaseException) -> bool | None:
+    """True (retry) or False (dead-letter) for a Bedrock error this module names; None for
+    any other, which the status code decides."""
+    name = bedrock_error_type(exc)
+    if name in BEDROCK_TRANSIENT_ERRORS or name == "ThrottlingException":
+        return True
+    if name in BEDROCK_NON_RETRYABLE_ERRORS:
+        return False
+    return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from . import clock, deadline
-from .client import ModelClientProvider
+from .client import ModelClientProvider, request_options
 from .config import Settings
 from .errors import (
     COMPLETE_STOP_REASONS,
@@ -22,12 +22,13 @@ from .errors import (
     NonRetryableError,
     ResultTooLargeError,
     RetryableAnswerError,
+    bedrock_error_type,
     classify_model_error,
     is_rate_limited,
     should_retry_header,
 )
 from .key import REPLAY_GENERATION_FIELD, RecordKey
-from .outcome import CompletedResult, Usage, usage_of, zero_usage
+from .outcome import CompletedResult, Usage, as_provider, usage_of, zero_usage
 from .persistence import stored_form
 
 BuildUserMessage = Callable[[dict[str, Any]], str]
@@ -46,6 +47,9 @@ MAX_STORED_ANSWER_BYTES = 64 * 1024
 MAX_STORED_RESULT_BYTES = 300 * 1024
 #: Error code of a request stopped by its total deadline.
 DEADLINE_EXCEEDED = "ModelDeadlineExceeded"
+#: Answers that are not billed and are not a rate limit: a 401, and a 429 that is no rate
+#: limit (Bedrock's ModelNotReadyException: the model did not serve it).
+UNBILLED_STATUSES = frozenset({401, 429})
 
 
 def default_user_message(detail: Mapping[str, Any]) -> str:
@@ -172,11 +176,12 @@ class ModelCall:
                     system=system_blocks(settings),
                     messages=[{"role": "user", "content": user_message}],
                     timeout=seconds,
+                    **request_options(settings),
                 )
         except Exception as exc:
             if is_rate_limited(exc):
                 spend.rate_limited = 1
-            elif getattr(exc, "status_code", None) != 401:
+            elif getattr(exc, "status_code", None) not in UNBILLED_STATUSES:
                 spend.requests = 1
             raise
         spend.requests = 1
@@ -203,6 +208,7 @@ class ModelCall:
             request_id=request_id,
             model=str(message.model),
             prompt_version=settings.prompt_version,
+            provider=as_provider(settings.model_provider),
             stop_reason=str(stop_reason),
             usage=usage_of(message.usage),
             completed_at=clock.utc_iso(),
@@ -272,6 +278,9 @@ def error_code(exc: BaseException) -> str:
     code = getattr(exc, "error_code", None)
     if isinstance(code, str):
         return code
+    bedrock = bedrock_error_type(exc)
+    if bedrock is not None:
+        return bedrock
     if type(exc).__name__ == "APITimeoutError" and deadline.fired():
         return DEADLINE_EXCEEDED
     return type(exc).__name__

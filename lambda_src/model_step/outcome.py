@@ -19,6 +19,8 @@ ResultStatus = Literal["completed", "dead_lettered"]
 #: A delivery's status: a terminal result, or a wait (``retry``: a transient failure or a
 #: concurrent duplicate; ``rate_limited``: a 429/529 the row waits out).
 DeliveryStatus = Literal["completed", "dead_lettered", "retry", "rate_limited"]
+#: Where the model ran: the Claude API or Amazon Bedrock (``MODEL_PROVIDER``).
+Provider = Literal["anthropic", "bedrock"]
 
 
 class Usage(TypedDict):
@@ -42,6 +44,8 @@ class CompletedResult(TypedDict):
     request_id: str | None
     model: str
     prompt_version: str
+    #: ``MODEL_PROVIDER``; absent on results stored before it was recorded.
+    provider: NotRequired[Provider]
     stop_reason: str
     usage: Usage
     completed_at: str
@@ -66,6 +70,8 @@ class DeadLetteredResult(TypedDict):
     key: list[Any] | None
     model: str
     prompt_version: str
+    #: ``MODEL_PROVIDER``; absent on results stored before it was recorded.
+    provider: NotRequired[Provider]
     #: Stable per record: every DLQ message for it carries this id.
     dead_letter_id: NotRequired[str]
     dead_letter_message_id: NotRequired[str | None]
@@ -92,6 +98,15 @@ class Outcome(TypedDict):
     usage: Usage
     result: StepResult | None
     error_code: str | None
+
+
+def as_provider(name: str) -> Provider:
+    """``name`` as a :data:`Provider`; ``ValueError`` for any other value."""
+    if name == "anthropic":
+        return "anthropic"
+    if name == "bedrock":
+        return "bedrock"
+    raise ValueError(f"unknown model provider {name!r}")
 
 
 def zero_usage() -> Usage:

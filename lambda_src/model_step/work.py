@@ -23,7 +23,7 @@ from .errors import (
     is_rate_limited,
 )
 from .model_call import error_code
-from .outcome import DeadLetteredResult, StepResult
+from .outcome import DeadLetteredResult, StepResult, as_provider
 from .tracing import MODEL_CALL
 
 if TYPE_CHECKING:
@@ -184,6 +184,7 @@ class UnitOfWork:
             key=None if key is None else key["business_key"],
             model=parts.settings.model_id,
             prompt_version=parts.settings.prompt_version,
+            provider=as_provider(parts.settings.model_provider),
             dead_letter_id=parts.dead_letter_id(dead_key),
         )
         if key is not None and "replay_generation" in key:

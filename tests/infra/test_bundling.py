@@ -919,3 +919,18 @@ def test_finder_reads_uv_managed_pythons(tmp_path, python313):
     # WHEN searched THEN it is found there
     found = find_bytecode_python("3.13", environ)
     assert found is not None and found.executable == str(bin_dir / "python3.13")
+
+
+def test_make_lock_relocks_every_shipped_lock_extras_after_the_runtime():
+    # Every requirements file that ships a lock is re-locked by `make lock`, and an extra
+    # (the tracing SDK) only after the runtime's lock it is resolved within.
+    from constructs_lib.lock_requirements import library_requirement_files
+
+    files, extras = library_requirement_files()
+    assert files[0] == RUNTIME / "requirements.txt"
+    shipped = {
+        path.parent / path.name.replace(f"-{machine}.lock", ".txt")
+        for machine in ("x86_64", "aarch64")
+        for path in lambda_src_root().glob(f"*/requirements*-{machine}.lock")
+    }
+    assert shipped == {*files, *extras}

@@ -196,7 +196,8 @@ def test_every_dashboard_metric_is_emitted_by_the_runtime_or_sqs(watched):
     assert len(dashboard_bodies(watched)) == 2
     assert {name for namespace, name, _ in seen if namespace != "AWS/SQS"} == {
         "ModelRequests", "DuplicatesSuppressed", "RateLimited", "TransientFailures",
-        "NonRetryableFailures", "InputTokens", "OutputTokens",
+        "NonRetryableFailures", "InputTokens", "OutputTokens", "CacheWriteInputTokens",
+        "CacheReadInputTokens",
     }  # fmt: skip
     assert {name for namespace, name, _ in seen if namespace == "AWS/SQS"} == {
         "ApproximateNumberOfMessagesVisible",

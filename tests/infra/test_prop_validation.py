@@ -149,6 +149,48 @@ def test_bedrock_needs_a_bedrock_model_id(stack):
         make_step(stack, model_provider=ModelProvider.BEDROCK, api_key_secret=None)
 
 
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        "claude-haiku-5-5",  # the Claude API's name, not Bedrock's
+        "anthropic.",
+        "us.claude-haiku-5-5-v1:0",
+        "us.anthropic.",
+        "ca.anthropic.claude-haiku-5-5-v1:0",  # no such geography prefix here
+        "global.us.anthropic.claude-haiku-5-5-v1:0",
+        "meta.llama3-70b-instruct-v1:0",
+        "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-haiku-5-5-v1:0",
+        "US.anthropic.claude-haiku-5-5-v1:0",
+    ],
+)
+def test_a_bad_bedrock_model_id_fails_at_synth_naming_the_prop_the_value_and_what_is_allowed(
+    stack, model_id
+):
+    with pytest.raises(PropValidationError) as raised:
+        make_step(stack, model_provider=ModelProvider.BEDROCK, api_key_secret=None,
+                  model_id=model_id)  # fmt: skip
+    message = str(raised.value)
+    assert "model_id must be a Bedrock foundation-model id or inference-profile id" in message
+    assert repr(model_id) in message
+    assert "'anthropic.<model>'" in message and "'<us|eu|apac|global>.anthropic.<model>'" in message
+
+
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        "anthropic.claude-haiku-5-5-v1:0",
+        "us.anthropic.claude-haiku-5-5-v1:0",
+        "eu.anthropic.claude-sonnet-5-20260101-v1:0",
+        "apac.anthropic.claude-haiku-5-5-v1:0",
+        "global.anthropic.claude-opus-5-v1",
+    ],
+)
+def test_foundation_model_and_inference_profile_ids_are_accepted(stack, model_id):
+    step = make_step(stack, model_provider=ModelProvider.BEDROCK, api_key_secret=None,
+                     model_id=model_id)  # fmt: skip
+    assert step.function is not None
+
+
 def test_environment_may_not_override_runtime_settings(stack):
     with pytest.raises(PropValidationError, match=r"environment may not set MODEL_ID;"):
         make_step(stack, environment={"MODEL_ID": "other", "MY_SETTING": "1"})

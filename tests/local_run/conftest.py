@@ -53,6 +53,24 @@ def classic_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return outdir
 
 
+@pytest.fixture(scope="session")
+def bedrock_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stack synthesized with ``-c model_provider=bedrock`` (in-process, without
+    bundling): its classify step calls Claude on Bedrock through the US inference profile."""
+    import aws_cdk
+
+    import app as app_module
+
+    outdir = tmp_path_factory.mktemp("cdk.out.bedrock")
+    context = {
+        "aws:cdk:bundling-stacks": [],
+        "aws:cdk:enable-path-metadata": True,
+        "model_provider": "bedrock",
+    }
+    app_module.build_app(aws_cdk.App(context=context, outdir=str(outdir))).synth()
+    return outdir
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slow: a whole local run of a minute or less (runs in make test)"

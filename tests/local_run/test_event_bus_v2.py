@@ -65,7 +65,7 @@ def _role(name: str, service: str, statements: list[dict]) -> dict:
     }
 
 
-def _template(subscriber_may_send: bool) -> dict:
+def _template(subscriber_may_send: bool, may_fail_over: bool = True) -> dict:
     queue_arn = {"Fn::GetAtt": ["Buffer", "Arn"]}
     bus_arn = {"Fn::GetAtt": ["Bus", "EventBusArn"]}
     resources = {
@@ -134,7 +134,16 @@ def _template(subscriber_may_send: bool) -> dict:
     resources |= _role(
         "SubscriberRole",
         "events.amazonaws.com",
-        [{"Effect": "Allow", "Action": send, "Resource": queue_arn}],
+        [
+            {"Effect": "Allow", "Action": send, "Resource": queue_arn},
+            # The subscriber sends what it cannot deliver to its on-failure queue with its
+            # own role, too.
+            {
+                "Effect": "Allow",
+                "Action": "sqs:SendMessage" if may_fail_over else "sqs:GetQueueUrl",
+                "Resource": {"Fn::GetAtt": ["Failed", "Arn"]},
+            },
+        ],
     )
     return {"Resources": resources}
 
@@ -149,9 +158,17 @@ def code_root(tmp_path: Path) -> Path:
 
 
 def _run(
-    tmp_path: Path, code_root: Path, *, may_send: bool, duplicates: int, minute: float, runs: int
+    tmp_path: Path,
+    code_root: Path,
+    *,
+    may_send: bool,
+    duplicates: int,
+    minute: float,
+    runs: int,
+    may_fail_over: bool = True,
 ):
-    assembly = CloudAssembly("Demo", _template(may_send), tmp_path / "Demo.template.json")
+    template = _template(may_send, may_fail_over)
+    assembly = CloudAssembly("Demo", template, tmp_path / "Demo.template.json")
     settings = EngineSettings(duplicates=duplicates, seconds_per_minute=minute)
     engine = LocalEngine(assembly, settings, code_root=code_root)
     with engine:
@@ -198,3 +215,17 @@ def test_a_subscriber_whose_role_cannot_send_retries_then_fills_its_on_failure_q
     assert stats.sent_to_on_failure == 8 and len(failed) == 8
     assert failed[0]["MessageAttributes"]["ERROR_CODE"]["StringValue"] == "DeliveryDenied"
     assert {d.function for d in iam.denials} == {"Subscriber"}
+
+
+def test_a_subscriber_that_may_not_send_to_its_on_failure_queue_loses_the_event_visibly(
+    tmp_path, code_root
+):
+    # The on-failure send is made with the subscriber's role: without SendMessage there the
+    # event is lost, and each loss is a denial of the subscriber's, never a silent drop.
+    stats, seen, failed, iam = _run(
+        tmp_path, code_root, may_send=False, duplicates=1, minute=0.1, runs=1, may_fail_over=False
+    )
+    assert seen == [] and failed == [] and stats.sent_to_on_failure == 8
+    failed_arn = "arn:aws:sqs:us-east-1:123456789012:"
+    lost = [d for d in iam.denials if d.resource.startswith(failed_arn) and "Failed" in d.resource]
+    assert len(lost) == 8 and {d.action for d in lost} == {"sqs:SendMessage"}

@@ -12,7 +12,17 @@ Paths:
 - ``refused``: every answer refused (LabelNotAllowed): dead letters, the recorder, the
   ledger's failed rows; then the viewer retries one;
 - ``faults``: every request faulted, each event delivered twice, Lambda kills and
-  throttles: transient retries, released records, the redrive queue, on-failure records.
+  throttles: transient retries, released records, the redrive queue, on-failure records;
+- ``throttled`` and ``killed``: throttles and kills at high rates;
+- ``unreachable``: the subscriber may not send to the buffer queue (an explicit Deny, as a
+  bad policy edit would add), so every row goes to its on-failure queue and is recorded.
+
+After the ``clean`` run the splitter also gets the same upload event again (answered from
+its record), an event for an object deleted since (S3 answers 404 only with
+``s3:ListBucket``; ``ObjectNotFound`` is recorded) and an event for an object whose reads
+fail every time (the split raises, Powertools deletes its record, Lambda retries twice and
+sends the on-failure record); and one row's message is moved to the redrive queue, as SQS
+moves a message after ``maxReceiveCount``, and answered from there.
 """
 
 from __future__ import annotations
@@ -20,15 +30,22 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from constructs_lib.local_engine import identity
+from constructs_lib.local_engine.call_hooks import before_call_hooks
+from constructs_lib.local_engine.event_bus import DEFAULT_BUS
+from constructs_lib.local_engine.iam import DENIED_KEY, RolePolicies
 from constructs_lib.local_engine.intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
 from constructs_lib.prospect_uploader.local_run import RunOptions
 from constructs_lib.prospect_uploader.local_run.pipeline import LOCAL_API_KEY, LocalPipeline
+from constructs_lib.prospect_uploader.local_run.s3_events import s3_object_created_event
 
 pytestmark = pytest.mark.slow
 
@@ -60,39 +77,16 @@ PATH_OPTIONS: dict[str, dict[str, Any]] = {
         "seconds_per_minute": FAST_CLOCK,
     },
     "killed": {"seed": 7, "kill_rate": 0.6, "throttle_rate": 0.3, "seconds_per_minute": FAST_CLOCK},
+    # The subscriber retries 185 times, up to a minute apart, before its on-failure queue:
+    # about 3 hours of AWS time, 9 s at this clock.
+    "unreachable": {"seconds_per_minute": 0.05},
 }
 PATHS = ("clean", "refused", *PATH_OPTIONS)
 POST_HEADERS = {"x-requested-with": "prospect-viewer", "content-type": "application/json"}
-ACCOUNT_REGION = "us-east-1:123456789012"
-IDEMPOTENCY = f"arn:aws:dynamodb:{ACCOUNT_REGION}:table/ProspectUploader-IdempotencyTable22A5A209"
-FAILURE_QUEUE = f"arn:aws:sqs:{ACCOUNT_REGION}:ProspectUploader-FailureQueue4F308C52"
-#: Grants no test path uses YET (issue 18 asks for none; the list may only shrink), each
-#: kept because a real path needs it that no local run drives so far:
-NOT_YET_USED: dict[str, set[str]] = {
-    "Splitter": {
-        # Powertools: DeleteItem releases the record when a split raises, and GetItem
-        # reads the record when a conditional Put does not return it; no split raises here.
-        f"dynamodb:DeleteItem on {IDEMPOTENCY}",
-        f"dynamodb:GetItem on {IDEMPOTENCY}",
-        # S3 answers a deleted object with 404 (ObjectNotFound, recorded) only with it; the
-        # evaluator does not model that answer yet.
-        "s3:ListBucket on arn:aws:s3:::prospectuploader-uploadbucketd2c1da78",
-        # Lambda's on-failure record after a split failed three times.
-        f"sqs:SendMessage on {FAILURE_QUEUE}",
-    },
-    # The poller's delete after a row from the redrive queue is answered.
-    "Classify/Function": {
-        f"sqs:DeleteMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
-        "ProspectUploader-ClassifyRedriveQueue1250A098"
-    },
-    # The subscriber's on-failure destination, when it cannot reach the buffer queue.
-    "Classify/Subscriber": {f"sqs:SendMessage on {FAILURE_QUEUE}"},
-    # A row the recorder accounts a second time with another result.
-    "FailureRecorder": {
-        f"dynamodb:UpdateItem on arn:aws:dynamodb:{ACCOUNT_REGION}:"
-        "table/ProspectUploader-UploadRowsTableE378DD73"
-    },
-}
+#: An object whose every read fails as S3 fails a GetObject of an archived object.
+ARCHIVED_KEY = "archived.csv"
+#: The role a subscriber delivers (and sends its failures) with, in the IAM check.
+SUBSCRIBER_ROLE_PREFIX = "subscriber:"
 
 
 def _csv(tmp_path: Path) -> Path:
@@ -199,24 +193,156 @@ def _retry_one(pipeline: LocalPipeline) -> None:
     pipeline.engine.wait_until_settled()
 
 
+def _s3_event(pipeline: LocalPipeline, key: str) -> dict[str, Any]:
+    assert pipeline.assembly is not None
+    bucket = pipeline.engine.aws.ref(pipeline.assembly.upload_bucket().logical_id)
+    head = pipeline.engine.aws.client("s3").head_object(Bucket=bucket, Key=key)
+    return s3_object_created_event(
+        bucket, key, head["ContentLength"], head["ETag"], head.get("VersionId")
+    )
+
+
+@contextmanager
+def _archived_object_reads_fail() -> Iterator[None]:
+    """S3 answers every read of ARCHIVED_KEY as it answers a GetObject of an object in an
+    archive storage class (403 InvalidObjectState), after the IAM check has evaluated it.
+
+    Open it before the run: the hook reaches the sessions created after it (the handlers'),
+    and it acts after the IAM check's hook, registered before it."""
+
+    def answer(model: Any, context: dict[str, Any], **_: Any) -> Any:
+        params = context.get("grants-test.params") or {}
+        if (
+            model.service_model.service_name != "s3"
+            or model.name not in ("GetObject", "HeadObject")
+            or params.get("Key") != ARCHIVED_KEY
+            or context.get(DENIED_KEY)
+        ):
+            return None
+        response = AWSResponse("https://local-s3/", 403, {}, None)
+        return response, {
+            "Error": {
+                "Code": "InvalidObjectState",
+                "Message": "The operation is not valid for the object's storage class",
+            },
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        }
+
+    with before_call_hooks("grants-test.params", answer):
+        yield
+
+
+def _split_edge_cases(pipeline: LocalPipeline, upload_key: str) -> None:
+    """The splitter's other answers: a duplicate event, a deleted object, a split that
+    raises on every attempt (Lambda's retries, then its on-failure record)."""
+    engine = pipeline.engine
+    again = _s3_event(pipeline, upload_key)
+    aws = engine.aws
+    assert pipeline.assembly is not None
+    bucket = aws.ref(pipeline.assembly.upload_bucket().logical_id)
+    s3 = aws.client("s3")
+    s3.put_object(Bucket=bucket, Key="deleted.csv", Body=b"email\n")
+    deleted = _s3_event(pipeline, "deleted.csv")
+    # The bucket is versioned: the event names a version, and that version is deleted.
+    version = deleted["detail"]["object"]["version-id"]
+    s3.delete_object(Bucket=bucket, Key="deleted.csv", VersionId=version)
+    s3.put_object(
+        Bucket=bucket, Key=ARCHIVED_KEY, Body=("\n".join([HEADER, *ROWS]) + "\n").encode()
+    )
+    archived = _s3_event(pipeline, ARCHIVED_KEY)
+    failures, _ = _tables(pipeline)
+    before = {item["failure_id"] for item in failures.scan()["Items"]}
+    for event in (again, deleted, archived):
+        assert engine.put_event(DEFAULT_BUS, event)
+    engine.wait_until_settled()
+    engine.drain_event_sources()
+    codes = {
+        item.get("error_code")
+        for item in failures.scan()["Items"]
+        if item["failure_id"] not in before
+    }
+    # The deleted object is recorded as such; the archived one, after Lambda's retries, by
+    # its on-failure record (the recorder reads the split's error from it).
+    assert "ObjectNotFound" in codes, codes
+    assert len(codes) == 2, codes
+
+
+def _redrive_one(pipeline: LocalPipeline, moved: list[str]) -> None:
+    """Move one row's buffer message to the redrive queue, as SQS moves a message after the
+    buffer's maxReceiveCount, and let the step answer it from there (from its record)."""
+    assert pipeline.assembly is not None and moved
+    buffer = pipeline.assembly.by_path_suffix("/Classify/BufferQueue/Resource", "AWS::SQS::Queue")
+    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
+    assert queue is not None and queue.dead_letter is not None
+    redrive = queue.dead_letter
+    deleted = redrive.stats.deleted
+    redrive.send(moved[0])
+    pipeline.engine.wait_until_settled()
+    assert redrive.stats.deleted == deleted + 1
+
+
+def _keep_buffer_bodies(pipeline: LocalPipeline) -> list[str]:
+    """Observe (not change) what the buffer queue receives: the bodies, in order."""
+    assert pipeline.assembly is not None
+    buffer = pipeline.assembly.by_path_suffix("/Classify/BufferQueue/Resource", "AWS::SQS::Queue")
+    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
+    assert queue is not None
+    bodies: list[str] = []
+    send = queue.send
+
+    def keep(body: str, **kwargs: Any) -> str:
+        bodies.append(body)
+        return send(body, **kwargs)
+
+    queue.send = keep  # type: ignore[method-assign]
+    return bodies
+
+
+def _deny_buffer_to_subscriber(pipeline: LocalPipeline) -> str:
+    """An explicit Deny of SendMessage on the buffer queue in the subscriber's role."""
+    iam = pipeline.engine.iam
+    assert iam is not None and pipeline.assembly is not None
+    [key] = [k for k in iam.roles if k.startswith(SUBSCRIBER_ROLE_PREFIX)]
+    buffer = pipeline.assembly.by_path_suffix("/Classify/BufferQueue/Resource", "AWS::SQS::Queue")
+    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
+    assert queue is not None
+    role = iam.roles[key]
+    deny = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Deny", "Action": "sqs:SendMessage", "Resource": queue.arn}],
+    }
+    iam.roles[key] = RolePolicies(role.function, role.role_name, [*role.documents, deny])
+    return queue.arn
+
+
 def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
     options: dict[str, Any] = PATH_OPTIONS.get(path, {})
     run_options = RunOptions(
         csv_path=_csv(tmp_path), cdk_out=cdk_out, log_file=tmp_path / "h.log", **options
     )
-    with LocalPipeline(run_options) as pipeline:
+    with LocalPipeline(run_options) as pipeline, _archived_object_reads_fail():
         if path == "refused":
             assert pipeline.model is not None
             pipeline.model.labels = ("lukewarm",)
             _read_key_from_the_secret(pipeline)
+        denied = _deny_buffer_to_subscriber(pipeline) if path == "unreachable" else None
+        bodies = _keep_buffer_bodies(pipeline)
         result = pipeline.run()
+        iam = pipeline.engine.iam
+        assert iam is not None
+        if denied is not None:
+            # Every row was denied the buffer, and every one ended in FailuresTable.
+            assert {(d.action, d.resource) for d in iam.denials} == {("sqs:SendMessage", denied)}
+            assert result.classified == 0 and result.failed == result.valid, result
+            return {function: set(grants) for function, grants in iam.unused_grants().items()}
         assert result.denied == 0, result.denials
         if path == "clean":
             _browse_and_sweep(pipeline)
+            _split_edge_cases(pipeline, result.object_key)
+            _redrive_one(pipeline, bodies)
         if path == "refused":
             _retry_one(pipeline)
-        iam = pipeline.engine.iam
-        assert iam is not None and not iam.denials, iam.denials
+        assert not iam.denials, iam.denials
         return {function: set(grants) for function, grants in iam.unused_grants().items()}
 
 
@@ -251,6 +377,4 @@ def test_every_function_is_checked(unused):
     ],
 )
 def test_no_grant_of_the_function_is_unused_over_the_test_paths(unused, function):
-    # Every grant is used by a path, but at most the few listed above (never one more;
-    # which of them a run happens to use depends on its timing).
-    assert unused[function] <= NOT_YET_USED.get(function, set())
+    assert unused[function] == set()

@@ -193,3 +193,34 @@ def test_the_real_stack_makes_no_denied_call_and_lists_unused_grants(clean_run):
     # Log delivery is the Lambda service's, never reported; the viewer is not invoked at all.
     assert not any("logs:" in g for grants in clean_run.unused_grants.values() for g in grants)
     assert any("events:PutEvents" in g for g in clean_run.unused_grants["Viewer"])
+
+
+@pytest.mark.parametrize(
+    ("actions", "code"),
+    [(["s3:GetObject"], "AccessDenied"), (["s3:GetObject", "s3:ListBucket"], "NoSuchKey")],
+)
+def test_a_missing_object_is_404_only_to_a_role_that_may_list_the_bucket(actions, code):
+    """S3 answers 403 for a missing key unless the caller may s3:ListBucket (no key probing)."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+
+    from constructs_lib.local_engine import identity
+    from constructs_lib.local_engine.iam import IamCheck
+
+    bucket = ["arn:aws:s3:::bkt-1", "arn:aws:s3:::bkt-1/*"]
+    role = _role({"Effect": "Allow", "Action": actions, "Resource": bucket})
+    with mock_aws():
+        session = boto3.session.Session(region_name="us-east-1")
+        s3 = session.client("s3")
+        s3.create_bucket(Bucket="bkt-1")
+        s3.put_object(Bucket="bkt-1", Key="here.csv", Body=b"x")
+        check = IamCheck({"Fn": role}, SecretArns())
+        with check.installed(session), identity.acting_as("Fn"):
+            s3 = session.client("s3")  # a client copies the session's hooks when created
+            assert s3.get_object(Bucket="bkt-1", Key="here.csv")["Body"].read() == b"x"
+            with pytest.raises(ClientError) as raised:
+                s3.get_object(Bucket="bkt-1", Key="gone.csv")
+    assert raised.value.response["Error"]["Code"] == code
+    denied = [(d.action, d.resource) for d in check.denials]
+    assert denied == ([("s3:ListBucket", "arn:aws:s3:::bkt-1")] if code == "AccessDenied" else [])

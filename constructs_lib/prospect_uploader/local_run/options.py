@@ -15,6 +15,8 @@ from constructs_lib.local_engine.lambda_async import (
 from constructs_lib.local_engine.progress import Progress
 
 MODELS = ("local", "anthropic")
+#: Where the stack's classify step calls Claude; the first is the default (issue 22).
+PROVIDERS = ("anthropic", "bedrock")
 DEFAULT_STACK = "ProspectUploader"
 
 
@@ -34,7 +36,11 @@ class RunOptions:
     (beyond that it answers 429 with ``retry-after``); ``kill_rate`` [0.0]: the share of
     model requests after which Lambda kills the invocation (local model only);
     ``throttle_rate`` [0.0]: the share of SQS receives Lambda throttles (both seeded by
-    ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`).
+    ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`); ``provider``
+    [anthropic] or ``bedrock``: the provider the stack's classify step was synthesized
+    with (``-c model_provider=bedrock``); ``bedrock`` runs it against the local
+    ``bedrock-runtime`` (:mod:`~constructs_lib.local_engine.local_bedrock`), each call
+    checked against the step's ``bedrock:InvokeModel`` grant.
     """
 
     csv_path: Path
@@ -54,6 +60,7 @@ class RunOptions:
     rate_limit: int | None = None
     kill_rate: float = 0.0
     throttle_rate: float = 0.0
+    provider: str = "anthropic"
     progress: Progress | None = field(default=None, compare=False)
 
 
@@ -79,6 +86,13 @@ def validate_options(options: RunOptions) -> None:
             raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
     if options.model not in MODELS:
         raise UsageError(f"--model must be one of {', '.join(MODELS)}")
+    if options.provider not in PROVIDERS:
+        raise UsageError(f"--provider must be one of {', '.join(PROVIDERS)}")
+    if options.provider == "bedrock" and options.model != "local":
+        raise UsageError(
+            "--provider bedrock runs against the local bedrock-runtime: it needs --model local "
+            "(a local run never calls AWS)"
+        )
     if options.rate_limit is not None and options.rate_limit < 1:
         raise UsageError("--rate-limit must be at least 1 request per minute")
     if options.model == "anthropic":

@@ -27,11 +27,13 @@ from types import TracebackType
 from typing import Any
 
 from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
+from constructs_lib.local_engine.bedrock_iam import BedrockInvokeCheck
 from constructs_lib.local_engine.engine import DrainResult, EngineSettings, LocalEngine
-from constructs_lib.local_engine.errors import NoMatchingRuleError
+from constructs_lib.local_engine.errors import NoMatchingRuleError, UsageError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_output_to
 from constructs_lib.local_engine.lambda_async import model_deadline_seconds
+from constructs_lib.local_engine.local_bedrock import LocalBedrockRuntime
 from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
 from constructs_lib.local_engine.run_bound import (
     RunBound,
@@ -84,6 +86,8 @@ class LocalPipeline:
         self.split_retries = 0
         self._splitter_name = ""
         self.run_bound: RunBound | None = None  # None: --run-timeout was given
+        #: With ``--provider bedrock`` and the IAM check: the InvokeModel check.
+        self.bedrock_check: BedrockInvokeCheck | None = None
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -121,10 +125,13 @@ class LocalPipeline:
         self.assembly = assembly = load_assembly(options.cdk_out, options.stack)
         self.log_path = options.log_file or _new_log_file()
         model_step = assembly.model_step_function()
+        _check_provider(options, model_step)
+        bedrock = options.provider == "bedrock"
         environment: dict[str, str] = {}
         if options.model == "local":
+            server = LocalBedrockRuntime if bedrock else LocalMessagesAPI
             self._model = self._stack.enter_context(
-                LocalMessagesAPI(
+                server(
                     labels=_labels(model_step),
                     fault_rate=options.fault_rate,
                     seed=options.seed,
@@ -137,9 +144,13 @@ class LocalPipeline:
                     run_clock=lambda: time.monotonic() * 60.0 / options.seconds_per_minute,
                 )
             )
-            # ANTHROPIC_API_KEY wins over the secret, so Secrets Manager is never called.
-            environment["ANTHROPIC_API_KEY"] = LOCAL_API_KEY
-            environment["ANTHROPIC_BASE_URL"] = self._model.base_url
+            if bedrock:
+                # Read by the SDK's AnthropicBedrock; it signs with moto's fake credentials.
+                environment["ANTHROPIC_BEDROCK_BASE_URL"] = self._model.base_url
+            else:
+                # ANTHROPIC_API_KEY wins over the secret, so Secrets Manager is never called.
+                environment["ANTHROPIC_API_KEY"] = LOCAL_API_KEY
+                environment["ANTHROPIC_BASE_URL"] = self._model.base_url
         self._stack.enter_context(handler_output_to(self.log_path))
         run_timeout, note = options.run_timeout_seconds, "the bound --run-timeout gave"
         if run_timeout is None:
@@ -173,6 +184,13 @@ class LocalPipeline:
                 model_request_count=(lambda: model.request_count) if model else None,
             )
         )
+        engine = self._engine
+        if bedrock and engine.iam is not None and model is not None:
+            # Entered last, so it wraps the model requests' observer: a denied InvokeModel
+            # never reaches the local model, as a denied AWS call never reaches moto.
+            self.bedrock_check = self._stack.enter_context(
+                BedrockInvokeCheck(engine.iam, model.base_url).installed()
+            )
 
     def _derived_bound(self, assembly: CloudAssembly, model_step: FunctionSpec) -> RunBound:
         """The default run timeout: the work of this file under these options."""
@@ -273,6 +291,7 @@ class LocalPipeline:
             rate_limit=options.rate_limit,
             retry_attempts=_attempt_budget(model_step) - 1,
             model=options.model,
+            provider=options.provider,
             log_file=str(self.log_path),
         )
         dynamodb = engine.aws.session.resource("dynamodb")
@@ -319,6 +338,9 @@ class LocalPipeline:
             ]
             result.unused_grants = engine.iam.unused_grants()
             result.unevaluated_conditions = engine.iam.unevaluated_conditions
+        if self.bedrock_check is not None:
+            result.bedrock_invocations_checked = self.bedrock_check.evaluated
+            result.bedrock_destinations = dict(self.bedrock_check.destinations)
         if self._model is not None:
             result.model_requests = self._model.request_count
             result.model_outcomes = dict(self._model.outcomes)
@@ -355,6 +377,26 @@ class LocalPipeline:
         package = spec.handler.split(".", 1)[0]
         local_server = self.engine.runtime.module(f"{package}.local_server")
         return local_server.serve(host, port, app=self.engine.functions[spec.logical_id].handler)
+
+
+def _check_provider(options: RunOptions, model_step: FunctionSpec) -> None:
+    """Refuse a run whose ``--provider`` is not the provider the template's step calls: a
+    Bedrock step run as an Anthropic one would sign requests for the real bedrock-runtime,
+    and the other way round the local model would never be called."""
+    provider = str(model_step.environment.get("MODEL_PROVIDER") or "anthropic")
+    if provider == options.provider:
+        return
+    if provider == "bedrock":
+        raise UsageError(
+            f"the stack's {model_step.display_name} calls Claude on Bedrock "
+            "(MODEL_PROVIDER=bedrock): run it with --provider bedrock"
+        )
+    raise UsageError(
+        f"--provider {options.provider} needs a stack whose {model_step.display_name} calls "
+        f"{options.provider}, and {options.cdk_out}/{options.stack}.template.json calls the "
+        f"Claude API: synthesize it with `cdk synth -c model_provider={options.provider}` "
+        "(see docs/local-run.md)"
+    )
 
 
 def _attempt_budget(spec: FunctionSpec) -> int:

@@ -205,6 +205,15 @@ def _iam_lines(result: RunResult) -> list[str]:
     for function, grants in sorted(result.unused_grants.items()):
         lines.append(f"  {function}: " + ("none" if not grants else ""))
         lines += [f"    {grant}" for grant in grants]
+    if result.provider == "bedrock":
+        # Issue 22: the SDK's Bedrock calls, checked outside botocore (local_engine.bedrock_iam).
+        routed = ", ".join(f"{r} x{n}" for r, n in sorted(result.bedrock_destinations.items()))
+        lines += [
+            "",
+            f"Bedrock: {result.bedrock_invocations_checked} InvokeModel calls checked against "
+            "the calling role (the inference profile, then the foundation model in the region "
+            f"each was routed to: {routed or 'none'})",
+        ]
     if result.unevaluated_conditions:
         lines += ["", "IAM conditions assumed to hold (not evaluated locally):"]
         lines += [f"  {condition}" for condition in result.unevaluated_conditions]

@@ -63,6 +63,11 @@ class RunResult:
     run_timeout_s: float = 0.0  # the bound the run settled within (derived or --run-timeout)
     duplicates: int = 1
     model: str = "local"
+    provider: str = "anthropic"  # the classify step's MODEL_PROVIDER (--provider)
+    # --provider bedrock with IAM checked: InvokeModel requests evaluated against the grant,
+    # and the foundation model's destination regions they were routed to.
+    bedrock_invocations_checked: int = 0
+    bedrock_destinations: dict[str, int] = field(default_factory=dict)
     log_file: str = ""
     rate_limit: int | None = None  # requests per run-clock minute the local model accepts
     deduplicated: int = 0  # PutEvents entries a v2 bus answered DEDUPLICATED

@@ -1,0 +1,152 @@
+"""The local model with Amazon Bedrock's wire shape: ``bedrock-runtime`` InvokeModel on 127.0.0.1.
+
+:class:`LocalBedrockRuntime` is :class:`~.local_model.LocalMessagesAPI` (the same labels from a
+hash of the row, seeded fault plans, run-clock rate limiter and prompt-cache emulation,
+counted the same way) answering as Bedrock answers Claude requests:
+
+- ``POST /model/{modelId}/invoke``, the model id (foundation model or inference profile) in
+  the path; a body with ``anthropic_version`` ``bedrock-2023-05-31`` and no ``model``
+  (else ``ValidationException``);
+- a SigV4 signature for service ``bedrock`` in the run's region, its form, scope and date
+  checked (a local run signs with moto's fake credentials, so the value is not compared);
+- ``x-amzn-requestid`` on every answer; errors as Bedrock sends them: ``x-amzn-errortype``
+  and ``{"message": ...}``. The fault plan's statuses become Bedrock's errors: 429
+  ``ThrottlingException``, 529 (which Bedrock does not send) ``ServiceUnavailableException``
+  (503), 500 ``InternalServerException``, 400 ``ValidationException``;
+- a ``--rate-limit`` 429 is a ``ThrottlingException`` **without** ``retry-after``, as
+  Bedrock's are: the step waits its own backoff (5 s x 2^waits with jitter, on the run's
+  clock) instead of the server's hint;
+- the answer's ``model`` is the Claude name (``claude-haiku-5-5``), as Bedrock reports it,
+  which also picks the model's minimum cacheable length for the prompt-cache emulation.
+
+Whether the calling function may invoke the model at all is the IAM check's business
+(:mod:`.bedrock_iam`), evaluated on the client side as for every other AWS call.
+"""
+
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from constructs_lib.bedrock_models import claude_model_name, parse_model_id
+from constructs_lib.testing.bedrock_api import (
+    body_problem,
+    error_headers,
+    error_type_for,
+    model_id_of,
+)
+from constructs_lib.testing.sigv4 import SignatureError, check_signature
+
+from .intrinsics import LOCAL_REGION
+from .local_model import TIMEOUT, LocalMessagesAPI
+
+#: Fault-plan statuses Bedrock never sends, and the Bedrock error that stands for them.
+BEDROCK_STATUS = {529: 503}
+
+
+class LocalBedrockRuntime(LocalMessagesAPI):
+    """The local model as ``bedrock-runtime``. Parameters: those of
+    :class:`~.local_model.LocalMessagesAPI`, and ``region`` [the run's, us-east-1]: the
+    region signatures must be scoped to."""
+
+    thread_name = "local-bedrock"
+
+    def __init__(self, *, region: str = LOCAL_REGION, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: The region every signature must be scoped to.
+        self.region = region
+        #: Requests refused before the model: the Bedrock error name of each.
+        self.refused: list[str] = []
+
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        """Requests are answered by this server's state, in Bedrock's shape."""
+        return _handler_class(self)
+
+
+def _handler_class(api: LocalBedrockRuntime) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # The counters are the log.
+
+        def do_POST(self) -> None:  # http.server's naming
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            signed = check_signature(
+                "POST", self.path, headers, raw, service="bedrock", region=api.region
+            )
+            if isinstance(signed, SignatureError):
+                self._refuse(403, signed.error_type, signed.message)
+                return
+            model_id = model_id_of(self.path)
+            parsed = parse_model_id(model_id) if model_id else None
+            if parsed is None:
+                self._refuse(
+                    400, "ValidationException", "The provided model identifier is invalid."
+                )
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = None
+            problem = body_problem(body)
+            if problem is not None:
+                self._refuse(400, "ValidationException", problem)
+                return
+            request = {**body, "model": claude_model_name(parsed)}
+            throttled = api.throttle()
+            if throttled is not None:
+                _, request_id = throttled
+                message = "Too many requests, please wait before trying again."
+                self._error(429, "ThrottlingException", message, request_id)
+                return
+            outcome, request_id = api.decide(request)
+            if outcome == TIMEOUT:
+                api.hold()
+                self.close_connection = True
+                return
+            if outcome != 200:
+                status = BEDROCK_STATUS.get(int(outcome), int(outcome))
+                error = error_type_for(status)
+                self._error(status, error, f"local model: injected {error}", request_id)
+                return
+            answer = api.success_body(request, request_id)
+            api.count_usage(answer["usage"])
+            usage = answer["usage"]
+            self._send(
+                200,
+                answer,
+                {
+                    "x-amzn-requestid": request_id,
+                    "x-amzn-bedrock-input-token-count": str(usage["input_tokens"]),
+                    "x-amzn-bedrock-output-token-count": str(usage["output_tokens"]),
+                },
+            )
+
+        def _refuse(self, status: int, error_type: str, message: str) -> None:
+            api.count_rejected(status)
+            with api._lock:
+                api.refused.append(error_type)
+            self._error(status, error_type, message, "")
+
+        def _error(self, status: int, error_type: str, message: str, request_id: str) -> None:
+            self._send(status, {"message": message}, error_headers(error_type, request_id))
+
+        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for name, value in headers.items():
+                if value:
+                    self.send_header(name, value)
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # The client gave up (its own timeout); nothing to do.
+
+    return Handler

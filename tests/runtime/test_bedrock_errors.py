@@ -1,0 +1,185 @@
+"""Bedrock's own errors, each in the stored-outcome design (issue 22).
+
+The real handler and the real ``AnthropicBedrock`` client over HTTP to the fake
+``bedrock-runtime``: a rate limit (``ThrottlingException``) waits and spends no attempt; a
+transient error (``ModelNotReadyException``, ``ModelTimeoutException``,
+``ServiceUnavailableException``, ``InternalServerException``) spends an attempt of the key's
+budget; a non-retryable one (``ValidationException``, ``AccessDeniedException``, ...) is a
+stored dead letter after one request. The ERROR_CODE is Bedrock's name.
+"""
+
+from __future__ import annotations
+
+import anthropic
+import httpx2
+import pytest
+
+from tests.fakes import FakeBedrockRuntime, Reply
+
+from .conftest import FakeLambdaContext, fresh_event, make_event
+from .test_providers import BEDROCK_MODEL_ID, SECRET_KEYS
+
+
+@pytest.fixture
+def bedrock(model_env, monkeypatch):
+    with FakeBedrockRuntime(timeout_sleep=3.0, secret_keys=SECRET_KEYS) as fake:
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", fake.base_url)
+        monkeypatch.setenv("MODEL_PROVIDER", "bedrock")
+        monkeypatch.setenv("MODEL_ID", BEDROCK_MODEL_ID)
+        monkeypatch.delenv("ANTHROPIC_API_KEY_SECRET_ARN")
+        yield fake
+
+
+def test_bedrock_gets_its_wire_shape_signed(make_step, bedrock):
+    make_step().handle(make_event(), FakeLambdaContext())
+
+    request = bedrock.last_request
+    assert request.model_id == BEDROCK_MODEL_ID  # from the path; never in the body
+    assert request.body["anthropic_version"] == "bedrock-2023-05-31"
+    assert "model" not in request.body
+    assert request.headers["authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
+    assert "/us-east-1/bedrock/aws4_request" in request.headers["authorization"]
+    assert request.access_key_id in SECRET_KEYS  # the fake verified the signature itself
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "ValidationException",
+        "AccessDeniedException",
+        "ResourceNotFoundException",
+        "ServiceQuotaExceededException",
+        "ModelErrorException",
+    ],
+)
+def test_a_non_retryable_bedrock_error_is_a_stored_dead_letter_under_its_name(
+    make_step, bedrock, model_env, error
+):
+    bedrock.script = [error]
+    step = make_step()
+
+    result = step.handle(make_event(), FakeLambdaContext())
+    again = step.handle(make_event(), FakeLambdaContext())
+
+    assert bedrock.request_count == 1
+    assert (result["status"], result["error_code"]) == ("dead_lettered", error)
+    assert result["request_id"] == bedrock.last_request.request_id
+    assert again == result
+    [message] = model_env.dead_letters()
+    assert message["attributes"]["ERROR_CODE"] == error
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        ("ModelNotReadyException", 429),
+        ("ModelTimeoutException", 408),
+        ("ServiceUnavailableException", 503),
+        ("InternalServerException", 500),
+    ],
+)
+def test_a_transient_bedrock_error_spends_an_attempt_and_its_name_is_the_last_code(
+    make_step, bedrock, model_env, error, status
+):
+    bedrock.script = [error] * 3
+    step = make_step()
+    event = make_event()
+
+    for attempt in (1, 2):
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            step.handle(event, FakeLambdaContext())
+        assert raised.value.status_code == status
+        [budget] = model_env.budgets().values()
+        assert budget["attempts"]["N"] == str(attempt)
+    result = step.handle(event, FakeLambdaContext())
+
+    assert bedrock.request_count == 3
+    assert (result["status"], result["error_code"]) == ("dead_lettered", error)
+    assert result["request_id"] == bedrock.last_request.request_id
+
+
+def test_model_not_ready_is_no_rate_limit_on_the_buffer_queue(
+    make_step, bedrock, model_env, buffer, outcomes
+):
+    # A 429 like ThrottlingException, but the model is not serving: an attempt is spent and
+    # the row is retried as a spaced batch item failure, not re-enqueued to wait.
+    bedrock.script = ["ModelNotReadyException"]
+    step = make_step(on_outcome=outcomes)
+    response = step.handle(buffer.batch(fresh_event()), FakeLambdaContext())
+
+    assert len(response["batchItemFailures"]) == 1
+    assert buffer.requeued() == []
+    [budget] = model_env.budgets().values()
+    assert budget["attempts"]["N"] == "1"
+    # Not served, so not billed: a 429 never is, whichever error it names.
+    [(_, outcome)] = outcomes.seen
+    assert (outcome["status"], outcome["model_requests"], outcome["rate_limited"]) == (
+        "retry",
+        0,
+        0,
+    )
+
+
+def test_throttling_is_the_rate_limit_and_a_stored_answer_follows(make_step, bedrock, buffer):
+    bedrock.script = ["ThrottlingException"]
+    step = make_step()
+    event = fresh_event()
+
+    step.handle(buffer.batch(event), FakeLambdaContext())
+    [copy] = buffer.requeued()
+    result = step.handle(buffer.batch(event), FakeLambdaContext())
+
+    assert result == {"batchItemFailures": []}
+    assert bedrock.request_count == 2
+
+
+def test_a_request_signed_with_the_wrong_secret_is_refused_before_any_work(
+    make_step, bedrock, model_env
+):
+    bedrock.secret_keys = {key: "not-the-secret" for key in SECRET_KEYS}
+
+    result = make_step().handle(make_event(), FakeLambdaContext())
+
+    assert bedrock.request_count == 0
+    assert bedrock.rejected == ["InvalidSignatureException"]
+    assert (result["status"], result["error_code"]) == (
+        "dead_lettered",
+        "InvalidSignatureException",
+    )
+
+
+def test_an_unsigned_request_is_refused_with_bedrocks_shape(bedrock):
+    response = httpx2.post(
+        f"{bedrock.base_url}/model/{BEDROCK_MODEL_ID}/invoke",
+        json={"anthropic_version": "bedrock-2023-05-31", "max_tokens": 1, "messages": []},
+    )
+
+    assert response.status_code == 403
+    assert response.headers["x-amzn-errortype"].startswith("MissingAuthenticationTokenException:")
+    assert response.headers["x-amzn-requestid"]
+    assert response.json() == {"message": "Missing Authentication Token"}
+    assert bedrock.rejected == ["MissingAuthenticationTokenException"]
+
+
+def test_the_sdks_own_anthropic_version_is_refused_which_is_why_the_step_sends_one(
+    bedrock, monkeypatch
+):
+    client = anthropic.AnthropicBedrock(aws_region="us-east-1", max_retries=0)
+
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.messages.create(
+            model=BEDROCK_MODEL_ID,
+            max_tokens=16,
+            messages=[{"role": "user", "content": "hi"}],
+        )
+
+    assert raised.value.response.headers["x-amzn-errortype"].startswith("ValidationException:")
+    assert "anthropic_version" in str(raised.value.body)
+    assert bedrock.last_request.body["anthropic_version"] != "bedrock-2023-05-31"
+
+
+def test_a_rate_limit_reply_keeps_its_retry_after(bedrock, make_step, buffer):
+    bedrock.script = [Reply(status=429, headers={"retry-after": "11"})]
+    make_step().handle(buffer.batch(fresh_event()), FakeLambdaContext())
+    [copy] = buffer.requeued()
+    assert copy["DelaySeconds"] == 11
