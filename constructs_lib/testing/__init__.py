@@ -6,8 +6,10 @@
 - :func:`runtime_on_path`: makes ``import model_step`` find the runtime that ships in the
   wheel (the code bundled beside a custom handler). Standard library only.
 - :class:`FakeMessagesAPI` (with :class:`Reply` and :class:`RecordedRequest`): a scripted
-  Anthropic Messages API on 127.0.0.1 that counts and records every request. Standard
-  library only.
+  Anthropic Messages API on 127.0.0.1 that counts and records every request, and serves the
+  Message Batches endpoints (create, retrieve, list, results, cancel) with scripted result
+  types, a processing delay and faults around create (``api.batches``). Standard library
+  only.
 - :class:`FakeBedrockRuntime` (with :class:`BedrockRequest`): a scripted Amazon Bedrock
   ``bedrock-runtime`` InvokeModel for Claude on 127.0.0.1, with Bedrock's wire shape and
   errors, that checks each request's SigV4 signature. Standard library only.

@@ -49,6 +49,9 @@ COMPLETED_FIELDS = (
     "prompt_version",
     "stop_reason",
     "completed_at",
+    # Message Batches delivery (issue 19): where the answer came from.
+    "delivery",
+    "batch_id",
 )
 #: The result fields a "Model Step Dead Lettered" event carries.
 DEAD_LETTERED_FIELDS = (
@@ -58,6 +61,9 @@ DEAD_LETTERED_FIELDS = (
     "model",
     "prompt_version",
     "dead_letter_id",
+    # Message Batches delivery (issue 19).
+    "delivery",
+    "batch_id",
 )
 BusKind = Literal["classic", "v2"]
 BUS_KINDS: tuple[BusKind, ...] = ("classic", "v2")
