@@ -38,6 +38,7 @@ NEEDS = {
     "browser": "headless Chromium (Debian's chromium, driven by Playwright)",
     "bundling": "the real pip bundling of a Lambda asset (wheels from PyPI)",
     "cpython313": "a CPython 3.13 interpreter (the Lambda's Python)",
+    "long": "about a minute of CPU on its own (marked by hand; kept out of the fast tier)",
 }
 
 #: Top-level packages whose import is a need.

@@ -11,6 +11,7 @@ import json
 import tracemalloc
 
 import anthropic
+import pytest
 from model_step.batch import stream_results
 
 from tests.fakes import FakeMessagesAPI
@@ -18,6 +19,7 @@ from tests.fakes import FakeMessagesAPI
 RESULTS = 100_000
 
 
+@pytest.mark.long  # 100,000 lines parsed by the SDK under tracemalloc: about a minute
 def test_100000_streamed_results_keep_memory_flat():
     with FakeMessagesAPI() as api:
         requests = [
