@@ -29,6 +29,7 @@ _EXPORTS = {
     "EventBusV2": ".event_bus_v2",
     "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
+    "ModelDelivery": ".model_delivery",
     "ModelProvider": ".idempotent_model_step",
     "PromptCache": ".idempotent_model_step",
     "ModelStepDashboard": ".model_step_dashboard",
@@ -46,6 +47,7 @@ __all__ = [
     "IdempotentModelStep",
     "LocalBundlingError",
     "LocalPipBundling",
+    "ModelDelivery",
     "ModelProvider",
     "ModelStepDashboard",
     "ModelStepHandler",
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
         ModelProvider,
         PromptCache,
     )
+    from .model_delivery import ModelDelivery
     from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler
     from .retry_budget import RetryBudget

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,6 +52,7 @@ from .alarms import (
 )
 from .checkov_acknowledgments import MODEL_STEP, acknowledge_checkov_findings
 from .event_bus_v2 import EventBusV2Base
+from .model_delivery import ModelDelivery
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 from .system_prompt_asset import SYSTEM_PROMPT_MAX_BYTES, prompt_package, prompt_sha256
@@ -163,6 +164,8 @@ class _StepProps:
     dashboard: bool = False
     tracing: bool = False
     result_bus: events.IEventBus | EventBusV2Base | None = None
+    # Message Batches delivery (issue 19).
+    delivery: ModelDelivery = field(default_factory=ModelDelivery.realtime)
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -175,6 +178,7 @@ class _StepProps:
         self._check_allowed_labels(owner)
         self._check_system_prompt(owner)
         self._check_watch(owner)
+        self._check_delivery(owner)
 
     def _check_strings(self, owner: str) -> None:
         for prop in ("idempotency_key", "prompt_version", "model_id"):
@@ -231,6 +235,16 @@ class _StepProps:
                 f"{owner}: model_id must be a Bedrock foundation-model id starting with "
                 f"'anthropic.' with ModelProvider.BEDROCK (cross-region inference profiles "
                 f"are not supported yet), got {model_id!r}"
+            )
+
+    def _check_delivery(self, owner: str) -> None:
+        """Message Batches delivery (issue 19): the Anthropic API's batches only."""
+        if self.delivery.is_batch and self.model_provider is ModelProvider.BEDROCK:
+            raise PropValidationError(
+                f"{owner}: delivery=ModelDelivery.batch() cannot be combined with "
+                "model_provider=ModelProvider.BEDROCK: Bedrock batch inference is a different "
+                "API (CreateModelInvocationJob, S3 in and out); use ModelDelivery.realtime() "
+                "with Bedrock, or ModelProvider.ANTHROPIC with batch delivery"
             )
 
     def _check_dead_letter_queue(self, owner: str) -> None:
@@ -482,6 +496,16 @@ class IdempotentModelStep(Construct):
         subsegments around the model call and each idempotency-store call (names and an
         error class only, never row or answer text). Default ``False``: X-Ray bills per
         trace recorded and scanned.
+    :param delivery: ``ModelDelivery.realtime()`` (default: one request per row) or
+        ``ModelDelivery.batch(max_wait=..., max_requests=...)``: rows are sent as Anthropic
+        Message Batches (half price, up to 24 h) of at most ``max_requests`` (1-100,000,
+        default 10,000) requests and 256 MB, at the latest ``max_wait`` (1 second to 1 hour,
+        default 5 minutes) after the first row waited. The buffer mapping then takes
+        ``min(max_requests, 10,000)`` rows with a ``min(max_wait, 300 s)`` batching window,
+        a rule (``batch_tick_rule``, ``rate(1 minute)``) ticks the function with
+        ``{"model_step_batch": "tick"}`` to submit, reconcile and collect, the function's
+        timeout is at least 15 minutes, and an alarm fires when a batch stays open past
+        24 h. Refused with ``ModelProvider.BEDROCK``.
     """
 
     def __init__(
@@ -520,6 +544,7 @@ class IdempotentModelStep(Construct):
         dashboard: bool = False,
         tracing: bool = False,
         result_bus: events.IEventBus | EventBusV2Base | None = None,
+        delivery: ModelDelivery | None = None,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -557,8 +582,11 @@ class IdempotentModelStep(Construct):
             dashboard=dashboard,
             tracing=tracing,
             result_bus=result_bus,
+            # Message Batches delivery (issue 19): at least BATCH_MIN_TIMEOUT under batch.
+            delivery=delivery or ModelDelivery.realtime(),
         )
         props.validate(f"IdempotentModelStep '{self.node.path}'")
+        props = self._with_delivery_timeout(props)
 
         self.lambda_retry_attempts = lambda_retry_attempts
         self.event_retry_attempts = event_retry_attempts
@@ -590,6 +618,7 @@ class IdempotentModelStep(Construct):
         self._subscribe(props)
         self._alarms(props)
         self._dashboard(props)
+        self._batch_delivery(props)
 
     # ------------------------------------------------------------------ parts
     def _storage(self, props: _StepProps) -> None:
@@ -773,6 +802,7 @@ class IdempotentModelStep(Construct):
             ),
             **({env.TRACING_ENABLED: "true"} if props.tracing else {}),
             **self._result_bus_environment(props),
+            **props.delivery.environment(),
             **dict(props.environment or {}),
         }
 
@@ -811,7 +841,9 @@ class IdempotentModelStep(Construct):
         queue_grants.consume(
             consumer,
             self.buffer_queue,
-            batch_size=1,
+            # Message Batches delivery (issue 19): many rows a delivery, after a window.
+            batch_size=props.delivery.mapping_batch_size,
+            max_batching_window=props.delivery.mapping_batching_window,
             max_concurrency=max(props.max_concurrency, defaults.EVENT_SOURCE_MIN_CONCURRENCY),
             change_visibility=True,
         )
@@ -1195,6 +1227,71 @@ class IdempotentModelStep(Construct):
         )
         return alarms
 
+    # ------------------------------------------- Message Batches delivery (issue 19)
+    @staticmethod
+    def _with_delivery_timeout(props: _StepProps) -> _StepProps:
+        """Under batch delivery the function runs at least ``BATCH_MIN_TIMEOUT``."""
+        import dataclasses
+
+        timeout = props.delivery.function_timeout(props.timeout)
+        return props if timeout is props.timeout else dataclasses.replace(props, timeout=timeout)
+
+    def _batch_delivery(self, props: _StepProps) -> None:
+        """The schedule tick, the batch grant and the open-batch alarm (batch only)."""
+        #: The delivery (``ModelDelivery.realtime()`` unless given).
+        self.delivery = props.delivery
+        #: Under batch delivery, the ``rate(1 minute)`` rule that ticks the function; else
+        #: ``None``.
+        self.batch_tick_rule: events.Rule | None = None
+        if not props.delivery.is_batch:
+            return
+        consumer: lambda_.IFunction = self.alias or self.function
+        self.batch_tick_rule = events.Rule(
+            self,
+            "BatchTickRule",
+            description="Ticks the model step: submit, reconcile and collect Message Batches",
+            schedule=events.Schedule.rate(Duration.minutes(1)),
+            targets=[
+                targets.LambdaFunction(
+                    consumer,
+                    event=events.RuleTargetInput.from_object({"model_step_batch": "tick"}),
+                    # A missed tick is the next minute's; no retries pile up behind it.
+                    retry_attempts=0,
+                )
+            ],
+        )
+        # The staged rows of a submission are read 100 at a time (batch_store.rows); a row
+        # staged by a killed invocation is adopted in a transaction (batch_store.adopt_orphan:
+        # a ConditionCheck on the missing submission beside the row's UpdateItem).
+        self.table.grant(self.function, "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem")
+        alarm = threshold_alarm(
+            self,
+            "OldestOpenBatchAlarm",
+            self.metric_oldest_open_batch_age(),
+            BATCH_AGE_ALARM_SECONDS,
+            "A Message Batch (or an uncertain create) of the model step has been open for "
+            f"{BATCH_AGE_ALARM_SECONDS} s or more: the API ends every batch within 24 h, so "
+            "the schedule tick is not collecting it. Check the BatchTickRule and the "
+            "function's errors; the rows wait in the idempotency table.",
+        )
+        if props.alarm_topic is not None:
+            alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
+        self.alarms.append(alarm)
+
+    def metric_oldest_open_batch_age(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Age of the step's oldest open Message Batch or uncertain create (seconds,
+        Maximum, 5 minutes), emitted by every schedule tick (batch delivery only)."""
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name="OldestOpenBatchAgeSeconds",
+            dimensions_map={"service": self.node.path},
+            statistic="Maximum",
+            period=period or Duration.minutes(5),
+        )
+
+
+#: Message Batches delivery (issue 19): the open-batch alarm's threshold, the API's 24 h.
+BATCH_AGE_ALARM_SECONDS = 24 * 3600
 
 #: ``events.EventPattern`` attribute -> event field, as CloudFormation spells it.
 _PATTERN_FIELDS = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsii
-from aws_cdk import Names
+from aws_cdk import Duration, Names
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
@@ -44,17 +44,20 @@ def consume(
     batch_size: int,
     max_concurrency: int | None = None,
     change_visibility: bool = False,
+    max_batching_window: Duration | None = None,
 ) -> lambda_.EventSourceMapping:
     """An event source mapping from ``queue`` to ``function`` with partial batch responses,
     as ``SqsEventSource`` makes it (same construct id, so the same logical id), granting
     only the poller's actions, plus ``sqs:ChangeMessageVisibility`` when the handler
-    itself spaces retries (``change_visibility``, default False)."""
+    itself spaces retries (``change_visibility``, default False). ``max_batching_window``
+    (default none) lets the mapping gather records before it invokes."""
     mapping = function.add_event_source_mapping(
         f"SqsEventSource:{Names.node_unique_id(queue.node)}",
         event_source_arn=queue.queue_arn,
         batch_size=batch_size,
         report_batch_item_failures=True,
         max_concurrency=max_concurrency,
+        max_batching_window=max_batching_window,
     )
     actions = [*POLLER_ACTIONS]
     if change_visibility:

@@ -23,6 +23,14 @@ prefix marked with ``cache_control`` and at least the model's minimum cacheable 
 written on first use (``cache_creation_input_tokens``), read while its TTL lasts on the
 run's clock (``cache_read_input_tokens``), and each read refreshes the TTL; ``input_tokens``
 counts only what was not cached. Tokens are estimated as 4 characters each.
+
+Message Batches (``/v1/messages/batches``: create, retrieve, list, results, cancel) are served
+by :attr:`LocalMessagesAPI.batches` (:mod:`.message_batches`): a batch ends
+``batch_delay_seconds`` after its creation on the run's clock; ``batch_errored_rate`` and
+``batch_expired_rate`` give seeded, per-custom_id ``errored`` (``api_error``) and ``expired``
+results; ``batch_create_faults`` (e.g. ``["disconnect_after_create"]``) are faults around
+the next creates. Each succeeded batch request is a billed request (counted in
+:attr:`LocalMessagesAPI.batch_requests` and the token counters).
 """
 
 from __future__ import annotations
@@ -40,7 +48,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from . import message_batches
 from .loopback import LoopbackServer
+from .message_batches import MessageBatchStore
 
 DEFAULT_LABELS = ("hot", "warm", "cold")
 DEFAULT_MODEL = "claude-haiku-5-5"
@@ -257,6 +267,10 @@ class LocalMessagesAPI(LoopbackServer):
         model: str = DEFAULT_MODEL,
         rate_limit: RateLimiter | None = None,
         run_clock: Callable[[], float] = time.monotonic,
+        batch_delay_seconds: float = 60.0,
+        batch_errored_rate: float = 0.0,
+        batch_expired_rate: float = 0.0,
+        batch_create_faults: Sequence[int | str] = (),
     ) -> None:
         super().__init__()
         if not 0.0 <= fault_rate <= 1.0:
@@ -277,6 +291,34 @@ class LocalMessagesAPI(LoopbackServer):
         self._per_content: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self.batch_errored_rate = batch_errored_rate
+        self.batch_expired_rate = batch_expired_rate
+        #: Succeeded (billed) batch requests.
+        self.batch_requests = 0
+        #: The Message Batches of this server, processed on the run's clock.
+        self.batches = MessageBatchStore(
+            self._batch_answer,
+            decide=self._batch_decide,
+            processing_delay=batch_delay_seconds,
+            clock=run_clock,
+        )
+        self.batches.create_faults = list(batch_create_faults)
+
+    def _batch_decide(self, custom_id: str, params: dict[str, Any]) -> str:
+        rng = random.Random(f"{self.seed}:batch:{custom_id}")
+        draw = rng.random()
+        if draw < self.batch_errored_rate:
+            return "api_error"
+        if draw < self.batch_errored_rate + self.batch_expired_rate:
+            return "expired"
+        return "succeeded"
+
+    def _batch_answer(self, params: dict[str, Any], request_id: str) -> dict[str, Any]:
+        answer = self.success_body(params, request_id)
+        with self._lock:
+            self.batch_requests += 1
+        self.count_usage(answer["usage"])
+        return answer
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
         """Requests are answered by this server's state."""
@@ -386,9 +428,33 @@ def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:
             return  # The counters are the log; stderr stays clean.
 
+        def send_json(
+            self, status: int, payload: dict[str, Any], request_id: str, headers: dict[str, str]
+        ) -> None:
+            self._send(status, payload, request_id or "req_local_batch", headers)
+
+        def _batches(self, method: str, raw: bytes) -> bool:
+            if not self.path.startswith(message_batches.BATCHES_PATH):
+                return False
+            if not (self.headers.get("x-api-key") or self.headers.get("authorization")):
+                self._send(401, error_body(401, "missing API key"), "")
+                return True
+            with api._lock:
+                request_id = f"req_local_{next(api._ids):06d}"
+            host = self.headers.get("host") or "127.0.0.1"
+            return message_batches.route(
+                api.batches, self, method, raw, f"http://{host}", request_id
+            )
+
+        def do_GET(self) -> None:  # http.server's naming
+            if not self._batches("GET", b""):
+                self._send(404, error_body(404, "local model: unknown path"), "")
+
         def do_POST(self) -> None:  # http.server's naming
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if self._batches("POST", raw):
+                return
             if self.path.split("?", 1)[0] != "/v1/messages":
                 self._send(404, error_body(404, "local model serves /v1/messages only"), "")
                 return

@@ -21,6 +21,17 @@ Script entries (one per request, in order; once the script is used up every requ
 
 ``script`` may also be a callable ``(index, body) -> entry``.
 
+Message Batches (``client.messages.batches.create / retrieve / list / results / cancel``) are
+served by :attr:`FakeMessagesAPI.batches`, a
+:class:`~constructs_lib.local_engine.message_batches.MessageBatchStore`: script each
+request's result type with ``batch_results`` (``{custom_id: type}`` or ``(custom_id,
+params) -> type``; ``succeeded``, ``errored``/``api_error``, ``invalid_request_error``,
+``expired``, ``canceled``), the processing delay with ``batch_delay``, faults around create
+with ``api.batches.create_faults`` (413, 429, ``"disconnect"``,
+``"disconnect_after_create"``, ``"error_after_create"``). ``api.batches.billed`` counts
+billed requests (succeeded results), ``api.batches.billed_by_custom_id`` per custom_id.
+Batch calls are not in :attr:`FakeMessagesAPI.requests`.
+
 Usage::
 
     with FakeMessagesAPI([529, 200], delay=0.2) as api:
@@ -34,12 +45,15 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from constructs_lib.local_engine import message_batches
 from constructs_lib.local_engine.loopback import LoopbackServer
+from constructs_lib.local_engine.message_batches import MessageBatchStore
 
 ScriptEntry = Any  # int | str | Reply
 Script = Sequence[ScriptEntry] | Callable[[int, dict[str, Any]], ScriptEntry]
@@ -110,6 +124,12 @@ class FakeMessagesAPI(LoopbackServer):
     :param timeout_sleep: seconds a ``"timeout"`` entry holds the request; ``stop()``
         interrupts it. Default 5.
     :param model: ``model`` field of success bodies. Default ``"claude-haiku-5-5"``.
+    :param batch_results: the result type of each batch request, ``{custom_id: type}`` (a
+        custom_id not in it succeeds) or ``(custom_id, params) -> type``. Default None: all
+        succeed.
+    :param batch_delay: seconds (on ``batch_clock``) from a batch's creation to its end.
+        Default 0.
+    :param batch_clock: the batches' clock, seconds since the epoch. Default ``time.time``.
     """
 
     #: The name of the server's thread.
@@ -123,6 +143,9 @@ class FakeMessagesAPI(LoopbackServer):
         delay: float = 0.0,
         timeout_sleep: float = 5.0,
         model: str = "claude-haiku-5-5",
+        batch_results: dict[str, str] | Callable[[str, dict[str, Any]], str] | None = None,
+        batch_delay: float = 0.0,
+        batch_clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
         #: The script: change it between requests to answer differently.
@@ -138,6 +161,19 @@ class FakeMessagesAPI(LoopbackServer):
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        decide: Callable[[str, dict[str, Any]], str] | None
+        if isinstance(batch_results, dict):
+            table = dict(batch_results)
+            decide = lambda custom_id, params: table.get(custom_id, "succeeded")  # noqa: E731
+        else:
+            decide = batch_results
+        #: The Message Batches this server holds (see the module docstring).
+        self.batches = MessageBatchStore(
+            lambda params, request_id: self._success_body(self.text, params),
+            decide=decide,
+            processing_delay=batch_delay,
+            clock=batch_clock or time.time,
+        )
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
         """Requests are answered by this server's state."""
@@ -215,9 +251,24 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 # The client gave up (its timeout or deadline) mid-request: nothing to do.
                 self.close_connection = True
 
+        def send_json(
+            self, status: int, payload: dict[str, Any], request_id: str, headers: dict[str, str]
+        ) -> None:
+            self._send(status, payload, request_id, headers)
+
+        def _batches(self, method: str, raw: bytes) -> bool:
+            request_id = f"req_fake_batch_{next(api._ids):04d}"
+            return message_batches.route(api.batches, self, method, raw, api.base_url, request_id)
+
+        def do_GET(self) -> None:  # http.server's naming
+            if not self._batches("GET", b""):
+                self._send(404, _error_body(404), "req_fake_unknown_path")
+
         def do_POST(self) -> None:  # http.server's naming
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if self._batches("POST", raw):
+                return
             if self.path.split("?")[0] != "/v1/messages":
                 self._send(404, _error_body(404), "req_fake_unknown_path")
                 return

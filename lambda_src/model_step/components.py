@@ -11,6 +11,7 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
+from .batch import BatchDelivery
 from .budget import AttemptBudget
 from .buffer_queue import BufferQueue
 from .client import ModelClientProvider
@@ -102,6 +103,10 @@ class StepComponents:
         )
         self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
         self._result_events(settings)
+        # Message Batches delivery (issue 19); None in realtime.
+        self.batch: BatchDelivery | None = (
+            BatchDelivery(self) if settings.model_delivery == "batch" else None
+        )
 
     def _result_events(self, settings: Settings) -> None:
         """With a result bus: the publisher, and its hand-off under a record of its own

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import jmespath
 from jmespath.exceptions import JMESPathError
@@ -34,6 +34,13 @@ DEFAULT_API_KEY_MAX_AGE_SECONDS = 300
 DEFAULT_METRICS_NAMESPACE = "IdempotentModelStep"
 DEFAULT_PROMPT_CACHE = "5m"
 PROVIDERS = ("anthropic", "bedrock")
+# Message Batches delivery (issue 19).
+DEFAULT_MODEL_DELIVERY = "realtime"
+DEFAULT_BATCH_MAX_REQUESTS = 10_000
+DEFAULT_BATCH_MAX_WAIT_SECONDS = 300
+#: The Message Batches API's limit of requests per batch.
+BATCH_REQUESTS_LIMIT = 100_000
+BATCH_MAX_WAIT_LIMIT_SECONDS = 3_600
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,11 @@ class Settings:
     result_bus_arn: str | None = None
     result_bus_kind: str = "classic"
     result_event_source: str = DEFAULT_SERVICE_NAME
+    # Message Batches delivery (issue 19).
+    #: ``"realtime"`` or ``"batch"``.
+    model_delivery: str = DEFAULT_MODEL_DELIVERY
+    batch_max_requests: int = DEFAULT_BATCH_MAX_REQUESTS
+    batch_max_wait_seconds: int = DEFAULT_BATCH_MAX_WAIT_SECONDS
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -125,7 +137,35 @@ class Settings:
             result_bus_kind=_choice(env, env_names.RESULT_BUS_KIND, ("classic", "v2")),
             result_event_source=env.get(env_names.RESULT_EVENT_SOURCE, "").strip()
             or DEFAULT_SERVICE_NAME,
+            **_batch_settings(env, provider),
         )
+
+
+def _batch_settings(env: Mapping[str, str], provider: str) -> dict[str, Any]:
+    """The Message Batches delivery settings (issue 19)."""
+    delivery = _choice(env, env_names.MODEL_DELIVERY, env_names.MODEL_DELIVERY_VALUES)
+    if delivery == "batch" and provider == "bedrock":
+        raise ConfigurationError(
+            "MODEL_DELIVERY=batch needs MODEL_PROVIDER=anthropic: Bedrock batch inference is "
+            "a different API (CreateModelInvocationJob)"
+        )
+    max_requests = _positive(env, env_names.BATCH_MAX_REQUESTS, DEFAULT_BATCH_MAX_REQUESTS, int)
+    if max_requests > BATCH_REQUESTS_LIMIT:
+        raise ConfigurationError(
+            f"{env_names.BATCH_MAX_REQUESTS} must be at most {BATCH_REQUESTS_LIMIT}, "
+            f"got {max_requests}"
+        )
+    max_wait = _positive(env, env_names.BATCH_MAX_WAIT_SECONDS, DEFAULT_BATCH_MAX_WAIT_SECONDS, int)
+    if max_wait > BATCH_MAX_WAIT_LIMIT_SECONDS:
+        raise ConfigurationError(
+            f"{env_names.BATCH_MAX_WAIT_SECONDS} must be at most "
+            f"{BATCH_MAX_WAIT_LIMIT_SECONDS}, got {max_wait}"
+        )
+    return {
+        "model_delivery": delivery,
+        "batch_max_requests": max_requests,
+        "batch_max_wait_seconds": max_wait,
+    }
 
 
 def parse_labels(raw: str) -> tuple[str, ...]:

@@ -39,6 +39,9 @@ class Delivery:
     ran: bool = False  # the unit of work ran
     sent_dead_letter: bool = False
     counted_dead_letter: bool = False
+    #: Message Batches delivery (issue 19): the batch result this delivery stores, if any
+    #: (a ``model_step.batch.BatchAnswer``).
+    batch_answer: Any = None
 
     @property
     def replayed(self) -> bool:

@@ -9,7 +9,8 @@ usage: ``cache_creation_input_tokens`` and ``cache_read_input_tokens``),
 a holder), ``TransientFailures``, ``AttemptsInterrupted`` (the previous attempt of the key
 never reported back: a kill, timeout or out-of-memory after its request was sent),
 ``NonRetryableFailures`` (once per dead-lettered key, however many DLQ messages it took) and
-``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left).
+``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left) and
+``RowsStaged`` (batch delivery: a row staged for a Message Batch, or found staged).
 
 Logs carry codes, ids and the business key, never the row's values or the model's text.
 """
@@ -92,6 +93,17 @@ class DeliveryLog:
             if status == "rate_limited"
             else "the buffer queue gave up on the row; it goes back with budget left",
             extra={**self.fields, "outcome": status, "error_type": code, "wait_s": seconds},
+        )
+
+    def batched(self, code: str) -> None:
+        """Message Batches delivery (issue 19): no request now; the key waits in a batch
+        (``Staged``: staged now or by another delivery; else the result type it goes
+        again for)."""
+        if code == "Staged":
+            self._count("RowsStaged")
+        self._logger.info(
+            "the row waits in a Message Batch",
+            extra={**self.fields, "outcome": "batch", "error_type": code},
         )
 
     def transient(self, code: str, request_id: str | None) -> None:

@@ -88,6 +88,13 @@ POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
 AWS_REGION: Final = "AWS_REGION"
 AWS_LAMBDA_INITIALIZATION_TYPE: Final = "AWS_LAMBDA_INITIALIZATION_TYPE"
+# Message Batches delivery (issue 19).
+MODEL_DELIVERY: Final = "MODEL_DELIVERY"
+BATCH_MAX_REQUESTS: Final = "BATCH_MAX_REQUESTS"
+BATCH_MAX_WAIT_SECONDS: Final = "BATCH_MAX_WAIT_SECONDS"
+
+#: Values of ``MODEL_DELIVERY``: one request per row, or Message Batches.
+MODEL_DELIVERY_VALUES: Final = ("realtime", "batch")
 
 #: Values of ``PROMPT_CACHE``: the ``cache_control`` TTL of the system prompt, or ``off``.
 PROMPT_CACHE_VALUES: Final = ("5m", "1h", "off")
@@ -233,6 +240,24 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         AWS_LAMBDA_INITIALIZATION_TYPE,
         "`snap-start` while Lambda builds a SnapStart snapshot: the SDK is imported at init",
         origin="lambda",
+    ),
+    # Message Batches delivery (issue 19).
+    EnvironmentVariable(
+        MODEL_DELIVERY,
+        "`realtime` (one Messages request per row) or `batch` (rows are staged and sent as "
+        "Message Batches; a schedule tick collects them)",
+        "realtime",
+    ),
+    EnvironmentVariable(
+        BATCH_MAX_REQUESTS,
+        "batch delivery: at most this many requests per Message Batch (1-100000)",
+        "10000",
+    ),
+    EnvironmentVariable(
+        BATCH_MAX_WAIT_SECONDS,
+        "batch delivery: a staged row is submitted at the latest this long after it was "
+        "first enqueued (1-3600)",
+        "300",
     ),
 )
 

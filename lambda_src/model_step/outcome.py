@@ -50,6 +50,10 @@ class CompletedResult(TypedDict):
     #: With a ``parse_answer``: what it returned.
     parsed: NotRequired[Any]
     replay_generation: NotRequired[int]
+    #: ``"batch"`` when the answer came from a Message Batch (absent: realtime).
+    delivery: NotRequired[str]
+    #: The Message Batch that answered (batch delivery only).
+    batch_id: NotRequired[str]
 
 
 class DeadLetteredResult(TypedDict):
@@ -66,6 +70,10 @@ class DeadLetteredResult(TypedDict):
     dead_letter_id: NotRequired[str]
     dead_letter_message_id: NotRequired[str | None]
     replay_generation: NotRequired[int]
+    #: ``"batch"`` when the failure came from a Message Batch result (absent: realtime).
+    delivery: NotRequired[str]
+    #: The Message Batch whose result it is (batch delivery only).
+    batch_id: NotRequired[str]
 
 
 StepResult = CompletedResult | DeadLetteredResult

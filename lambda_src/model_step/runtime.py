@@ -36,7 +36,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 
-from . import buffer_queue, clock
+from . import batch, buffer_queue, clock
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
@@ -66,6 +66,7 @@ from .outcome import (
     Outcome,
     StepResult,
     Usage,
+    usage_of,
     zero_usage,
 )
 
@@ -136,6 +137,8 @@ class ModelStep:
         self._on_outcome = on_outcome
         self._parts: StepComponents | None = None
         self._lock = threading.Lock()
+        # Message Batches delivery (issue 19): rows staged by the invocation in progress.
+        self._staging = threading.local()
 
     @classmethod
     def from_environment(
@@ -176,8 +179,12 @@ class ModelStep:
         raises on transient failures and ``IdempotencyAlreadyInProgressError`` on a concurrent
         duplicate, so Lambda retries. SQS batch: returns ``{"batchItemFailures": [...]}``.
         """
+        if batch.is_tick(event):
+            return self._batch_tick(context)
         if buffer_queue.is_sqs_batch(event):
             return self._handle_batch(event, context)
+        if self._components().batch is not None:
+            return self._stage_direct(event, context)
         delivery = self._new_delivery(event, context, None)
         try:
             result = self._deliver(delivery)
@@ -193,7 +200,14 @@ class ModelStep:
 
     def _handle_batch(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         failures = []
+        self._staging.rows = []
+        staging = self._components().batch is not None
         for record in event["Records"]:
+            if staging and batch.out_of_time(context):
+                # Message Batches delivery (issue 19): up to 10,000 rows a delivery; the
+                # ones left when time runs short come back, never half-staged.
+                failures.append({"itemIdentifier": record["messageId"]})
+                continue
             try:
                 self._handle_record(record, context)
             except Exception as exc:
@@ -202,6 +216,7 @@ class ModelStep:
                     extra={"message_id": record.get("messageId"), "error_type": error_code(exc)},
                 )
                 failures.append({"itemIdentifier": record["messageId"]})
+        failures.extend(self._flush_staged(context))
         return {"batchItemFailures": failures}
 
     def _handle_record(self, record: Mapping[str, Any], context: Any) -> None:
@@ -222,6 +237,16 @@ class ModelStep:
         delivery = self._new_delivery(event, context, queue)
         try:
             result = self._deliver(delivery)
+        except batch.Staged as staged:
+            # Message Batches delivery (issue 19): the key waits in a batch; the message is
+            # deleted once the invocation's submission is written (_flush_staged).
+            if staged.new:
+                sent = (record.get("attributes") or {}).get("SentTimestamp")
+                sent_at = float(sent) / 1000 if sent else clock.now()
+                self._staging.rows.append(
+                    (record["messageId"], batch.StagedRow(staged.custom_id, sent_at))
+                )
+            return
         except IdempotencyAlreadyInProgressError:
             self._notify(delivery, "retry", None, IN_PROGRESS_ERROR)
             parts.buffer.requeue(event, queue, self._holder_wait(delivery))
@@ -255,6 +280,12 @@ class ModelStep:
         log = delivery.log
         try:
             result = self._process(delivery)
+        except (batch.Staged, batch.BatchResubmit) as waiting:
+            # Message Batches delivery (issue 19): no request now; the key waits in a batch.
+            log.spent(delivery.spend)
+            log.batched(getattr(waiting, "error_code", "Staged"))
+            log.flush()
+            raise
         except IdempotencyAlreadyInProgressError:
             log.in_progress()
             log.flush()
@@ -381,6 +412,68 @@ class ModelStep:
                         handler_prompt_version=self._prompt_version,
                     )
         return self._parts
+
+    # -- Message Batches delivery (issue 19) ----------------------------------------------------
+    def _stage_direct(self, event: Mapping[str, Any], context: Any) -> Any:
+        """A bare EventBridge event under batch delivery: staged as a one-row submission
+        (or answered from its stored record)."""
+        delivery = self._new_delivery(event, context, None)
+        try:
+            result = self._deliver(delivery)
+        except batch.Staged as staged:
+            parts = self._components()
+            assert parts.batch is not None
+            rows = [batch.StagedRow(staged.custom_id, clock.now())] if staged.new else []
+            # A failure raises: Lambda retries the event, which adopts its staged row.
+            parts.batch.flush(rows, context, self._answer_from_batch)
+            return {"status": "staged"}
+        self._notify(delivery, result["status"], result, _result_code(result))
+        return result
+
+    def _flush_staged(self, context: Any) -> list[dict[str, str]]:
+        """Write the invocation's staged rows as one submission (sent when due); the batch
+        item failures to report if that write failed (the rows come back and are adopted)."""
+        parts = self._components()
+        rows: list[tuple[str, batch.StagedRow]] = getattr(self._staging, "rows", [])
+        self._staging.rows = []
+        if parts.batch is None:
+            return []
+        try:
+            parts.batch.flush([row for _, row in rows], context, self._answer_from_batch)
+        except Exception as exc:
+            parts.logger.warning(
+                "staged rows not written as a submission; their messages come back",
+                extra={"rows": len(rows), "error_type": error_code(exc)},
+            )
+            return [{"itemIdentifier": message_id} for message_id, _ in rows if message_id]
+        return []
+
+    def _batch_tick(self, context: Any) -> dict[str, Any]:
+        """The schedule's ``{"model_step_batch": "tick"}``: submit, reconcile, collect."""
+        parts = self._components()
+        if parts.batch is None:
+            return {"model_step_batch": "realtime"}
+        parts.register_context(context)
+        return parts.batch.tick(context, self._answer_from_batch)
+
+    def _answer_from_batch(
+        self, event: Mapping[str, Any], answer: batch.BatchAnswer, context: Any
+    ) -> StepResult | None:
+        """One key's batch result through the realtime path (stored in its record, dead
+        letter handed off, result event published), then ``on_outcome`` once. None when the
+        key is sent again (nothing stored, no outcome yet)."""
+        delivery = self._new_delivery(event, context, None)
+        delivery.batch_answer = answer
+        delivery.ran = True  # the answer is this collection's, not another delivery's
+        if answer.kind == "succeeded" and answer.message is not None:
+            delivery.spend.requests = 1
+            delivery.spend.usage = usage_of(answer.message.usage)
+        try:
+            result = self._deliver(delivery)
+        except batch.BatchResubmit:
+            return None
+        self._notify(delivery, result["status"], result, _result_code(result))
+        return result
 
 
 def _result_code(result: StepResult) -> str | None:

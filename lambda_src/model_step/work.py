@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import buffer_queue, clock
+from .batch import StagedDeadLetter
 from .budget import AttemptBudget, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
@@ -44,6 +45,9 @@ class UnitOfWork:
         delivery.ran = True
         parts = self._parts
         key = request["key"]
+        # Message Batches delivery (issue 19): a batch result (or resubmission) of the key.
+        if parts.batch is not None and delivery.batch_answer is not None:
+            return parts.batch.answer(request, delivery)
         budget = parts.budget(request)
         if delivery.queue is not None and delivery.queue.source == "redrive":
             return self._answer_redriven(request, budget, delivery)
@@ -52,6 +56,12 @@ class UnitOfWork:
             prepared = parts.model_call.prepare(request["detail"])
         except NonRetryableError as error:
             return self.dead_letter(error, key, dict(key))
+        # Message Batches delivery (issue 19): stage the row instead of sending it.
+        if parts.batch is not None:
+            try:
+                parts.batch.stage(request, delivery, prepared.user_message)
+            except StagedDeadLetter as spent:
+                return self.dead_letter(spent.error, key, dict(key))
         claim = budget.claim()
         delivery.attempts_spent = claim.state.attempts
         if not claim.granted:

@@ -366,3 +366,18 @@ def outcomes():
 
     hook.seen = seen
     return hook
+
+
+# -- Message Batches delivery (issue 19) ---------------------------------------------------------
+@pytest.fixture
+def batch_env(model_env, buffer, fake_api, monkeypatch):
+    """Batch delivery: a submission is due as soon as it is written (max wait 1 s, and
+    rows enqueued earlier), batches end 60 s after creation on the runtime's clock."""
+    monkeypatch.setenv("MODEL_DELIVERY", "batch")
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "1")
+    monkeypatch.setenv("BATCH_MAX_REQUESTS", "10000")
+    import model_step.clock
+
+    fake_api.batches.clock = lambda: model_step.clock.now()
+    fake_api.batches.processing_delay = 60
+    return model_env

@@ -1,0 +1,698 @@
+"""Message Batches delivery (``MODEL_DELIVERY=batch``): stage, submit, reconcile, collect.
+
+A row's key is handled exactly as in realtime up to the model call: same record key, same
+idempotency record (a stored answer replays, a held record waits), same attempt budget.
+Then, instead of a request:
+
+1. **Stage** (inside the record's lock, :meth:`BatchDelivery.stage`): the row is written as
+   a *row item* (:mod:`.batch_store`) owned by this invocation's *submission*, an attempt of
+   the key's budget is claimed, and :class:`Staged` releases the lock. A duplicate finds the
+   live row and makes no request. A key whose record is stored (answered in realtime or by an
+   earlier batch) never gets here: it replays.
+2. **Submit** (:meth:`BatchDelivery.submit`): at the end of the invocation, its rows become a
+   pending submission, listed in the index, before the queue messages are deleted. It is sent
+   when ``BATCH_MAX_WAIT_SECONDS`` have passed since its oldest row was enqueued (or it holds
+   ``BATCH_MAX_REQUESTS``), by that invocation or by a later tick. ``pending → creating``
+   is a conditional write that records ``started_at`` and the request count FIRST; only then
+   is ``messages.batches.create`` called, once (the client has ``max_retries=0``), split so
+   no batch passes ``BATCH_MAX_REQUESTS`` or 256 MB.
+3. **Reconcile** (tick): a submission left ``creating`` (a kill before, during or after
+   ``create``, a timeout, a dropped connection, a 5xx) is reconciled once
+   :data:`RECONCILE_AFTER_SECONDS` have passed since ``started_at`` (the create's deadline
+   plus a grace period, so a create still being processed by the API is listed):
+   ``batches.list`` is read back to ``started_at - CLOCK_SKEW_SECONDS``, and EVERY batch
+   created in the window with the same request count is adopted. Nothing is created again
+   until every adopted batch is collected; then only the rows that no adopted batch answered
+   are resubmitted. No batch found: the create never happened, and the submission is sent
+   again.
+4. **Collect** (tick): each open batch is retrieved; an ended one is read with
+   ``batches.results`` as a stream (never loaded whole), and every result goes through the
+   same path as a realtime answer (stored in the key's record as ``"delivery": "batch"``
+   with its ``batch_id``, dead-lettered, or retried), then ``on_outcome`` runs and the row is
+   marked answered. The stream's position is checkpointed every
+   :data:`CHECKPOINT_EVERY` results and when the invocation's time runs short, so a crash
+   halfway resumes there; a result applied twice replays its stored record and a row already
+   answered is skipped, so nothing is lost or repeated. A batch open past
+   :data:`CANCEL_AFTER_SECONDS` is canceled (its requests end ``canceled``).
+
+Result types: ``succeeded`` → the realtime checks (stop reason, labels, parser) and stored;
+``errored`` ``invalid_request_error`` → a stored dead letter with code
+``invalid_request_error``; other ``errored`` → the attempt stays spent and the row is
+resubmitted while the budget lasts (then ``RetriesExhausted`` semantics: the error type is
+the code); ``expired`` / ``canceled`` → not billed: the attempt is given back and the row is
+resubmitted within ``MAX_EVENT_AGE_SECONDS`` (then dead-lettered ``BatchExpired`` /
+``BatchCanceled``). A create answered 413 is split in halves; 429 waits (``retry-after``);
+another 4xx is split down to the one rejected row, which is dead-lettered with the SDK
+error's name (as realtime): no row is lost, none is billed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+from . import batch_store, clock, deadline
+from .batch_store import BatchStore, Item, custom_id_of
+from .budget import Claim
+from .client import ModelClientProvider
+from .delivery import Delivery
+from .errors import NonRetryableError, RetriesExhaustedError
+from .model_call import system_blocks
+from .outcome import StepResult
+
+if TYPE_CHECKING:
+    from .components import StepComponents
+
+#: The ``{"model_step_batch": "tick"}`` schedule event's key and value.
+TICK_FIELD = "model_step_batch"
+TICK_VALUE = "tick"
+#: Total deadline of one ``create`` call (seconds).
+CREATE_TIMEOUT_SECONDS = 60.0
+#: Grace after a create's deadline before its submission is reconciled: the API may still
+#: be processing a create whose answer was lost.
+RECONCILE_GRACE_SECONDS = 120.0
+RECONCILE_AFTER_SECONDS = CREATE_TIMEOUT_SECONDS + RECONCILE_GRACE_SECONDS
+#: Allowance between the API's ``created_at`` and this runtime's clock.
+CLOCK_SKEW_SECONDS = 300.0
+#: A batch still open this long after its creation is canceled (the API ends every batch
+#: within 24 h; this is the "stuck" case).
+CANCEL_AFTER_SECONDS = 24 * 3600 + 1800.0
+#: Results applied between checkpoints of the stream position.
+CHECKPOINT_EVERY = 50
+#: Milliseconds of the invocation kept free when collecting: stop, checkpoint, resume later.
+RESERVE_MILLIS = 30_000
+#: The create body stays under the API's 256 MB with this margin.
+MAX_CREATE_BYTES = 256 * 1024 * 1024 - 1024 * 1024
+#: The most rows one submission holds (its custom_ids must fit one table item).
+SUBMISSION_ROWS = 10_000
+#: The tick's lease (seconds) when the context has no deadline; else the invocation's
+#: remaining time, so a killed tick's lease ends with it.
+LEASE_SECONDS = 900.0
+#: The error type of a batch result that is the request's own fault.
+INVALID_REQUEST = "invalid_request_error"
+#: The metric of the oldest open batch (or uncertain create), for the alarm.
+OLDEST_OPEN_BATCH_METRIC = "OldestOpenBatchAgeSeconds"
+
+
+class Staged(Exception):
+    """Raised inside the unit of work: the row is staged (``new``) or already staged by
+    another delivery; no request was made and nothing is stored."""
+
+    def __init__(self, custom_id: str, *, new: bool) -> None:
+        super().__init__("staged for a Message Batch")
+        self.custom_id = custom_id
+        self.new = new
+
+
+class StagedDeadLetter(Exception):
+    """Raised by :meth:`BatchDelivery.stage` when the key's budget is spent: the unit of
+    work stores the dead letter it carries."""
+
+    def __init__(self, error: NonRetryableError) -> None:
+        super().__init__(error.error_code)
+        self.error = error
+
+
+class BatchResubmit(Exception):
+    """Raised inside the unit of work for a batch result that is sent again (expired,
+    canceled, or a retryable error with budget left): nothing is stored."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.error_code = code
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    """What the collector hands the unit of work for one key.
+
+    ``kind``: ``succeeded``, ``errored``, ``expired``, ``canceled``, ``resubmit`` (the key
+    is about to be sent again: claim an attempt) or ``rejected`` (the create refused the
+    row itself)."""
+
+    kind: str
+    batch_id: str | None = None
+    message: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    request_id: str | None = None
+
+
+def is_tick(event: Mapping[str, Any]) -> bool:
+    """True for the schedule's ``{"model_step_batch": "tick"}`` event."""
+    return event.get(TICK_FIELD) == TICK_VALUE
+
+
+#: ``(event, answer, context) -> stored result or None`` (None: the row is resubmitted).
+AnswerRow = Callable[[Mapping[str, Any], BatchAnswer, Any], Any]
+
+
+@dataclass
+class StagedRow:
+    """A row this invocation staged: its custom_id and when it was first enqueued."""
+
+    custom_id: str
+    sent_at: float
+
+
+class BatchDelivery:
+    """The batch side of one step (one per container)."""
+
+    def __init__(self, parts: StepComponents) -> None:
+        self._parts = parts
+        settings = parts.settings
+        self.store = BatchStore(
+            parts.boto3_client("dynamodb"),
+            settings.idempotency_table_name,
+            settings.record_prefix,
+            settings.expires_after_seconds,
+        )
+        self._clients = ModelClientProvider(settings, parts.boto3_client)
+        #: The submission id of the invocation in progress (one per invocation).
+        self.submission_id = self.store.new_submission_id()
+
+    # -- 1. stage --------------------------------------------------------------------------
+    def custom_id(self, request: dict[str, Any]) -> str:
+        """The custom_id of a request's record."""
+        return custom_id_of(self._parts.persistence.record_id(request))
+
+    def stage(self, request: dict[str, Any], delivery: Delivery, user_message: str) -> NoReturn:
+        """Stage the row of ``request`` and claim an attempt of its budget; raises
+        :class:`Staged`, or :class:`StagedDeadLetter` when the budget is spent. A live
+        staged row means a duplicate: no request, no claim. A live row owned by a submission
+        that does not exist (an invocation killed before writing it) is adopted."""
+        store = self.store
+        custom_id = self.custom_id(request)
+        event_json = json.dumps(dict(delivery.event), sort_keys=True, default=str)
+        found = store.stage_row(custom_id, event_json, user_message, self.submission_id)
+        if found is not None:
+            owner = batch_store.text(found, "submission") or ""
+            orphan = owner != self.submission_id and store.submission(owner) is None
+            if not (orphan and store.adopt_orphan(custom_id, owner, self.submission_id)):
+                raise Staged(custom_id, new=False)
+            raise Staged(custom_id, new=True)  # its attempt was claimed when first staged
+        claim = self._parts.budget(request).claim()
+        delivery.attempts_spent = claim.state.attempts
+        if not claim.granted:
+            store.mark_answered(custom_id)
+            raise StagedDeadLetter(_exhausted(claim))
+        raise Staged(custom_id, new=True)
+
+    def answer(self, request: dict[str, Any], delivery: Delivery) -> StepResult:
+        """The unit of work for a key the collector (or the submitter) answers: the result
+        to store, or :class:`BatchResubmit` (nothing stored, the row goes again)."""
+        parts = self._parts
+        work = parts.work
+        key = request["key"]
+        answer = delivery.batch_answer
+        assert isinstance(answer, BatchAnswer)
+        budget = parts.budget(request)
+        if answer.kind == "resubmit":
+            claim = budget.claim()
+            delivery.attempts_spent = claim.state.attempts
+            if not claim.granted:
+                return work.dead_letter(_exhausted(claim), key, dict(key))
+            raise BatchResubmit("Resubmitted")
+        if answer.kind == "rejected":
+            budget.report_failure(answer.error_type or "BadRequestError")
+            rejected = RetriesExhaustedError(
+                answer.error_message or "the Message Batch refused the request",
+                error_code=answer.error_type or "BadRequestError",
+                request_id=answer.request_id,
+            )
+            return _from_batch(work.dead_letter(rejected, key, dict(key)), answer)
+        if answer.kind == "succeeded":
+            try:
+                result: StepResult = parts.model_call.result(answer.message, key)
+            except NonRetryableError as error:
+                result = work.dead_letter(error, key, dict(key))
+            return _from_batch(result, answer)
+        if answer.kind == "errored":
+            code = answer.error_type or "api_error"
+            if code == INVALID_REQUEST:
+                invalid = RetriesExhaustedError(
+                    answer.error_message or code, error_code=code, request_id=answer.request_id
+                )
+                return _from_batch(work.dead_letter(invalid, key, dict(key)), answer)
+            budget.report_failure(code)
+            state = budget.read()
+            if state.attempts >= budget.limit:
+                exhausted = RetriesExhaustedError(
+                    f"Message Batch result errored ({code}) on attempt {state.attempts} of "
+                    f"{budget.limit}",
+                    error_code=code,
+                    request_id=answer.request_id,
+                )
+                return _from_batch(work.dead_letter(exhausted, key, dict(key)), answer)
+            raise BatchResubmit(code)
+        # expired or canceled: not billed, so the attempt is given back.
+        state = budget.give_back()
+        age = state.age_seconds(clock.now())
+        if age >= parts.settings.max_event_age_seconds:
+            code = "BatchExpired" if answer.kind == "expired" else "BatchCanceled"
+            late = RetriesExhaustedError(
+                f"Message Batch result {answer.kind} {age:.0f} s after the step first saw the "
+                f"row, past MAX_EVENT_AGE_SECONDS={parts.settings.max_event_age_seconds}",
+                error_code=code,
+            )
+            return _from_batch(work.dead_letter(late, key, dict(key)), answer)
+        raise BatchResubmit(answer.kind)
+
+    # -- 2. submit -------------------------------------------------------------------------
+    def flush(self, staged: list[StagedRow], context: Any, answer_row: AnswerRow) -> None:
+        """Write this invocation's staged rows as a pending submission (raises if that
+        fails: the caller reports the messages as failures, so nothing is lost), then send
+        it if it is due. A new submission id is taken for the next invocation."""
+        submission = self.submission_id
+        self.submission_id = self.store.new_submission_id()
+        if not staged:
+            return
+        ids = list(dict.fromkeys(row.custom_id for row in staged))
+        first = min(row.sent_at for row in staged)
+        self.store.put_submission(submission, ids, first)
+        if self._due(len(ids), first):
+            try:
+                self.submit(submission, context, answer_row)
+            except Exception:
+                # The submission is durable; the next tick sends or reconciles it.
+                self._parts.logger.exception("batch submit failed; the tick retries it")
+
+    def _due(self, count: int, first_waited: float) -> bool:
+        settings = self._parts.settings
+        return (
+            count >= settings.batch_max_requests
+            or clock.now() - first_waited >= settings.batch_max_wait_seconds
+        )
+
+    def submit(self, submission: str, context: Any, answer_row: AnswerRow) -> None:
+        """Send a pending submission as one Message Batch (see the module docstring)."""
+        store = self.store
+        item = store.submission(submission)
+        if item is None or batch_store.text(item, "state") != "pending":
+            return
+        not_before = batch_store.number(item, "not_before") or 0.0
+        if clock.now() < not_before:
+            return
+        ids = (batch_store.text(item, "custom_ids") or "").split(",")
+        requests, events = self._requests(submission, ids)
+        limit = self._parts.settings.batch_max_requests
+        size = sum(len(json.dumps(r)) for r in requests)
+        if len(requests) > limit or size > MAX_CREATE_BYTES:
+            self._split(submission, [r["custom_id"] for r in requests], "oversize")
+            return
+        if not requests:
+            if store.transition(submission, "pending", "done"):
+                store.close_submission(submission)
+            return
+        sent_ids = [r["custom_id"] for r in requests]
+        started = clock.now()
+        if not store.transition(
+            submission, "pending", "creating", started_at=started, sent_count=len(requests)
+        ):
+            return  # another invocation is sending it
+        self._parts.logger.info(
+            "creating a Message Batch", extra={"submission": submission, "requests": len(sent_ids)}
+        )
+        try:
+            client = self._clients.get()
+            with deadline.total(CREATE_TIMEOUT_SECONDS):
+                batch = client.messages.batches.create(
+                    requests=requests, timeout=CREATE_TIMEOUT_SECONDS
+                )
+        except Exception as exc:
+            self._create_failed(submission, sent_ids, events, exc, context, answer_row)
+            return
+        store.record_batch(batch.id, submission, started)
+        store.transition(submission, "creating", "created", batch_ids=[batch.id])
+        self._parts.logger.info(
+            "Message Batch created", extra={"submission": submission, "batch_id": batch.id}
+        )
+
+    def _requests(
+        self, submission: str, ids: list[str]
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The create requests of the rows this submission still owns, and their events."""
+        settings = self._parts.settings
+        requests: list[dict[str, Any]] = []
+        events: dict[str, str] = {}
+        for custom_id, row in self.store.rows(ids):
+            if batch_store.text(row, "state") != "staged":
+                continue
+            if batch_store.text(row, "submission") != submission:
+                continue
+            events[custom_id] = batch_store.text(row, "event") or "{}"
+            # The realtime request's fields exactly (model_call.ModelCall._send_once).
+            requests.append(
+                {
+                    "custom_id": custom_id,
+                    "params": {
+                        "model": settings.model_id,
+                        "max_tokens": settings.max_tokens,
+                        "system": system_blocks(settings),
+                        "messages": [
+                            {"role": "user", "content": batch_store.text(row, "user_message")}
+                        ],
+                    },
+                }
+            )
+        return requests, events
+
+    def _create_failed(
+        self,
+        submission: str,
+        sent_ids: list[str],
+        events: dict[str, str],
+        exc: Exception,
+        context: Any,
+        answer_row: AnswerRow,
+    ) -> None:
+        """A create that did not return a batch. Certain refusals are answered now;
+        anything else is uncertain and stays ``creating`` for the tick's reconcile."""
+        import anthropic
+
+        status = getattr(exc, "status_code", None)
+        log = self._parts.logger
+        if (
+            not isinstance(exc, anthropic.APIStatusError)
+            or status in (408, 409)
+            or (status is not None and status >= 500)
+        ):
+            log.warning(
+                "Message Batch create is uncertain; it is reconciled before anything is sent again",
+                extra={"submission": submission, "error_type": type(exc).__name__},
+            )
+            return
+        log.warning(
+            "Message Batch create refused",
+            extra={"submission": submission, "status": status, "error_type": type(exc).__name__},
+        )
+        if status == 429:
+            wait = _retry_after(exc)
+            self.store.transition(submission, "creating", "pending", not_before=clock.now() + wait)
+            return
+        if status in (401, 403, 404):
+            # Nothing was created; a key or permission problem. Try again in a minute.
+            self.store.transition(submission, "creating", "pending", not_before=clock.now() + 60)
+            return
+        if len(sent_ids) > 1:
+            self._split(submission, sent_ids, "creating")
+            return
+        # One row the API refuses (400, 413, 422): its dead letter, as a realtime 400.
+        [custom_id] = sent_ids
+        event = json.loads(events[custom_id])
+        answer_row(
+            event,
+            BatchAnswer(
+                kind="rejected",
+                error_type=type(exc).__name__,
+                error_message=f"Message Batch create refused the request: {status}",
+                request_id=getattr(exc, "request_id", None),
+            ),
+            context,
+        )
+        self.store.mark_answered(custom_id)
+        if self.store.transition(submission, "creating", "done"):
+            self.store.close_submission(submission)
+
+    def _split(self, submission: str, ids: list[str], from_state: str) -> None:
+        """Replace a submission by halves (rows move to them) that are due at once."""
+        if not self.store.transition(submission, from_state, "split"):
+            return
+        half = max(1, math.ceil(len(ids) / 2))
+        for part in (ids[:half], ids[half:]):
+            if not part:
+                continue
+            new = self.store.new_submission_id()
+            self.store.put_submission(new, part, 0.0)
+            for custom_id in part:
+                self.store.move_row(custom_id, submission, new)
+        self.store.close_submission(submission)
+
+    # -- the tick --------------------------------------------------------------------------
+    def tick(self, context: Any, answer_row: AnswerRow) -> dict[str, Any]:
+        """Submit due submissions, reconcile uncertain creates, collect ended batches and
+        cancel stuck ones; emit the oldest open batch's age. One tick at a time (a lease)."""
+        store = self.store
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        lease = LEASE_SECONDS if remaining is None else float(remaining()) / 1000
+        token = store.take_lease(lease)
+        if token is None:
+            return {"model_step_batch": "busy"}
+        summary = {"submitted": 0, "reconciled": 0, "collected": 0, "results": 0, "open": 0}
+        oldest = 0.0
+        try:
+            for submission in store.open_submissions():
+                if _out_of_time(context):
+                    break
+                item = store.submission(submission)
+                if item is None:
+                    store.close_submission(submission)
+                    continue
+                state = batch_store.text(item, "state")
+                if state == "pending":
+                    first = batch_store.number(item, "first_waited") or 0.0
+                    count = int(batch_store.number(item, "count") or 0)
+                    if self._due(count, first):
+                        self.submit(submission, context, answer_row)
+                        summary["submitted"] += 1
+                elif state == "creating":
+                    started = batch_store.number(item, "started_at") or clock.now()
+                    oldest = max(oldest, clock.now() - started)
+                    if clock.now() - started >= RECONCILE_AFTER_SECONDS:
+                        self._reconcile(submission, item)
+                        summary["reconciled"] += 1
+                elif state == "created":
+                    age, results = self._collect(submission, item, context, answer_row)
+                    oldest = max(oldest, age)
+                    summary["results"] += results
+                    summary["collected"] += 1
+                else:
+                    store.close_submission(submission)
+            summary["open"] = len(store.open_submissions())
+        finally:
+            store.release_lease(token)
+            self._metric(oldest)
+        return {"model_step_batch": summary}
+
+    def _metric(self, oldest: float) -> None:
+        settings = self._parts.settings
+        metrics = EphemeralMetrics(
+            namespace=settings.metrics_namespace, service=settings.service_name
+        )
+        metrics.add_metric(OLDEST_OPEN_BATCH_METRIC, MetricUnit.Seconds, round(oldest, 3))
+        metrics.flush_metrics()
+
+    # -- 3. reconcile ----------------------------------------------------------------------
+    def _reconcile(self, submission: str, item: Item) -> None:
+        """Adopt every batch created in the window of this submission's uncertain create
+        with its request count; none: the create never happened, send it again."""
+        started = batch_store.number(item, "started_at") or 0.0
+        count = int(batch_store.number(item, "sent_count") or 0)
+        low = started - CLOCK_SKEW_SECONDS
+        high = started + CREATE_TIMEOUT_SECONDS + CLOCK_SKEW_SECONDS
+        adopted: list[str] = []
+        client = self._clients.get()
+        for batch in client.messages.batches.list(limit=100):
+            created = batch.created_at.timestamp()
+            if created < low:
+                break  # newest first: everything after is older
+            counts = batch.request_counts
+            total = (
+                counts.processing
+                + counts.succeeded
+                + counts.errored
+                + counts.canceled
+                + counts.expired
+            )
+            if created <= high and total == count:
+                self.store.record_batch(batch.id, submission, created)
+                adopted.append(batch.id)
+        self._parts.logger.info(
+            "uncertain Message Batch create reconciled",
+            extra={"submission": submission, "adopted": len(adopted)},
+        )
+        if adopted:
+            self.store.transition(submission, "creating", "created", batch_ids=adopted)
+        else:
+            self.store.transition(submission, "creating", "pending")
+
+    # -- 4. collect ------------------------------------------------------------------------
+    def _collect(
+        self, submission: str, item: Item, context: Any, answer_row: AnswerRow
+    ) -> tuple[float, int]:
+        """Collect the submission's batches; ``(age of its oldest open batch, results
+        applied)``. When all are collected, the rows no batch answered go again."""
+        client = self._clients.get()
+        batch_ids = item.get("batch_ids", {}).get("SS", [])
+        oldest = 0.0
+        applied = 0
+        all_collected = True
+        for batch_id in batch_ids:
+            record = self.store.batch(batch_id) or {}
+            if record.get("collected", {}).get("BOOL"):
+                continue
+            batch = client.messages.batches.retrieve(batch_id)
+            age = clock.now() - batch.created_at.timestamp()
+            if batch.processing_status != "ended":
+                all_collected = False
+                oldest = max(oldest, age)
+                if age >= CANCEL_AFTER_SECONDS and batch.processing_status == "in_progress":
+                    client.messages.batches.cancel(batch_id)
+                    self._parts.logger.warning(
+                        "Message Batch open past its 24 h canceled", extra={"batch_id": batch_id}
+                    )
+                continue
+            done = int(batch_store.number(record, "lines_done") or 0)
+            finished, count = self._read_results(batch_id, done, context, answer_row)
+            applied += count
+            if not finished:
+                all_collected = False
+                oldest = max(oldest, age)
+                break
+        if all_collected and not _out_of_time(context):
+            self._resubmit_leftovers(submission, item, context, answer_row)
+        return oldest, applied
+
+    def _read_results(
+        self, batch_id: str, done: int, context: Any, answer_row: AnswerRow
+    ) -> tuple[bool, int]:
+        """Stream a batch's results from line ``done`` on; ``(finished, applied)``."""
+        client = self._clients.get()
+        stream = client.messages.batches.results(batch_id)
+        try:
+            finished, position, applied = stream_results(
+                stream,
+                done,
+                lambda line: self._apply(batch_id, line, context, answer_row),
+                lambda position: self.store.checkpoint(batch_id, position),
+                lambda: _out_of_time(context),
+            )
+        finally:
+            stream.close()
+        if finished:
+            self.store.checkpoint(batch_id, position, collected=True)
+            self._parts.logger.info(
+                "Message Batch collected", extra={"batch_id": batch_id, "results": position}
+            )
+        return finished, applied
+
+    def _apply(self, batch_id: str, line: Any, context: Any, answer_row: AnswerRow) -> None:
+        """One result line: the key's outcome through the realtime path, then the row is
+        marked answered (skipped when it already is)."""
+        custom_id = str(line.custom_id)
+        row = self.store.row(custom_id)
+        if row is None or batch_store.text(row, "state") != "staged":
+            return
+        result = line.result
+        kind = str(result.type)
+        error_type = error_message = request_id = None
+        if kind == "errored":
+            error = getattr(result, "error", None)
+            inner = getattr(error, "error", None)
+            error_type = str(getattr(inner, "type", None) or "api_error")
+            error_message = f"Message Batch result errored: {error_type}"
+            request_id = getattr(error, "request_id", None)
+        message = getattr(result, "message", None)
+        answer = BatchAnswer(
+            kind=kind,
+            batch_id=batch_id,
+            message=message,
+            error_type=error_type,
+            error_message=error_message,
+            request_id=request_id,
+        )
+        event = json.loads(batch_store.text(row, "event") or "{}")
+        if answer_row(event, answer, context) is not None:
+            self.store.mark_answered(custom_id)
+
+    def _resubmit_leftovers(
+        self, submission: str, item: Item, context: Any, answer_row: AnswerRow
+    ) -> None:
+        """Every batch of the submission is collected: its rows still staged (expired,
+        canceled, retried, or in no batch at all) claim a new attempt and go into a new
+        pending submission; then this one is done."""
+        ids = (batch_store.text(item, "custom_ids") or "").split(",")
+        again: list[str] = []
+        for custom_id, row in self.store.rows(ids):
+            if batch_store.text(row, "state") != "staged":
+                continue
+            if batch_store.text(row, "submission") != submission:
+                continue
+            event = json.loads(batch_store.text(row, "event") or "{}")
+            if answer_row(event, BatchAnswer(kind="resubmit"), context) is not None:
+                self.store.mark_answered(custom_id)  # dead-lettered: budget or time is up
+                continue
+            again.append(custom_id)
+        if again:
+            new = self.store.new_submission_id()
+            self.store.put_submission(new, again, 0.0)
+            for custom_id in again:
+                self.store.move_row(custom_id, submission, new)
+        if self.store.transition(submission, "created", "done"):
+            self.store.close_submission(submission)
+
+
+def _from_batch(result: StepResult, answer: BatchAnswer) -> StepResult:
+    """The result as realtime stores it, plus where it came from."""
+    result["delivery"] = "batch"
+    if answer.batch_id is not None:
+        result["batch_id"] = answer.batch_id
+    return result
+
+
+def _exhausted(claim: Claim) -> RetriesExhaustedError:
+    state = claim.state
+    return RetriesExhaustedError(
+        f"the key's budget of attempts is spent ({state.attempts} used); the last one "
+        f"ended with {state.exhaustion_code}",
+        error_code=state.exhaustion_code,
+    )
+
+
+def stream_results(
+    stream: Iterable[Any],
+    done: int,
+    apply: Callable[[Any], None],
+    checkpoint: Callable[[int], None],
+    out_of_time: Callable[[], bool],
+) -> tuple[bool, int, int]:
+    """Apply a results stream one line at a time, from line ``done`` on (the lines before
+    it are read and dropped: the stream is never held whole). Every
+    :data:`CHECKPOINT_EVERY` lines the position is checkpointed, and the run stops there
+    when ``out_of_time()``. Returns ``(finished, position, applied)``."""
+    position = 0
+    applied = 0
+    for line in stream:
+        position += 1
+        if position <= done:
+            continue
+        apply(line)
+        applied += 1
+        if position % CHECKPOINT_EVERY == 0:
+            checkpoint(position)
+            if out_of_time():
+                return False, position, applied
+    return True, position, applied
+
+
+def _retry_after(exc: Any) -> float:
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    try:
+        return max(1.0, float(headers.get("retry-after") or 60))
+    except ValueError:
+        return 60.0
+
+
+def out_of_time(context: Any) -> bool:
+    """True when the invocation has less than :data:`RESERVE_MILLIS` left."""
+    return _out_of_time(context)
+
+
+def _out_of_time(context: Any) -> bool:
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return remaining is not None and float(remaining()) < RESERVE_MILLIS

@@ -1,0 +1,257 @@
+"""Issue 19: every crash point around a Message Batch, proven with an injected kill.
+
+Each test drives the real handler (Powertools, the SDK over HTTP to the fake Messages API's
+batch endpoints, moto), kills the invocation at one point (``LambdaKilled``, a
+``BaseException``: nothing after it runs, as after a real kill), starts a NEW step (a new
+container) and ticks until every key is done. Then, per key: at most one billed request
+(succeeded results over every batch), and a stored label or a stored coded dead letter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+
+from .batch_rows import (
+    PAST_GRACE,
+    LambdaKilled,
+    assert_every_key_ends_once,
+    rows,
+    sqs_batch,
+    tick,
+)
+from .conftest import FakeLambdaContext, ShiftedClock, boto3_session
+
+
+@pytest.fixture
+def clock(monkeypatch) -> ShiftedClock:
+    return ShiftedClock(monkeypatch)
+
+
+@pytest.fixture
+def kill_create(monkeypatch) -> Iterator[dict]:
+    """``state["when"] = "before" | "after"``: the next ``messages.batches.create`` dies
+    before its request leaves, or after its answer arrived (before the runtime sees it)."""
+    state: dict = {"when": None}
+    real = httpx2.HTTPTransport.handle_request
+
+    def handle_request(transport, request):
+        is_create = request.method == "POST" and request.url.path == "/v1/messages/batches"
+        when = state["when"] if is_create else None
+        if when == "before":
+            state["when"] = None
+            raise LambdaKilled("killed before create was sent")
+        response = real(transport, request)
+        if when == "after":
+            state["when"] = None
+            response.read()
+            raise LambdaKilled("killed after create answered")
+        return response
+
+    monkeypatch.setattr(httpx2.HTTPTransport, "handle_request", handle_request)
+    yield state
+
+
+@pytest.fixture
+def kill_aws_call():
+    """``arm(operation, match)``: the next call of ``operation`` whose body contains
+    ``match`` dies before it is made."""
+    armed: list[tuple[str, str]] = []
+    events = boto3_session().events
+
+    def before_send(request, **kwargs):
+        operation = request.headers.get("X-Amz-Target", b"")
+        operation = operation.decode() if isinstance(operation, bytes) else str(operation)
+        body = request.body or b""
+        body = body if isinstance(body, bytes) else body.encode()
+        for fault in list(armed):
+            if operation.endswith("." + fault["operation"]) and fault["match"].encode() in body:
+                if fault["skip"] > 0:
+                    fault["skip"] -= 1
+                    continue
+                armed.remove(fault)
+                raise LambdaKilled(f"killed before {fault['operation']}")
+
+    def arm(operation: str, match: str = "", skip: int = 0) -> None:
+        armed.append({"operation": operation, "match": match, "skip": skip})
+
+    events.register("before-send.dynamodb", before_send)
+    yield arm
+    events.unregister("before-send.dynamodb", before_send)
+
+
+def run_until_done(make_step, clock, outcomes, ticks: int = 6) -> object:
+    """A new container ticking (each a minute, past every grace) until nothing is open."""
+    step = make_step(on_outcome=outcomes)
+    for _ in range(ticks):
+        clock.shift(PAST_GRACE)
+        summary = tick(step)["model_step_batch"]
+        if isinstance(summary, dict) and summary["open"] == 0:
+            return step
+    return step
+
+
+def stage(make_step, buffer, clock, outcomes, count: int = 4):
+    step = make_step(on_outcome=outcomes)
+    events = rows(count)
+    clock.shift(2)
+    return step, events, sqs_batch(buffer, events)
+
+
+def test_a_kill_before_create_is_sent_submits_once_after_the_grace(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_create
+):
+    step, events, delivery = stage(make_step, buffer, clock, outcomes)
+    kill_create["when"] = "before"
+
+    with pytest.raises(LambdaKilled):
+        step.handle(delivery, FakeLambdaContext())
+    # The messages were not deleted: SQS hands them over again; the rows are already staged.
+    step = make_step(on_outcome=outcomes)
+    assert step.handle(delivery, FakeLambdaContext()) == {"batchItemFailures": []}
+    assert fake_api.batches.create_calls == 0
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert len(fake_api.batches.batches) == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_kill_after_create_answered_adopts_the_batch_instead_of_a_second_one(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_create
+):
+    step, events, delivery = stage(make_step, buffer, clock, outcomes)
+    kill_create["when"] = "after"
+
+    with pytest.raises(LambdaKilled):
+        step.handle(delivery, FakeLambdaContext())
+    step = make_step(on_outcome=outcomes)
+    step.handle(delivery, FakeLambdaContext())  # the redelivery: duplicates, no request
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert len(fake_api.batches.batches) == 1, "the created batch was adopted, not repeated"
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+@pytest.mark.parametrize("fault", ["disconnect", "disconnect_after_create", "error_after_create"])
+def test_a_create_that_fails_during_the_call_is_reconciled_before_any_resend(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, fault
+):
+    step, events, delivery = stage(make_step, buffer, clock, outcomes)
+    fake_api.batches.create_faults = [fault]
+
+    assert step.handle(delivery, FakeLambdaContext()) == {"batchItemFailures": []}
+    assert fake_api.batches.create_calls == 1
+    # Before the grace has passed nothing is sent again, whatever the tick.
+    clock.shift(60)
+    tick(make_step(on_outcome=outcomes))
+    assert fake_api.batches.create_calls == 1
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    created_by_fault = 0 if fault == "disconnect" else 1
+    assert len(fake_api.batches.batches) == 1
+    assert fake_api.batches.create_calls == 1 + (1 - created_by_fault)
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_kill_before_the_submission_is_written_loses_no_row(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call
+):
+    step, events, delivery = stage(make_step, buffer, clock, outcomes)
+    kill_aws_call("PutItem", "batch-submission")
+
+    with pytest.raises(LambdaKilled):
+        step.handle(delivery, FakeLambdaContext())
+    # The rows are staged under a submission that never existed: the redelivery adopts them.
+    step = make_step(on_outcome=outcomes)
+    assert step.handle(delivery, FakeLambdaContext()) == {"batchItemFailures": []}
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert len(fake_api.batches.batches) == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_kill_before_the_batch_id_is_recorded_adopts_the_batch(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call
+):
+    step, events, delivery = stage(make_step, buffer, clock, outcomes)
+    kill_aws_call("UpdateItem", "msgbatch_")  # recording the created batch's id
+
+    with pytest.raises(LambdaKilled):
+        step.handle(delivery, FakeLambdaContext())
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert len(fake_api.batches.batches) == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_kill_between_storing_a_result_and_on_outcome_resumes_without_a_repeat(
+    make_step, fake_api, batch_env, buffer, outcomes, clock
+):
+    step, events, delivery = stage(make_step, buffer, clock, outcomes, count=6)
+    step.handle(delivery, FakeLambdaContext())
+    calls = {"n": 0}
+
+    def dies_on_the_third(event, outcome):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise LambdaKilled("killed between the stored result and on_outcome")
+        outcomes(event, outcome)
+
+    clock.shift(61)
+    with pytest.raises(LambdaKilled):
+        tick(make_step(on_outcome=dies_on_the_third))
+    assert len(outcomes.seen) == 2
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert len(fake_api.batches.batches) == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_kill_halfway_through_the_results_stream_resumes_from_the_checkpoint(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call, monkeypatch
+):
+    import model_step.batch
+
+    monkeypatch.setattr(model_step.batch, "CHECKPOINT_EVERY", 3)
+    step, events, delivery = stage(make_step, buffer, clock, outcomes, count=8)
+    step.handle(delivery, FakeLambdaContext())
+    # The second checkpoint write dies: results 4-6 are applied and notified, the
+    # checkpoint still says 3, so the next tick reads 4-6 again and must not repeat them.
+    kill_aws_call("UpdateItem", '":lines"', skip=1)
+    clock.shift(61)
+
+    with pytest.raises(LambdaKilled):
+        tick(make_step(on_outcome=outcomes))
+    assert len(outcomes.seen) == 6
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_results_stream_that_drops_halfway_resumes_on_the_next_tick(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch
+):
+    import model_step.batch
+
+    monkeypatch.setattr(model_step.batch, "CHECKPOINT_EVERY", 2)
+    step, events, delivery = stage(make_step, buffer, clock, outcomes, count=7)
+    step.handle(delivery, FakeLambdaContext())
+    fake_api.batches.results_drop_after = 5
+    clock.shift(61)
+
+    with pytest.raises(Exception):  # noqa: B017 (the SDK's stream error, whatever its class)
+        tick(make_step(on_outcome=outcomes))
+    assert 0 < len(outcomes.seen) < len(events)
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)

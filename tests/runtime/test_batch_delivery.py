@@ -1,0 +1,324 @@
+"""Message Batches delivery (issue 19): rows staged, submitted as batches, collected on the
+schedule tick. The real handler and Powertools, the real SDK over HTTP to the fake Messages
+API's batch endpoints, moto for AWS."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from constructs_lib.local_engine.message_batches import CreateFault
+
+from .batch_rows import (
+    assert_every_key_ends_once,
+    custom_id_for,
+    rows,
+    sqs_batch,
+    stored,
+    tick,
+)
+from .conftest import FakeLambdaContext, ShiftedClock
+
+
+def test_rows_go_as_one_batch_and_the_tick_stores_each_answer(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    step = make_step(on_outcome=outcomes)
+    events = rows(5)
+    clock.shift(2)
+
+    response = step.handle(sqs_batch(buffer, events), FakeLambdaContext())
+
+    assert response == {"batchItemFailures": []}
+    assert len(fake_api.batches.batches) == 1
+    assert fake_api.request_count == 0
+    assert outcomes.seen == []
+    clock.shift(61)
+    summary = tick(step)
+    assert summary["model_step_batch"]["results"] == 5
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+    [batch_id] = fake_api.batches.batches
+    for event in events:
+        outcome = stored(batch_env, step, event)
+        assert (outcome.status, outcome.delivery, outcome.batch_id) == (
+            "completed",
+            "batch",
+            batch_id,
+        )
+
+
+def ticks_until_done(make_step, outcomes, clock, count: int = 8):
+    step = make_step(on_outcome=outcomes)
+    for _ in range(count):
+        clock.shift(61)
+        summary = tick(step)["model_step_batch"]
+        if isinstance(summary, dict) and summary["open"] == 0:
+            break
+    return step
+
+
+def staged(make_step, buffer, clock, outcomes, events):
+    step = make_step(on_outcome=outcomes)
+    clock.shift(2)
+    assert step.handle(sqs_batch(buffer, events), FakeLambdaContext()) == {"batchItemFailures": []}
+    return step
+
+
+def test_duplicates_before_during_and_after_the_batch_make_no_request(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(3)
+    # Before: two copies of every row in the first delivery.
+    step = staged(make_step, buffer, clock, outcomes, events + [dict(e) for e in events])
+    # During: copies while the batch is open.
+    step.handle(sqs_batch(buffer, events), FakeLambdaContext())
+    assert fake_api.batches.create_calls == 1
+    [batch] = fake_api.batches.batches.values()
+    assert len(batch.requests) == 3
+
+    step = ticks_until_done(make_step, outcomes, clock)
+    # After: copies replay the stored results.
+    seen = len(outcomes.seen)
+    step.handle(sqs_batch(buffer, events), FakeLambdaContext())
+
+    assert fake_api.batches.create_calls == 1
+    replays = outcomes.seen[seen:]
+    assert [o["replayed"] for _, o in replays] == [True, True, True]
+    assert all(o["model_requests"] == 0 for _, o in replays)
+    assert_every_key_ends_once(batch_env, step, fake_api, events)
+
+
+def test_a_key_answered_in_realtime_is_never_submitted(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    [event] = rows(1)
+    monkeypatch.setenv("MODEL_DELIVERY", "realtime")
+    make_step().handle(sqs_batch(buffer, [event]), FakeLambdaContext())
+    assert fake_api.request_count == 1
+    monkeypatch.setenv("MODEL_DELIVERY", "batch")
+
+    staged(make_step, buffer, clock, outcomes, [event])
+    ticks_until_done(make_step, outcomes, clock)
+
+    assert fake_api.batches.create_calls == 0
+    assert fake_api.request_count == 1
+    [(_, outcome)] = outcomes.seen
+    assert outcome["replayed"] is True
+
+
+def test_an_invalid_request_result_is_a_stored_coded_dead_letter_on_the_dlq(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(2)
+    step = make_step()
+    bad = custom_id_for(step, events[0])
+    fake_api.batches.decide = lambda custom_id, params: (
+        "invalid_request_error" if custom_id == bad else "succeeded"
+    )
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock)
+
+    outcome = stored(batch_env, step, events[0])
+    assert (outcome.status, outcome.error_code, outcome.delivery) == (
+        "dead_lettered",
+        "invalid_request_error",
+        "batch",
+    )
+    [dead] = batch_env.dead_letters()
+    assert dead["body"]["detail"] == events[0]["detail"]
+    assert dead["attributes"]["ERROR_CODE"] == "invalid_request_error"
+    assert fake_api.batches.create_calls == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_an_api_error_result_is_resubmitted_within_the_attempt_budget(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(2)
+    step = make_step()
+    flaky, broken = custom_id_for(step, events[0]), custom_id_for(step, events[1])
+    seen: dict[str, int] = {}
+
+    def decide(custom_id, params):
+        seen[custom_id] = seen.get(custom_id, 0) + 1
+        if custom_id == broken or (custom_id == flaky and seen[custom_id] == 1):
+            return "api_error"
+        return "succeeded"
+
+    fake_api.batches.decide = decide
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock, count=12)
+
+    assert stored(batch_env, step, events[0]).status == "completed"
+    broken_outcome = stored(batch_env, step, events[1])
+    assert (broken_outcome.status, broken_outcome.error_code) == ("dead_lettered", "api_error")
+    assert seen == {flaky: 2, broken: 3}  # MAX_ATTEMPTS=3 sends of the broken key, no more
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+@pytest.mark.parametrize("kind", ["expired", "canceled"])
+def test_expired_and_canceled_results_are_not_billed_and_go_again(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch, kind
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(3)
+    sent: dict[str, int] = {}
+
+    def decide(custom_id, params):
+        sent[custom_id] = sent.get(custom_id, 0) + 1
+        return kind if sent[custom_id] <= 2 else "succeeded"
+
+    fake_api.batches.decide = decide
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock, count=12)
+
+    assert all(count == 3 for count in sent.values()), sent
+    assert fake_api.batches.result_counts[kind] == 6
+    assert fake_api.batches.billed == 3
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+    # Not billed: the two sends that ended unserved gave their attempts back.
+    for item in batch_env.budgets().values():
+        assert int(item["attempts"]["N"]) == 1
+
+
+def test_a_row_expired_past_max_event_age_is_dead_lettered(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "120")
+    clock = ShiftedClock(monkeypatch)
+    events = rows(1)
+    fake_api.batches.decide = lambda custom_id, params: "expired"
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock, count=10)
+
+    outcome = stored(batch_env, step, events[0])
+    assert (outcome.status, outcome.error_code) == ("dead_lettered", "BatchExpired")
+    assert fake_api.batches.billed == 0
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_batch_open_past_its_24_hours_is_canceled_and_its_rows_go_again(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "200000")
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "200000")
+    clock = ShiftedClock(monkeypatch)
+    events = rows(2)
+    fake_api.batches.processing_delay = 10**9
+    fake_api.batches.lifetime_seconds = 10**9  # stuck open: the API never ends it
+
+    step = staged(make_step, buffer, clock, outcomes, events)
+    clock.shift(23 * 3600)
+    assert tick(step)["model_step_batch"]["collected"] == 1
+    first = next(iter(fake_api.batches.batches.values()))
+    assert first.cancel_initiated_at is None
+    fake_api.batches.processing_delay = 60
+    clock.shift(1.6 * 3600)
+    tick(step)
+    assert first.cancel_initiated_at is not None
+    step = ticks_until_done(make_step, outcomes, clock)
+
+    assert fake_api.batches.result_counts["canceled"] == 2
+    assert len(fake_api.batches.batches) == 2
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_413_on_create_splits_the_batch_and_loses_no_row(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(5)
+    fake_api.batches.max_requests = 2
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock, count=12)
+
+    assert all(len(b.requests) <= 2 for b in fake_api.batches.batches.values())
+    assert sum(len(b.requests) for b in fake_api.batches.batches.values()) == 5
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_429_on_create_waits_and_sends_once(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(3)
+    fake_api.batches.create_faults = [429, 429]
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock)
+
+    assert fake_api.batches.create_calls == 3
+    assert len(fake_api.batches.batches) == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_a_request_the_create_rejects_is_isolated_and_dead_lettered(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    clock = ShiftedClock(monkeypatch)
+    events = rows(4)
+    step = make_step()
+    poisoned = custom_id_for(step, events[2])
+    real_create = fake_api.batches.create
+
+    def create(raw: bytes):
+        if poisoned.encode() in raw:
+            with fake_api.batches._lock:
+                fake_api.batches.create_calls += 1
+            return 400, None, CreateFault(status=400)
+        return real_create(raw)
+
+    fake_api.batches.create = create
+
+    staged(make_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(make_step, outcomes, clock, count=12)
+
+    outcome = stored(batch_env, step, events[2])
+    assert (outcome.status, outcome.error_code) == ("dead_lettered", "BadRequestError")
+    assert len(batch_env.dead_letters()) == 1
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_no_row_value_or_model_text_is_logged(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch, log_capture
+):
+    clock = ShiftedClock(monkeypatch)
+    fake_api.text = "warm-secret-answer"
+    events = rows(2)
+    staged(make_step, buffer, clock, outcomes, events)
+    ticks_until_done(make_step, outcomes, clock)
+
+    logged = log_capture.getvalue()
+    assert "ada1@example.com" not in logged
+    assert "Analytical Engines" not in logged
+    assert "warm-secret-answer" not in logged
+
+
+def test_the_tick_reports_the_oldest_open_batch_age(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch, capsys
+):
+    clock = ShiftedClock(monkeypatch)
+    fake_api.batches.processing_delay = 10**6
+    step = staged(make_step, buffer, clock, outcomes, rows(1))
+    capsys.readouterr()
+    clock.shift(3600)
+
+    tick(step)
+
+    metrics = [
+        json.loads(line)
+        for line in capsys.readouterr().out.splitlines()
+        if "OldestOpenBatchAgeSeconds" in line
+    ]
+    assert metrics and metrics[-1]["OldestOpenBatchAgeSeconds"][0] >= 3600
