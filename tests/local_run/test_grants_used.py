@@ -12,7 +12,10 @@ Paths:
 - ``refused``: every answer refused (LabelNotAllowed): dead letters, the recorder, the
   ledger's failed rows; then the viewer retries one;
 - ``faults``: every request faulted, each event delivered twice, Lambda kills and
-  throttles: transient retries, released records, the redrive queue, on-failure records.
+  throttles: transient retries, released records, the redrive queue, on-failure records;
+- ``batch-refused`` (issue 19): the refused path with every row sent by ``ClassifyBatch``
+  (``--delivery batch``): staging, the tick, collection, dead letters from batch results,
+  the key from the secret, and a viewer retry that goes by batch again.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ PATH_OPTIONS: dict[str, dict[str, Any]] = {
         "seconds_per_minute": FAST_CLOCK,
     },
     "killed": {"seed": 7, "kill_rate": 0.6, "throttle_rate": 0.3, "seconds_per_minute": FAST_CLOCK},
+    # Message Batches (issue 19): the refused path again, every row sent by ClassifyBatch.
+    "batch-refused": {"delivery": "batch", "seconds_per_minute": FAST_CLOCK},
 }
 PATHS = ("clean", "refused", *PATH_OPTIONS)
 POST_HEADERS = {"x-requested-with": "prospect-viewer", "content-type": "application/json"}
@@ -87,6 +92,22 @@ NOT_YET_USED: dict[str, set[str]] = {
     },
     # The subscriber's on-failure destination, when it cannot reach the buffer queue.
     "Classify/Subscriber": {f"sqs:SendMessage on {FAILURE_QUEUE}"},
+    # Message Batches (issue 19): the batch step's buffer-queue grants serve what no local
+    # batch run drives yet: a requeue (SendMessage) when a concurrent duplicate in another
+    # invocation holds the key, the spacing of a transient staging error
+    # (ChangeMessageVisibility), the redrive queue's delete (as Classify's), and the
+    # transaction that adopts a row staged by an invocation killed before it wrote its
+    # submission (ConditionCheckItem; tests/runtime/test_batch_crash_points.py drives it).
+    "ClassifyBatch/Function": {
+        f"sqs:SendMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
+        "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
+        f"sqs:ChangeMessageVisibility on arn:aws:sqs:{ACCOUNT_REGION}:"
+        "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
+        f"sqs:DeleteMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
+        "ProspectUploader-ClassifyBatchRedriveQueueEDD66DDF",
+        f"dynamodb:ConditionCheckItem on {IDEMPOTENCY}",
+    },
+    "ClassifyBatch/Subscriber": {f"sqs:SendMessage on {FAILURE_QUEUE}"},
     # A row the recorder accounts a second time with another result.
     "FailureRecorder": {
         f"dynamodb:UpdateItem on arn:aws:dynamodb:{ACCOUNT_REGION}:"
@@ -168,7 +189,7 @@ def _read_key_from_the_secret(pipeline: LocalPipeline) -> None:
     from moto.secretsmanager.models import secretsmanager_backends
 
     engine = pipeline.engine
-    arn = engine.environment["ANTHROPIC_API_KEY_SECRET_ARN"]
+    arn = engine.variable("ANTHROPIC_API_KEY_SECRET_ARN")
     name = arn.split(":secret:", 1)[1].rsplit("-", 1)[0]
     engine.aws.client("secretsmanager").create_secret(Name=name, SecretString=LOCAL_API_KEY)
     # moto picks its own random suffix; the deployed secret's is the one the role names.
@@ -205,7 +226,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
         csv_path=_csv(tmp_path), cdk_out=cdk_out, log_file=tmp_path / "h.log", **options
     )
     with LocalPipeline(run_options) as pipeline:
-        if path == "refused":
+        if path in ("refused", "batch-refused"):
             assert pipeline.model is not None
             pipeline.model.labels = ("lukewarm",)
             _read_key_from_the_secret(pipeline)
@@ -213,7 +234,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
         assert result.denied == 0, result.denials
         if path == "clean":
             _browse_and_sweep(pipeline)
-        if path == "refused":
+        if path in ("refused", "batch-refused"):
             _retry_one(pipeline)
         iam = pipeline.engine.iam
         assert iam is not None and not iam.denials, iam.denials
@@ -228,28 +249,23 @@ def unused(cdk_out: Path, tmp_path_factory) -> dict[str, set[str]]:
     return {f: set.intersection(*(run.get(f, set()) for run in runs)) for f in functions}
 
 
+FUNCTIONS = [
+    "Splitter",
+    "Classify/Function",
+    "FailureRecorder",
+    "UploadSweeper",
+    "Viewer",
+    "Classify/Subscriber",
+    "ClassifyBatch/Function",
+    "ClassifyBatch/Subscriber",
+]
+
+
 def test_every_function_is_checked(unused):
-    assert set(unused) == {
-        "Splitter",
-        "Classify/Function",
-        "FailureRecorder",
-        "UploadSweeper",
-        "Viewer",
-        "Classify/Subscriber",
-    }
+    assert set(unused) == set(FUNCTIONS)
 
 
-@pytest.mark.parametrize(
-    "function",
-    [
-        "Splitter",
-        "Classify/Function",
-        "FailureRecorder",
-        "UploadSweeper",
-        "Viewer",
-        "Classify/Subscriber",
-    ],
-)
+@pytest.mark.parametrize("function", FUNCTIONS)
 def test_no_grant_of_the_function_is_unused_over_the_test_paths(unused, function):
     # Every grant is used by a path, but at most the few listed above (never one more;
     # which of them a run happens to use depends on its timing).
