@@ -486,10 +486,8 @@ class MappingPoller:
         due = oldest + self._window - time.monotonic()
         if due <= 0:
             return False
-        with self._lock:
-            if self._window_wake:
-                return True
-            self._window_wake = True
+        if not self._claim_wake():
+            return True  # another thread scheduled the wake-up meanwhile
 
         def wake() -> None:
             with self._lock:
@@ -498,6 +496,14 @@ class MappingPoller:
 
         self._scheduler.call_later(due, wake)
         return True
+
+    def _claim_wake(self) -> bool:
+        """Take the one pending window wake-up; False when another thread holds it."""
+        with self._lock:
+            if self._window_wake:
+                return False
+            self._window_wake = True
+            return True
 
     def _throttled(self, messages: list[dict[str, Any]]) -> bool:
         """Lambda received the batch and had no concurrency left to invoke: the messages

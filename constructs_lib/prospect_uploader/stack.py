@@ -649,9 +649,7 @@ class ProspectUploaderStack(Stack):
             extra_packages=[_src("upload_accounting"), _src("prospect_contract")],
         )
         pattern = events.EventPattern(
-            source=[EVENT_SOURCE],
-            detail_type=[ROW_VALIDATED],
-            **({"detail": detail} if detail is not None else {}),
+            source=[EVENT_SOURCE], detail_type=[ROW_VALIDATED], detail=detail
         )
         step = IdempotentModelStep(
             self,
@@ -675,7 +673,7 @@ class ProspectUploaderStack(Stack):
                 "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
                 "PROSPECT_RETENTION_DAYS": str(self.failure_retention_days),
             },
-            **({"delivery": delivery} if delivery is not None else {}),
+            delivery=delivery,
         )
         # The classifier upserts one item per row; nothing else on the table.
         self.prospects_table.grant(step.function, "dynamodb:UpdateItem")
