@@ -390,12 +390,10 @@ class LocalPipeline:
             result.published + result.deduplicated + engine.router.published.get(ROW_DETAIL_TYPE, 0)
         )
         result.split_runs = stats.get(self._splitter_name, {}).get("deliveries", 0)
-        # Every classify step's row deliveries (a batch step's schedule ticks are none).
+        # Every classify step's row deliveries (a batch step's schedule ticks are not in its
+        # stats: the engine runs them apart).
         steps = self.assembly.model_step_functions()
-        result.deliveries = sum(
-            stats[step.display_name]["deliveries"] - engine.scheduled_invocations[step.logical_id]
-            for step in steps
-        )
+        result.deliveries = sum(stats[step.display_name]["deliveries"] for step in steps)
         result.lambda_retries = sum(s["retries"] for s in stats.values())
         result.on_failure_records = sum(s["on_failure"] for s in stats.values())
         result.in_progress_exhausted = engine.in_progress_exhausted
