@@ -200,12 +200,20 @@ class LocalPipeline:
         store.clock = time.time
         store.processing_delay = self.options.batch_delay_seconds * scale
         store.lifetime_seconds = BATCH_LIFETIME_SECONDS * scale
-        # The batch-billed part of the tokens (priced at the batch discount).
+        # Each request answered once: the local model builds (and counts) a result when its
+        # results stream is read, and a collection that resumes reads the stream again from
+        # the start. Also the batch-billed part of the tokens (priced at the discount).
         answer, tokens, lock = store.answer, self.batch_tokens, threading.Lock()
+        answered: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
 
         def counted(params: dict[str, Any], request_id: str) -> dict[str, Any]:
+            with lock:
+                known = answered.get(id(params))
+            if known is not None and known[0] is params:
+                return known[1]
             body = answer(params, request_id)
             with lock:
+                answered[id(params)] = (params, body)
                 for name in tokens:
                     tokens[name] += int((body.get("usage") or {}).get(name) or 0)
             return body
