@@ -375,6 +375,7 @@ class LocalEngine:
         scheduler.call_later(period, fire)
 
     def _scheduled_twin(self, function: AsyncFunction) -> AsyncFunction:
+        assert self._scheduler is not None
         spec = function.spec
         return AsyncFunction(
             spec,
