@@ -9,6 +9,9 @@ Context: ``-c alert_email=ops@example.com`` subscribes an address to alerts;
 Validated rows ride ``RowBus``, an EventBridge v2 bus with publish-side deduplication;
 ``-c event_bus=classic`` keeps them on the classic ``ProspectBus`` (the template from
 before v2). Upload summaries and their alert rules are on ``ProspectBus`` either way.
+``-c delivery=auto|realtime|batch`` (default ``auto``) and ``-c batch_min_rows=N`` (default
+2,000) choose how uploads' rows reach the model: uploads of at least N valid rows go as
+Message Batches (half price) under ``auto``.
 """
 
 from __future__ import annotations

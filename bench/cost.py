@@ -19,18 +19,35 @@ Beside the measured ratio, the physical minimum from the price table: one cache 
 prefix, then a read for every other row, plus each row's own (uncacheable) tokens. The report
 says how close the run came to it.
 
-Run: ``python -m bench.cost [--quick]`` (quick: 200 rows).
+Message Batches (issue 19), in the same process: the same rows through the same step with
+``MODEL_DELIVERY=batch``, handed over as the buffer queue's mapping hands them (SQS batches
+of up to 10,000 records, their first row waited past ``BATCH_MAX_WAIT_SECONDS``), then the
+schedule tick (``{"model_step_batch": "tick"}``) until every row is answered. Against the
+cached realtime run above (the construct's default), per delivery: billed requests per row,
+model token cost (input, output, cache writes and reads, at the price table's batch
+discount for batch requests) per 1,000 rows as a ratio to realtime (target <= 0.51), and
+wall time. Then ``BATCH_SCALE_ROWS`` (100,000) rows in batch mode alone: wall time against
+the 20-minute target, and the process's peak resident memory (VmRSS sampled every 0.2 s)
+over the run beside the 10,000-row batch run's. moto holds every record in this process, so
+the resident set grows with the rows it stores; the growth per row at both sizes says
+whether anything else does.
+
+Run: ``python -m bench.cost [--quick]`` (quick: 200 rows, and 500 at scale).
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.harness import (
     Delivery,
+    FakeLambdaContext,
     bench_main,
     create_idempotency_table,
     create_queue,
@@ -88,6 +105,7 @@ def measure(prompt_cache: str, rows: int, prompt: str, session: Any) -> dict[str
     from model_step import ModelStep, Settings
 
     clock = VirtualClock()
+    started = time.monotonic()
     with LocalMessagesAPI(run_clock=clock, model=MODEL_ID) as api:
         environment = {
             **step_environment(create_queue(session, f"dlq-{prompt_cache}"), api.base_url),
@@ -112,6 +130,10 @@ def measure(prompt_cache: str, rows: int, prompt: str, session: Any) -> dict[str
             "cache_reads": api.prompt_cache.reads,
             **tokens,
             "input_cost_usd": input_cost(tokens),
+            # Message Batches comparison (issue 19): every billed token, output included.
+            "output_tokens": api.output_tokens,
+            "model_cost_usd": model_cost({**tokens, "output_tokens": api.output_tokens}),
+            "wall_s": round(time.monotonic() - started, 1),
         }
 
 
@@ -120,6 +142,15 @@ def input_cost(tokens: dict[str, int]) -> float:
     price = PRICE_TABLE[MODEL_ID].for_runtime("5m")
     cost = upload_cost({**tokens, "output_tokens": 0}, price)["cost_usd"]
     assert cost is not None  # the default model is in the price table
+    return cost
+
+
+def model_cost(tokens: dict[str, int]) -> float:
+    """Dollars of every billed token (``batch_*``: the part billed at the batch discount) at
+    the default model's price, through the ledger's own formula."""
+    price = PRICE_TABLE[MODEL_ID].for_runtime("5m")
+    cost = upload_cost(tokens, price)["cost_usd"]
+    assert cost is not None
     return cost
 
 
@@ -142,6 +173,12 @@ def run(*, quick: bool = False, out_dir: Path | None = None) -> dict[str, Any]:
         create_idempotency_table(session)
         baseline = measure("off", rows, prompt, session)
         cached = measure("5m", rows, prompt, session)
+        batch = measure_batch(rows, prompt, session, "batch")
+    with mocked_aws() as session:
+        # A fresh moto: the 100,000 rows' records are the only ones it holds.
+        create_idempotency_table(session)
+        scale_rows = QUICK_SCALE_ROWS if quick else BATCH_SCALE_ROWS
+        scale = measure_batch(scale_rows, prompt, session, "scale")
     prefix = estimated_tokens(prompt)
     # The rows' own tokens (their user messages): what the cached run billed uncached. They
     # are the same under any caching, so the minimum differs from the run only in writes.
@@ -160,8 +197,11 @@ def run(*, quick: bool = False, out_dir: Path | None = None) -> dict[str, Any]:
         "physical_minimum_ratio": minimum_ratio,
         "above_minimum": cached["input_cost_usd"] / minimum - 1,
         "target_ratio": TARGET_RATIO,
+        "delivery": delivery_figures(cached, batch, rows),
+        "batch_scale": scale,
     }
     print_report(result)
+    print_delivery_report(result)
     return result
 
 
@@ -183,6 +223,214 @@ def print_report(result: dict[str, Any]) -> None:
         f"{result['target_ratio']}); physical minimum from the price table (one write, then "
         f"reads): ${result['physical_minimum_usd']:.4f} = {result['physical_minimum_ratio']:.4f}"
         f" of uncached; the run is {result['above_minimum']:.2%} above it"
+    )
+
+
+# ------------------------------------------------------- Message Batches delivery (issue 19)
+#: Rows of the batch-only scale run, and its target (wall seconds).
+BATCH_SCALE_ROWS = 100_000
+QUICK_SCALE_ROWS = 500
+SCALE_TARGET_SECONDS = 20 * 60
+#: The issue's target for batch / realtime token cost.
+BATCH_TARGET_RATIO = 0.51
+#: Records per SQS batch the buffer queue's mapping hands the function (BatchSize).
+MAPPING_BATCH = 10_000
+TICK = {"model_step_batch": "tick"}
+
+
+class MemoryWatch:
+    """The process's resident set, sampled every 0.2 s on a thread: its peak over a run."""
+
+    def __init__(self) -> None:
+        self.peak = self.start = resident_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, resident_bytes())
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, resident_bytes())
+
+
+def resident_bytes() -> int:
+    """VmRSS of this process (Linux), 0 elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def sqs_records(events: list[dict], sent_ms: int) -> dict[str, Any]:
+    """``events`` as the buffer queue's mapping hands them to the function."""
+    return {
+        "Records": [
+            {
+                "messageId": str(uuid.uuid4()),
+                "receiptHandle": str(uuid.uuid4()),
+                "body": json.dumps(event),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(sent_ms)},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:bench-buffer",
+                "awsRegion": "us-east-1",
+            }
+            for event in events
+        ]
+    }
+
+
+def measure_batch(rows: int, prompt: str, session: Any, name: str) -> dict[str, Any]:
+    """Classify ``rows`` rows through the real runtime under ``MODEL_DELIVERY=batch``: SQS
+    batches of :data:`MAPPING_BATCH` rows whose first row waited past ``max_wait``, then
+    ticks until no submission is open. Billed requests, tokens, cost, wall time, memory."""
+    from model_step import ModelStep, Settings
+
+    clock = VirtualClock()
+    with LocalMessagesAPI(run_clock=clock, model=MODEL_ID, batch_delay_seconds=0.0) as api:
+        # Wall-clock batches: the runtime compares their created_at with its own clock.
+        api.batches.clock = time.time
+        environment = {
+            **step_environment(create_queue(session, f"dlq-batch-{name}"), api.base_url),
+            "SYSTEM_PROMPT_SHA256": shipped_prompt(prompt),
+            "PROMPT_CACHE": "5m",
+            "MODEL_ID": MODEL_ID,
+            "IDEMPOTENCY_RECORD_PREFIX": f"bench-cost-batch-{name}",
+            "MODEL_DELIVERY": "batch",
+            "BATCH_MAX_REQUESTS": str(MAPPING_BATCH),
+            "BATCH_MAX_WAIT_SECONDS": "300",
+        }
+        batch_tokens = dict.fromkeys(("input_tokens", "output_tokens"), 0)
+        batch_tokens.update(cache_creation_input_tokens=0, cache_read_input_tokens=0)
+        answer = api.batches.answer
+
+        answered: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+        def counted(params: dict[str, Any], request_id: str) -> dict[str, Any]:
+            # Once per request: a resumed collection streams the results again.
+            known = answered.get(id(params))
+            if known is not None and known[0] is params:
+                return known[1]
+            body = answer(params, request_id)
+            answered[id(params)] = (params, body)
+            for key in batch_tokens:
+                batch_tokens[key] += int(body["usage"].get(key) or 0)
+            return body
+
+        api.batches.answer = counted
+        started = time.monotonic()
+        with patched_env(environment), MemoryWatch() as memory:
+            step = ModelStep(settings=Settings.from_environment(), boto3_session=session)
+            waited = int((time.time() - 600) * 1000)  # past max_wait: due when flushed
+            for first in range(1, rows + 1, MAPPING_BATCH):
+                events = [
+                    make_event(f"cost-batch-{name}", row)
+                    for row in range(first, min(rows, first + MAPPING_BATCH - 1) + 1)
+                ]
+                response = step.handle(sqs_records(events, waited), FakeLambdaContext())
+                assert response == {"batchItemFailures": []}, response
+                del events
+            ticks = 0
+            while step._components().batch.store.open_submissions():  # type: ignore[union-attr]
+                step.handle(TICK, FakeLambdaContext())
+                ticks += 1
+        wall = time.monotonic() - started
+        billed = api.batches.billed
+        tokens = {
+            "input_tokens": api.input_tokens,
+            "output_tokens": api.output_tokens,
+            "cache_creation_input_tokens": api.cache_creation_input_tokens,
+            "cache_read_input_tokens": api.cache_read_input_tokens,
+        }
+        return {
+            "rows": rows,
+            "requests": api.request_count + billed,
+            "realtime_requests": api.request_count,
+            "batch_requests": billed,
+            "batches": len(api.batches.batches),
+            "ticks": ticks,
+            **tokens,
+            "model_cost_usd": model_cost(
+                {**tokens, **{f"batch_{k}": v for k, v in batch_tokens.items()}}
+            ),
+            "wall_s": round(wall, 1),
+            "peak_rss_mib": round(memory.peak / 2**20, 1),
+            "rss_growth_mib": round((memory.peak - memory.start) / 2**20, 1),
+            "rss_growth_kib_per_row": round((memory.peak - memory.start) / 1024 / rows, 2),
+            "seconds_per_row": round(wall / rows, 4),
+        }
+
+
+def delivery_figures(realtime: dict[str, Any], batch: dict[str, Any], rows: int) -> dict:
+    """Per delivery: billed requests per row, token cost per 1,000 rows and its ratio to
+    realtime, wall time."""
+    per_thousand = {
+        "realtime": realtime["model_cost_usd"] * 1000 / rows,
+        "batch": batch["model_cost_usd"] * 1000 / rows,
+    }
+    return {
+        "rows": rows,
+        "requests_per_row": {
+            "realtime": realtime["requests"] / rows,
+            "batch": batch["requests"] / rows,
+        },
+        "cost_per_1000_rows_usd": per_thousand,
+        "cost_ratio": per_thousand["batch"] / per_thousand["realtime"],
+        "target_ratio": BATCH_TARGET_RATIO,
+        "wall_s": {"realtime": realtime["wall_s"], "batch": batch["wall_s"]},
+        "wall_ratio": batch["wall_s"] / realtime["wall_s"] if realtime["wall_s"] else None,
+        "batch": batch,
+    }
+
+
+def print_delivery_report(result: dict[str, Any]) -> None:
+    figures, scale = result["delivery"], result["batch_scale"]
+    costs = figures["cost_per_1000_rows_usd"]
+    print_table(
+        f"Realtime vs Message Batches: {figures['rows']:,} rows, {result['model_id']} prices "
+        "(batch at its 50 % discount), prompt cache 5m",
+        ["delivery", "requests / row", "token cost / 1,000 rows", "ratio", "wall s", "ratio"],
+        [
+            [
+                name,
+                f"{figures['requests_per_row'][name]:.2f}",
+                f"${figures['cost_per_1000_rows_usd'][name]:.4f}",
+                f"{costs[name] / costs['realtime']:.4f}",
+                figures["wall_s"][name],
+                f"{figures['wall_s'][name] / figures['wall_s']['realtime']:.2f}"
+                if figures["wall_s"]["realtime"]
+                else "-",
+            ]
+            for name in ("realtime", "batch")
+        ],
+    )
+    met = "met" if figures["cost_ratio"] <= BATCH_TARGET_RATIO else "MISSED"
+    print(
+        f"\nbatch / realtime token cost: {figures['cost_ratio']:.4f} (target <= "
+        f"{BATCH_TARGET_RATIO}, {met})"
+    )
+    small = figures["batch"]
+    within = "within" if scale["wall_s"] <= SCALE_TARGET_SECONDS else "NOT within"
+    print(
+        f"batch at scale: {scale['rows']:,} rows in {scale['wall_s']} s ({within} the "
+        f"{SCALE_TARGET_SECONDS // 60}-minute target), {scale['batches']} batches, "
+        f"{scale['requests'] / scale['rows']:.2f} billed requests per row; peak RSS "
+        f"{scale['peak_rss_mib']} MiB (growth {scale['rss_growth_mib']} MiB; "
+        f"{small['rows']:,} rows: {small['peak_rss_mib']} MiB, growth "
+        f"{small['rss_growth_mib']} MiB): {scale['rss_growth_kib_per_row']} KiB a row at "
+        f"scale, {small['rss_growth_kib_per_row']} at {small['rows']:,} (moto keeps every "
+        "record in this process; the runtime streams results, see "
+        "tests/runtime/test_batch_memory.py)"
     )
 
 

@@ -77,6 +77,9 @@ def measure(rows: int, rate_limit: int, seconds_per_minute: float, work: Path) -
             seconds_per_minute=seconds_per_minute,
             log_file=work / f"rows-{rows}.log",
             run_timeout_seconds=max(300.0, rows / 2),
+            # The realtime path under a rate limit (context auto would send 2,000 rows by
+            # Message Batches, whose limits are their own: see batch_capacity).
+            delivery="realtime",
         )
     )
     wall = time.perf_counter() - began
@@ -183,6 +186,43 @@ def capacity_table(settings: dict[str, Any], seconds_per_call: float = SECONDS_P
     return rows_out
 
 
+def batch_settings(cdk_out: Path = REPO / "cdk.out") -> dict[str, Any] | None:
+    """The Message Batches step's settings (issue 19), or None without one in the template."""
+    template = json.loads((cdk_out / f"{STACK}.template.json").read_text())
+    for body in template["Resources"].values():
+        variables = body.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        if body["Type"] == "AWS::Lambda::Function" and variables.get("MODEL_DELIVERY") == "batch":
+            return {
+                "max_requests": int(variables["BATCH_MAX_REQUESTS"]),
+                "max_wait_seconds": int(variables["BATCH_MAX_WAIT_SECONDS"]),
+                "max_event_age_seconds": int(variables.get("MAX_EVENT_AGE_SECONDS", 86_400)),
+            }
+    return None
+
+
+def batch_capacity(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The batch path per size: the Messages limit (RPM) does not apply; each Message Batch
+    of up to ``max_requests`` rows is one create call, and it ends within 24 h (usually
+    within an hour), inside the window a row is held (MAX_EVENT_AGE_SECONDS)."""
+    rows_out = []
+    for rows in TABLE_ROWS:
+        batches = -(-rows // settings["max_requests"])
+        rows_out.append(
+            {
+                "rows": rows,
+                "batches": batches,
+                "creates_per_minute_needed": batches,
+                "hours_usual": 1 + settings["max_wait_seconds"] / 3600,
+                "hours_at_most": 24,
+                "fits": True,
+                "advice": f"fits at any RPM tier: {batches} create calls of "
+                f"<= {settings['max_requests']:,} rows; usually within an hour, at most 24 h "
+                "(expired rows are sent again within MAX_EVENT_AGE_SECONDS)",
+            }
+        )
+    return rows_out
+
+
 def run(*, quick: bool = False, out_dir: Path | None = None, sizes: Sequence[int] = ()) -> dict:
     sizes = tuple(sizes) or (QUICK_SIZES if quick else SIZES)
     rate = QUICK_RATE_LIMIT if quick else RATE_LIMIT
@@ -246,6 +286,18 @@ def run(*, quick: bool = False, out_dir: Path | None = None, sizes: Sequence[int
             for t in table
         ],
     )
+    batch = batch_settings()
+    batch_table = batch_capacity(batch) if batch else []
+    if batch_table:
+        print_table(
+            f"The Message Batches path (issue 19): batches of at most {batch['max_requests']:,} "
+            f"rows, sent {batch['max_wait_seconds']} s after their first row waited",
+            ["rows", "batches", "usual hours", "at most", "fits", "what to do"],
+            [
+                [b["rows"], b["batches"], b["hours_usual"], b["hours_at_most"], "yes", b["advice"]]
+                for b in batch_table
+            ],
+        )
     return {
         "rate_limit_rpm": rate,
         "seconds_per_minute": SECONDS_PER_MINUTE,
@@ -253,6 +305,7 @@ def run(*, quick: bool = False, out_dir: Path | None = None, sizes: Sequence[int
         "template": settings,
         "seconds_per_call_assumed": SECONDS_PER_CALL,
         "capacity": table,
+        "batch_capacity": batch_table,
     }
 
 

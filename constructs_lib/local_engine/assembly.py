@@ -25,6 +25,8 @@ DEFAULT_MAX_EVENT_AGE_SECONDS = 21_600
 DEFAULT_SQS_BATCH_SIZE = 10
 # The CDK's IdempotentModelStep always sets this variable; it marks the model-step function.
 MODEL_STEP_MARKER_ENV = "IDEMPOTENCY_KEY"
+#: Set to ``batch`` on a model step with Message Batches delivery (issue 19).
+MODEL_DELIVERY_ENV = "MODEL_DELIVERY"
 SYNTH_HINT = "run `make synth` first (or point --cdk-out at a synthesized cloud assembly)"
 
 
@@ -54,6 +56,11 @@ class FunctionSpec:
     def is_model_step(self) -> bool:
         """True for the function an ``IdempotentModelStep`` created."""
         return MODEL_STEP_MARKER_ENV in self.environment
+
+    @property
+    def is_batch(self) -> bool:
+        """True for a model step with Message Batches delivery (``MODEL_DELIVERY=batch``)."""
+        return self.is_model_step and self.environment.get(MODEL_DELIVERY_ENV) == "batch"
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,44 @@ class RuleSpec:
         return short_path(self.path) or self.logical_id
 
 
+#: ``rate(value unit)`` units, in seconds (EventBridge: minute(s), hour(s), day(s)).
+RATE_UNITS = {"minute": 60, "minutes": 60, "hour": 3600, "hours": 3600, "day": 86400, "days": 86400}
+
+
+@dataclass(frozen=True)
+class ScheduledRuleSpec:
+    """One ``AWS::Events::Rule`` with a ``rate(...)`` ``ScheduleExpression``: every
+    ``period_seconds`` (AWS time) each target gets the rule's event (its constant ``Input``,
+    else EventBridge's ``Scheduled Event``)."""
+
+    logical_id: str
+    path: str
+    schedule_expression: str
+    period_seconds: int
+    targets: tuple[TargetSpec, ...]
+    enabled: bool = True
+
+    @property
+    def display_name(self) -> str:
+        """Construct path without stack and ``/Resource``, e.g. ``UploadSweepRule``."""
+        return short_path(self.path) or self.logical_id
+
+
+def rate_seconds(expression: str) -> int | None:
+    """Seconds between two firings of ``rate(value unit)``; None for any other expression
+    (``cron(...)`` is not emulated). Raises :class:`AssemblyError` for a malformed rate."""
+    text = expression.strip()
+    if not (text.startswith("rate(") and text.endswith(")")):
+        return None
+    parts = text[len("rate(") : -1].split()
+    if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in RATE_UNITS:
+        raise AssemblyError(f"unsupported schedule expression {expression!r}")
+    value, unit = int(parts[0]), parts[1]
+    if value < 1:
+        raise AssemblyError(f"unsupported schedule expression {expression!r}")
+    return value * RATE_UNITS[unit]
+
+
 @dataclass(frozen=True)
 class EventSourceMappingSpec:
     """One ``AWS::Lambda::EventSourceMapping`` (SQS only is emulated). Default batch size 10."""
@@ -99,6 +144,7 @@ class EventSourceMappingSpec:
     report_batch_item_failures: bool = False
     enabled: bool = True
     max_concurrency: int | None = None  # ScalingConfig.MaximumConcurrency
+    max_batching_window_seconds: int = 0  # MaximumBatchingWindowInSeconds
 
 
 @dataclass(frozen=True)
@@ -226,9 +272,14 @@ class CloudAssembly:
                 return spec
         raise AssemblyError(f"{self.source}: no Lambda function {logical_id!r}")
 
+    def model_step_functions(self) -> list[FunctionSpec]:
+        """The functions of every ``IdempotentModelStep``, in template order."""
+        return [spec for spec in self.functions() if spec.is_model_step]
+
     def model_step_function(self) -> FunctionSpec:
-        """The function of the (single) ``IdempotentModelStep``."""
-        found = [spec for spec in self.functions() if spec.is_model_step]
+        """The function of the (single) realtime ``IdempotentModelStep``: a stack may add
+        Message Batches steps beside it (``MODEL_DELIVERY=batch``, issue 19)."""
+        found = [spec for spec in self.functions() if spec.is_model_step and not spec.is_batch]
         if len(found) != 1:
             raise AssemblyError(
                 f"{self.source}: expected one model-step function (environment "
@@ -238,41 +289,72 @@ class CloudAssembly:
 
     # -- rules and event sources -------------------------------------------------------------
     def rules(self) -> list[RuleSpec]:
-        """Every EventBridge rule with an event pattern (scheduled rules are skipped)."""
+        """Every EventBridge rule with an event pattern (scheduled rules:
+        :meth:`scheduled_rules`)."""
         specs = []
         for resource in self.of_type("AWS::Events::Rule"):
             props = resource.properties
             pattern = props.get("EventPattern")
             if not isinstance(pattern, Mapping):
                 continue
-            targets = []
-            for target in props.get("Targets") or []:
-                target_lid = logical_id_of(target.get("Arn"))
-                target_resource = self.resources.get(target_lid or "")
-                targets.append(
-                    TargetSpec(
-                        target_id=str(target.get("Id", "")),
-                        arn=target.get("Arn"),
-                        resource_logical_id=target_lid,
-                        resource_type=target_resource.resource_type if target_resource else None,
-                        input_transformer=target.get("InputTransformer"),
-                        input=target.get("Input"),
-                        input_path=target.get("InputPath"),
-                        retry_policy=target.get("RetryPolicy") or {},
-                        dead_letter_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
-                    )
-                )
             specs.append(
                 RuleSpec(
                     logical_id=resource.logical_id,
                     path=resource.path,
                     event_bus=props.get("EventBusName"),
                     event_pattern=pattern,
-                    targets=tuple(targets),
+                    targets=self._targets(props),
                     enabled=props.get("State", "ENABLED") == "ENABLED",
                 )
             )
         return specs
+
+    def scheduled_rules(self) -> list[ScheduledRuleSpec]:
+        """Every EventBridge rule with a ``rate(...)`` ``ScheduleExpression`` (``cron``
+        rules are not emulated and left out)."""
+        specs = []
+        for resource in self.of_type("AWS::Events::Rule"):
+            props = resource.properties
+            expression = props.get("ScheduleExpression")
+            if not isinstance(expression, str):
+                continue
+            try:
+                period = rate_seconds(expression)
+            except AssemblyError as exc:
+                raise AssemblyError(f"{resource.logical_id}.ScheduleExpression: {exc}") from exc
+            if period is None:
+                continue
+            specs.append(
+                ScheduledRuleSpec(
+                    logical_id=resource.logical_id,
+                    path=resource.path,
+                    schedule_expression=expression,
+                    period_seconds=period,
+                    targets=self._targets(props),
+                    enabled=props.get("State", "ENABLED") == "ENABLED",
+                )
+            )
+        return specs
+
+    def _targets(self, props: Mapping[str, Any]) -> tuple[TargetSpec, ...]:
+        targets = []
+        for target in props.get("Targets") or []:
+            target_lid = self._function_of(target.get("Arn")) or logical_id_of(target.get("Arn"))
+            target_resource = self.resources.get(target_lid or "")
+            targets.append(
+                TargetSpec(
+                    target_id=str(target.get("Id", "")),
+                    arn=target.get("Arn"),
+                    resource_logical_id=target_lid,
+                    resource_type=target_resource.resource_type if target_resource else None,
+                    input_transformer=target.get("InputTransformer"),
+                    input=target.get("Input"),
+                    input_path=target.get("InputPath"),
+                    retry_policy=target.get("RetryPolicy") or {},
+                    dead_letter_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
+                )
+            )
+        return tuple(targets)
 
     def event_source_mappings(self) -> list[EventSourceMappingSpec]:
         """Every event source mapping whose source is a queue of this template."""
@@ -300,6 +382,9 @@ class CloudAssembly:
                     enabled=bool(props.get("Enabled", True)),
                     max_concurrency=_optional_int(
                         (props.get("ScalingConfig") or {}).get("MaximumConcurrency")
+                    ),
+                    max_batching_window_seconds=int(
+                        props.get("MaximumBatchingWindowInSeconds", 0) or 0
                     ),
                 )
             )

@@ -14,7 +14,9 @@ import importlib
 import json
 import logging
 import threading
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -47,7 +49,7 @@ from .event_bus_v2 import DeliveryDenied, EventBusesV2, LocalBusV2, LocalSubscri
 from .event_patterns import EventPattern, PatternError
 from .execution_environment import ExecutionEnvironment
 from .iam import IamCheck, Permission, iam_check, policies_of_role
-from .intrinsics import LOCAL_REGION
+from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
 from .lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
     DEFAULT_TIMEOUT_CAP_SECONDS,
@@ -179,6 +181,9 @@ class LocalEngine:
         )
         self.model_requests = ModelRequests(self.faults)
         self._queue_paths: dict[str, str] = {}  # queue name -> construct path (short)
+        #: Invocations the scheduled rules started, by function logical id (issue 19); they
+        #: are not in the function's own stats (a twin runs them, see ``_schedule``).
+        self.scheduled_invocations: Counter[str] = Counter()
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> LocalEngine:
@@ -261,9 +266,11 @@ class LocalEngine:
             )
             seen.add(spec.handler)
 
-        pool = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="lambda")
+        self._pool = pool = ThreadPoolExecutor(
+            max_workers=settings.concurrency, thread_name_prefix="lambda"
+        )
         self._stack.callback(pool.shutdown, wait=True, cancel_futures=True)
-        async_settings = AsyncSettings(
+        self._async_settings = async_settings = AsyncSettings(
             seconds_per_minute=settings.seconds_per_minute,
             timeout_cap_seconds=settings.timeout_cap_seconds,
             seed=settings.seed,
@@ -276,11 +283,12 @@ class LocalEngine:
                 executor=pool,
                 scheduler=self._scheduler,
                 tracker=self.tracker,
-                settings=async_settings,
+                settings=_batch_timeout_cap(async_settings) if spec.is_batch else async_settings,
                 on_failure=self._on_failure_sender(spec),
                 scope=self._invocation_scope(spec),
             )
         self._start_pollers()
+        self._start_schedules()
         self._router = EventRouter(self._local_rules())
         self._stack.enter_context(capture_put_events(self._router))
         self.buses_v2 = EventBusesV2(
@@ -290,6 +298,129 @@ class LocalEngine:
         )
         self._create_v2_buses(self.buses_v2)
         self._stack.enter_context(self.buses_v2.installed(aws.session))
+
+    # -- scheduled rules (issue 19) ---------------------------------------------------------
+    def _start_schedules(self) -> None:
+        """Fire every ``rate(...)`` rule's Lambda targets on the run's clock, first one period
+        after the start, with the target's constant ``Input`` (else EventBridge's ``Scheduled
+        Event``). A firing is an async invocation, as EventBridge's; the timer itself is no
+        work in flight, so a run settles between firings."""
+        assert self._scheduler is not None
+        stopped = threading.Event()
+        # Registered after the pools: closed first, so no firing meets a shut-down pool.
+        self._stack.callback(stopped.set)
+        for spec in self.assembly.scheduled_rules():
+            if not spec.enabled:
+                continue
+            period = spec.period_seconds * self.settings.seconds_per_minute / 60.0
+            for target in spec.targets:
+                if target.resource_type != "AWS::Lambda::Function":
+                    raise AssemblyError(
+                        f"{spec.display_name}: scheduled target type {target.resource_type} "
+                        "is not emulated (Lambda functions only)"
+                    )
+                function = self.functions[str(target.resource_logical_id)]
+                self._schedule(spec, function, self._scheduled_event(spec, target), period, stopped)
+
+    def _scheduled_event(self, spec: Any, target: TargetSpec) -> dict[str, Any]:
+        if target.input is not None:
+            event: dict[str, Any] = json.loads(str(target.input))
+            return event
+        return {
+            "version": "0",
+            "id": "scheduled",
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "account": LOCAL_ACCOUNT,
+            "time": "",
+            "region": LOCAL_REGION,
+            "resources": [f"arn:aws:events:{LOCAL_REGION}:{LOCAL_ACCOUNT}:rule/{spec.logical_id}"],
+            "detail": {},
+        }
+
+    def _schedule(
+        self,
+        spec: Any,
+        function: AsyncFunction,
+        event: dict[str, Any],
+        period: float,
+        stopped: threading.Event,
+    ) -> None:
+        """Fire ``function`` every ``period`` local seconds. The firings run as a twin of the
+        function (same handler, role and on-failure destination) whose invocations are no
+        work in flight: a run settles between them (a batch step's open submissions are
+        waited for instead), and on a fast clock they cannot keep a run from settling. A
+        firing still running when the next is due takes its place (a 1-minute tick takes
+        milliseconds; only a compressed clock meets this)."""
+        assert self._scheduler is not None
+        scheduler = self._scheduler
+        twin = self._scheduled_twin(function)
+        running = threading.Event()
+
+        def done(_ok: bool) -> None:
+            running.clear()
+
+        def fire() -> None:
+            if stopped.is_set():
+                return
+            if not running.is_set():
+                running.set()
+                if event.get("detail-type") == "Scheduled Event":
+                    event["id"] = str(uuid.uuid4())
+                with self._counter_lock:
+                    self.scheduled_invocations[function.spec.logical_id] += 1
+                twin.invoke(event, on_done=done)
+            scheduler.call_later(period, fire)
+
+        scheduler.call_later(period, fire)
+
+    def _scheduled_twin(self, function: AsyncFunction) -> AsyncFunction:
+        assert self._scheduler is not None
+        spec = function.spec
+        return AsyncFunction(
+            spec,
+            function.handler,
+            function.identity,
+            executor=self._pool,
+            scheduler=self._scheduler,
+            tracker=_UntrackedWork(self.tracker),
+            settings=_batch_timeout_cap(self._async_settings)
+            if spec.is_batch
+            else self._async_settings,
+            on_failure=self._on_failure_sender(spec),
+            scope=self._invocation_scope(spec),
+        )
+
+    def variable(self, name: str) -> str:
+        """A variable of the stack's functions: the union's, or, for a name two model steps
+        scope to themselves, the one value every function setting it agrees on (the shared
+        idempotency table, the API key secret). Raises ``KeyError`` when unset or when the
+        functions disagree."""
+        if name in self.environment:
+            return self.environment[name]
+        values = {env[name] for env in self.function_environments.values() if name in env}
+        if len(values) != 1:
+            raise KeyError(f"{name}: {len(values)} values over the functions")
+        return values.pop()
+
+    def _batch_work_left(self) -> int:
+        """Message Batches submissions not yet done, over every batch step (issue 19): staged
+        rows waiting for ``max_wait``, creates, batches in processing or being collected. The
+        run has not settled while any is open, even with no invocation in flight."""
+        steps = [spec for spec in self.assembly.functions() if spec.is_batch]
+        if not steps:
+            return 0
+        batch_store = self.runtime.module("model_step.batch_store")
+        client = self.aws.client("dynamodb")
+        left = 0
+        for spec in steps:
+            table = self.aws.resolver.resolve(
+                spec.environment["IDEMPOTENCY_TABLE_NAME"], f"{spec.logical_id}.Environment"
+            )
+            prefix = str(spec.environment.get("IDEMPOTENCY_RECORD_PREFIX") or "model-step")
+            store = batch_store.BatchStore(client, str(table), prefix, 0)
+            left += len(store.open_submissions())
+        return left
 
     # -- EventBridge v2 ------------------------------------------------------------------------
     def _create_v2_buses(self, buses: EventBusesV2) -> None:
@@ -468,6 +599,9 @@ class LocalEngine:
                 may_receive=self._poller_permission(function, queue, "sqs:ReceiveMessage"),
                 on_delete=self._delete_permission(function, queue),
                 faults=self.faults,
+                batching_window_seconds=mapping.max_batching_window_seconds,
+                scheduler=self._scheduler,
+                seconds_per_minute=self.settings.seconds_per_minute,
             )
             self.pollers.append(poller)
             # Lambda checks these when it creates the mapping, and polls from then on, with
@@ -671,8 +805,18 @@ class LocalEngine:
         Raises :class:`EmulatorError` for a failure of the emulation itself and
         :class:`RunTimeoutError` when the run does not settle in ``run_timeout_seconds``.
         """
+        deadline = time.monotonic() + self.settings.run_timeout_seconds
         try:
-            idle = self.tracker.wait_idle(self.settings.run_timeout_seconds, self._tick)
+            while True:
+                remaining = max(0.0, deadline - time.monotonic())
+                idle = self.tracker.wait_idle(remaining, self._tick)
+                # Rows waiting in a Message Batch are work no invocation holds (issue 19).
+                if not idle or self.tracker.errors or self._batch_work_left() == 0:
+                    break
+                if time.monotonic() >= deadline:
+                    idle = False
+                    break
+                time.sleep(0.1)
         finally:
             if self.progress is not None:
                 self.progress.close()
@@ -779,6 +923,39 @@ class LocalEngine:
     def function_stats(self) -> dict[str, Mapping[str, Any]]:
         """Counters of every function, by display name."""
         return {f.spec.display_name: snapshot(f.stats) for f in self.functions.values()}
+
+
+class _UntrackedWork(WorkTracker):
+    """The work tracker of scheduled firings: not work in flight, but an emulator failure
+    in one still fails the run."""
+
+    def __init__(self, main: WorkTracker) -> None:
+        super().__init__()
+        self._main = main
+
+    def begin(self) -> None:
+        return
+
+    def end(self) -> None:
+        return
+
+    def fail(self, error: BaseException) -> None:
+        self._main.fail(error)
+
+
+#: The remaining time a batch step's context reports at most (issue 19): its function has
+#: 15 minutes, and a tick streams results until 30 s before its deadline, so the 8 s cap of
+#: a realtime step would stop every tick at its first checkpoint. 60 s stays under the batch
+#: buffer queue's visibility timeout on the run's clock (5,400 s: 90 s at a run-minute of 1 s),
+#: so a killed invocation's lock has expired when its message comes back.
+BATCH_TIMEOUT_CAP_SECONDS = 60.0
+
+
+def _batch_timeout_cap(settings: AsyncSettings) -> AsyncSettings:
+    return replace(
+        settings,
+        timeout_cap_seconds=max(settings.timeout_cap_seconds, BATCH_TIMEOUT_CAP_SECONDS),
+    )
 
 
 def _resolved_target(resolver: Any, target: Any, rule: str) -> Any:

@@ -7,6 +7,10 @@ around each handler call) is counted against that key. The answer is then handed
 :class:`~.lambda_faults.LambdaFaults`, which may kill the invocation before the handler
 sees it. Requests from unmarked threads (a test's own client) pass through untouched.
 
+Message Batches calls (``/v1/messages/batches``) pass through uncounted and are never
+killed: a batch is billed per succeeded result, which the local model counts, and its faults
+around ``create`` are the local model's (``batch_create_faults``).
+
 *Billed* follows the runtime's rule: every request that reached the model is billed, except
 401, 429 and 529 answers. A request that timed out or lost its connection after it was sent
 is billed: the model may have done the work.
@@ -87,7 +91,7 @@ class ModelRequests:
             transport: httpx2.HTTPTransport, request: httpx2.Request
         ) -> httpx2.Response:
             key = getattr(_state, "key", _UNMARKED)
-            if key is _UNMARKED:
+            if key is _UNMARKED or _is_batch_call(request):
                 return original(transport, request)
             response: httpx2.Response = observer._observe(original, transport, request, key)
             return response
@@ -128,6 +132,13 @@ class ModelRequests:
 
 
 _UNMARKED: Any = object()
+#: The Message Batches endpoints (issue 19): a create carries many rows and is billed per
+#: succeeded result, not per call, so the model (``MessageBatchStore.billed``) counts it.
+BATCHES_PATH = "/v1/messages/batches"
+
+
+def _is_batch_call(request: Any) -> bool:
+    return str(request.url.path).startswith(BATCHES_PATH)
 
 
 def record_key_of(event: Any, key_expression: str | None) -> str | None:

@@ -18,8 +18,17 @@ invocations at once; without it, the engine's ``concurrency``). The poller calls
 function synchronously, deletes what succeeded, and leaves failures to their visibility
 timeout, as Lambda's does.
 
-Not emulated: retention (a run is minutes long), FIFO, long polling, batching windows, and
-SQS's occasional duplicate receive of a standard queue.
+Batching windows (``MaximumBatchingWindowInSeconds``, issue 19): a mapping with one waits,
+on the run's clock, until its window has passed since the oldest visible message became
+visible (or ``BatchSize`` messages are visible when it looks), then receives up to
+``BatchSize`` (at most 10,000) messages of at most 6 MB together (Lambda's payload limit;
+each record counted as its body plus :data:`RECORD_OVERHEAD_BYTES`). ``SentTimestamp`` is
+on the run's clock too: a message that waited one run-minute reads as sent 60 s before the
+wall time, so a handler that computes an age from it (the batch delivery's ``max_wait``)
+sees the run's time.
+
+Not emulated: retention (a run is minutes long), FIFO, long polling, and SQS's occasional
+duplicate receive of a standard queue.
 
 Lambda faults (:mod:`.lambda_faults`): a poller given ``faults`` throttles a received batch
 (never invokes; the messages come back after their visibility timeout) and treats an
@@ -60,6 +69,11 @@ from .scheduling import Scheduler, WorkTracker
 logger = logging.getLogger(__name__)
 
 DEFAULT_VISIBILITY_TIMEOUT = 30
+#: The most records a mapping hands one invocation (SQS standard queues) and their payload.
+MAX_BATCH_SIZE = 10_000
+MAX_BATCH_BYTES = 6 * 1024 * 1024
+#: What a Lambda SQS record adds to its body (ids, receipt, attributes, ARN), about.
+RECORD_OVERHEAD_BYTES = 500
 MAX_DELAY_SECONDS = 900
 MAX_VISIBILITY_TIMEOUT = 43_200
 _PARAMS_KEY = "local_engine.sqs.params"
@@ -80,6 +94,7 @@ class _Message:
     attributes: dict[str, Any]
     sent_ms: int
     visible_at: float  # time.monotonic()
+    sent_at: float = 0.0  # time.monotonic() at SendMessage
     receive_count: int = 0
     first_receive_ms: int | None = None
     receipt: str | None = None
@@ -177,6 +192,7 @@ class LocalQueue:
             attributes=dict(attributes or {}),
             sent_ms=int(time.time() * 1000),
             visible_at=time.monotonic() + delay * self._scale,
+            sent_at=time.monotonic(),
         )
         self._add(message)
         arrival = Arrival("sent", identity.current(), _is_coded(body, message.attributes))
@@ -194,16 +210,31 @@ class LocalQueue:
             self._messages[message.message_id] = message
 
     # -- consumers -----------------------------------------------------------------------------
-    def receive(self, max_messages: int) -> tuple[list[dict[str, Any]], list[_Message]]:
-        """Up to ``max_messages`` visible messages, now in flight for the visibility timeout;
-        also the messages moved to the dead-letter queue by this receive (redrive)."""
+    def visible(self) -> tuple[int, float | None]:
+        """How many messages are visible now, and since when the oldest of them is."""
+        now = time.monotonic()
+        with self._lock:
+            times = [m.visible_at for m in self._messages.values() if m.visible_at <= now]
+        return len(times), min(times, default=None)
+
+    def receive(
+        self, max_messages: int, max_bytes: int | None = None
+    ) -> tuple[list[dict[str, Any]], list[_Message]]:
+        """Up to ``max_messages`` visible messages (of at most ``max_bytes`` together, each
+        counted with :data:`RECORD_OVERHEAD_BYTES`), now in flight for the visibility
+        timeout; also the messages moved to the dead-letter queue by this receive."""
         now = time.monotonic()
         taken: list[dict[str, Any]] = []
         redriven: list[_Message] = []
+        size = 0
         with self._lock:
             for message in sorted(self._messages.values(), key=lambda m: m.visible_at):
                 if len(taken) >= max_messages:
                     break
+                if max_bytes is not None and message.visible_at <= now:
+                    size += len(message.body) + RECORD_OVERHEAD_BYTES
+                    if taken and size > max_bytes:
+                        break
                 if message.visible_at > now:
                     continue  # delayed, or in flight within its visibility timeout
                 if (
@@ -265,11 +296,16 @@ class LocalQueue:
             "MessageAttributes": dict(message.attributes),
             "Attributes": {
                 "ApproximateReceiveCount": str(message.receive_count),
-                "SentTimestamp": str(message.sent_ms),
+                "SentTimestamp": str(self._sent_on_run_clock(message)),
                 "ApproximateFirstReceiveTimestamp": str(message.first_receive_ms),
                 "SenderId": LOCAL_ACCOUNT,
             },
         }
+
+    def _sent_on_run_clock(self, message: _Message) -> int:
+        """``SentTimestamp`` (epoch ms) as old as the message is on the run's clock."""
+        age = (time.monotonic() - message.sent_at) / self._scale if message.sent_at else 0.0
+        return int(time.time() * 1000 - age * 1000)
 
     def delete(self, receipt: str) -> None:
         """DeleteMessage (a stale or unknown receipt handle is accepted, as SQS does)."""
@@ -376,13 +412,22 @@ class MappingPoller:
         may_receive: Callable[[], bool] = lambda: True,
         on_delete: Callable[[int], None] = lambda _n: None,
         faults: LambdaFaults | None = None,
+        batching_window_seconds: int = 0,
+        scheduler: Scheduler | None = None,
+        seconds_per_minute: float = 60.0,
     ) -> None:
         self.queue = queue
         self._faults = faults
         self.name = name
         self.stats = PollerStats()
         self._invoke = invoke
-        self._batch_size = max(1, min(10, batch_size))
+        # Batches above 10 need a batching window (as the mapping requires one).
+        largest = MAX_BATCH_SIZE if batching_window_seconds else 10
+        self._batch_size = max(1, min(largest, batch_size))
+        #: MaximumBatchingWindowInSeconds, in local seconds (0: none).
+        self._window = batching_window_seconds * seconds_per_minute / 60.0
+        self._scheduler = scheduler
+        self._window_wake = False
         self._report_failures = report_batch_item_failures
         self.max_concurrency = self._max = max(1, max_concurrency)
         self._executor = executor
@@ -403,9 +448,13 @@ class MappingPoller:
                 self._running += 1
             started = False
             try:
+                if self._waiting_for_window():
+                    return
                 if not self._may_receive():
                     return
-                records, _ = self.queue.receive(self._batch_size)
+                records, _ = self.queue.receive(
+                    self._batch_size, MAX_BATCH_BYTES if self._window else None
+                )
                 if records and self._throttled(records):
                     continue  # the finally gives the slot back; try the next batch
                 if records:
@@ -422,6 +471,39 @@ class MappingPoller:
                 return
             with self._lock:
                 self.stats.peak_concurrency = max(self.stats.peak_concurrency, self._running)
+
+    def _waiting_for_window(self) -> bool:
+        """With a batching window: True while fewer than a batch of messages are visible and
+        the oldest became visible less than the window ago (a wake-up is then scheduled)."""
+        if not self._window or self._scheduler is None:
+            return False
+        with self._lock:
+            if self._window_wake:
+                return True  # the wake-up decides (a scan per message would be quadratic)
+        count, oldest = self.queue.visible()
+        if oldest is None or count >= self._batch_size:
+            return False
+        due = oldest + self._window - time.monotonic()
+        if due <= 0:
+            return False
+        if not self._claim_wake():
+            return True  # another thread scheduled the wake-up meanwhile
+
+        def wake() -> None:
+            with self._lock:
+                self._window_wake = False
+            self.kick()
+
+        self._scheduler.call_later(due, wake)
+        return True
+
+    def _claim_wake(self) -> bool:
+        """Take the one pending window wake-up; False when another thread holds it."""
+        with self._lock:
+            if self._window_wake:
+                return False
+            self._window_wake = True
+            return True
 
     def _throttled(self, messages: list[dict[str, Any]]) -> bool:
         """Lambda received the batch and had no concurrency left to invoke: the messages

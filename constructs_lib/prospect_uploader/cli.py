@@ -43,7 +43,9 @@ counts (the summary table and --json):
   classified      rows labelled hot, warm or cold in ProspectsTable
   failed          valid rows that ended in FailureQueue -> FailuresTable, unlabelled
   dlq             model-step failures the recorder stored from FailureQueue (one per row)
-  model_requests  HTTP requests that reached the model
+  model_requests  requests billed by the model: realtime HTTP requests (429s included)
+                  plus succeeded Message Batch requests
+  batches, batch_requests   Message Batches created / requests submitted in them
   deliveries      row-event deliveries to the classify step (one per copy with
                   --duplicates): to its buffer queue, or async invocations; retries excluded
   alerts          upload summaries published to AlertTopic
@@ -230,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--port", type=int, default=0, help="viewer port with --serve (default: any free port)"
     )
+    _add_batch_arguments(run)
     viewer = commands.add_parser(
         "viewer",
         help="open a deployed Prospect Viewer through a local SigV4-signing proxy",
@@ -241,6 +244,53 @@ def build_parser() -> argparse.ArgumentParser:
     viewer.add_argument("--region", help="default: read from the Function URL's host")
     viewer.add_argument("--port", type=int, default=8080, help="local port (default: 8080)")
     return parser
+
+
+# -- Message Batches delivery (issue 19) ----------------------------------------------------
+def _add_batch_arguments(run: argparse.ArgumentParser) -> None:
+    """``--delivery`` and the local Message Batches' options."""
+    batch = run.add_argument_group("Message Batches delivery")
+    batch.add_argument(
+        "--delivery",
+        choices=("realtime", "batch", "auto"),
+        default=None,
+        help="how the splitter sends the rows, as `-c delivery=...` sets it: realtime (one "
+        "request per row), batch (Message Batches, half price) or auto (batch from the "
+        "stack's batch_min_rows valid rows); default: the assembly's (auto unless "
+        "synthesized otherwise). batch and auto need the assembly's batch step",
+    )
+    batch.add_argument(
+        "--batch-delay",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds of the run's clock a local Message Batch takes to end (default: "
+        "%(default).0f)",
+    )
+    batch.add_argument(
+        "--batch-errored-rate",
+        type=_rate,
+        default=0.0,
+        metavar="P",
+        help="share of batch requests whose result is errored (api_error), local model "
+        "only (default: 0)",
+    )
+    batch.add_argument(
+        "--batch-expired-rate",
+        type=_rate,
+        default=0.0,
+        metavar="P",
+        help="share of batch requests whose result is expired, local model only (default: 0)",
+    )
+
+
+def _batch_options(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "delivery": args.delivery,
+        "batch_delay_seconds": args.batch_delay,
+        "batch_errored_rate": args.batch_errored_rate,
+        "batch_expired_rate": args.batch_expired_rate,
+    }
 
 
 def _viewer(args: argparse.Namespace, err: TextIO) -> int:
@@ -291,6 +341,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         object_key=args.key,
         log_file=args.log_file,
         progress=Progress(err),
+        **_batch_options(args),  # type: ignore[arg-type]
     )
     with LocalPipeline(options) as pipeline:
         print(f"{PROG}: handler logs: {pipeline.log_path}", file=err)

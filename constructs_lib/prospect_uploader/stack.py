@@ -55,7 +55,12 @@ from constructs import Construct
 # The pipeline's names, from the package bundled beside its functions (stdlib only).
 from lambda_src.prospect_contract import metrics as upload_metrics
 from lambda_src.prospect_contract.events import (
+    AUTO,
+    BATCH,
+    DEFAULT_BATCH_MIN_ROWS,
     EVENT_SOURCE,
+    REALTIME,
+    ROW_DELIVERY_FIELD,
     ROW_VALIDATED,
     UPLOAD_COMPLETED,
     UPLOAD_SUMMARIZED,
@@ -68,6 +73,7 @@ from ..bundling import lambda_src_root
 from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_findings
 from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep, ModelProvider, PromptCache
+from ..model_delivery import ModelDelivery
 from ..model_prices import ModelPrice, price_table
 from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
@@ -91,7 +97,16 @@ CONTEXT_INTS: dict[str, tuple[int, int, int]] = {
     "upload_retention_days": (30, 1, 3650),
     "noncurrent_version_retention_days": (30, 1, 3650),
     "access_log_retention_days": (90, 1, 3650),
+    # Message Batches delivery (issue 19): the fewest valid rows an upload goes by batch
+    # with under ``-c delivery=auto``.
+    "batch_min_rows": (DEFAULT_BATCH_MIN_ROWS, 1, 10_000_000),
 }
+#: Values of the ``delivery`` context key (issue 19); the first is the default.
+DELIVERY_CHOICES = (AUTO, REALTIME, BATCH)
+#: The batch step's delivery: Message Batches of at most 10,000 rows, sent at the latest 5
+#: minutes after their first row waited (the issue's figures; 10 batches for 100,000 rows).
+BATCH_DELIVERY_MAX_WAIT = Duration.minutes(5)
+BATCH_DELIVERY_MAX_REQUESTS = 10_000
 #: Values of the ``event_bus`` context key; the first is the default.
 EVENT_BUS_KINDS = ("v2", "classic")
 #: Values of the ``model_provider`` context key; the first is the default (issue 22).
@@ -223,6 +238,18 @@ class ProspectUploaderStack(Stack):
       locally).
     - ``bedrock_model_id``: with ``model_provider=bedrock``, the Bedrock model or
       inference-profile id. Default: ``us.anthropic.claude-haiku-5-5-v1:0``.
+    - ``delivery`` (issue 19): ``auto`` (default), ``realtime`` or ``batch``. ``realtime``:
+      every row goes to ``Classify``, one Messages request each (the template before
+      batches). ``batch``: every upload's rows go to ``ClassifyBatch``, an
+      ``IdempotentModelStep`` with ``ModelDelivery.batch(max_wait=5 minutes,
+      max_requests=10,000)`` (Message Batches, half price, answered within 24 h). ``auto``:
+      an upload with at least ``batch_min_rows`` valid rows goes by batch, a smaller one
+      realtime. The splitter decides per upload (it counts valid rows in its first pass) and
+      marks batch rows ``"delivery": "batch"``; ``Classify`` takes only unmarked rows.
+      With ``model_provider=bedrock``, ``auto`` means ``realtime`` (Message Batches are
+      the Claude API's), and ``batch`` is refused at synth.
+    - ``batch_min_rows``: the fewest valid rows an upload goes by batch with under
+      ``auto``, 1 to 10,000,000, default 2,000.
 
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
@@ -257,6 +284,22 @@ class ProspectUploaderStack(Stack):
         self.event_bus_kind = self._context_choice("event_bus", EVENT_BUS_KINDS)
         # Bedrock (issue 22): where the classify step calls Claude.
         self.model_provider = self._context_choice("model_provider", MODEL_PROVIDERS)
+        #: ``auto`` (default), ``realtime`` or ``batch``: how uploads' rows reach the model
+        #: (issue 19), and ``batch_min_rows``, the fewest valid rows sent by batch under auto.
+        self.delivery = self._context_choice("delivery", DELIVERY_CHOICES)
+        self.batch_min_rows = self._context_int("batch_min_rows")
+        if self.model_provider == "bedrock":
+            # Message Batches are the Claude API's (Bedrock's batch inference is a different
+            # API, CreateModelInvocationJob): auto sends every upload realtime, and an
+            # explicit batch is refused here, naming both keys, never accepted silently.
+            if self.delivery == BATCH:
+                raise PropValidationError(
+                    "ProspectUploaderStack: context delivery=batch needs model_provider="
+                    "anthropic (Message Batches are the Claude API's; Bedrock batch "
+                    "inference, CreateModelInvocationJob, is not supported), got "
+                    "model_provider=bedrock; use delivery=auto or realtime"
+                )
+            self.delivery = REALTIME
         #: The price table the stack reports costs with: the default, the prop, the context.
         self.model_prices = self._model_prices(model_prices)
         self._storage()
@@ -502,6 +545,9 @@ class ProspectUploaderStack(Stack):
                 "MAX_ROWS": str(self.max_rows),
                 "POWERTOOLS_SERVICE_NAME": "prospect-splitter",
                 **self._row_bus_environment(summaries=True),
+                # Message Batches delivery (issue 19): which rows the splitter marks batch.
+                "DELIVERY": self.delivery,
+                "BATCH_MIN_ROWS": str(self.batch_min_rows),
             },
         )
         self._grant_splitter()
@@ -597,21 +643,59 @@ class ProspectUploaderStack(Stack):
         )
 
     def _classify(self, lambda_retry_attempts: int) -> None:
-        """The classify step: one model request per row, hot, warm or cold."""
+        """The classify step: one model request per row, hot, warm or cold; and, unless
+        ``-c delivery=realtime``, ``ClassifyBatch``, the same step sending the rows the
+        splitter marked ``"delivery": "batch"`` as Message Batches (issue 19)."""
         bedrock = self.model_provider == "bedrock"
         #: The API key secret; None with ``-c model_provider=bedrock`` (the role is the key).
         self.api_key_secret = None if bedrock else self._api_key_secret()
+        # Without a batch step every row is realtime, and the pattern is the one from before
+        # batches; with one, Classify takes exactly the rows without the batch marker.
+        realtime_rows = (
+            None if self.delivery == REALTIME else {ROW_DELIVERY_FIELD: [{"exists": False}]}
+        )
+        self.classify = self._classify_step("Classify", lambda_retry_attempts, realtime_rows)
+        #: The Message Batches step (issue 19); None with ``-c delivery=realtime``.
+        self.classify_batch: IdempotentModelStep | None = None
+        if self.delivery != REALTIME:
+            self.classify_batch = self._classify_step(
+                "ClassifyBatch",
+                lambda_retry_attempts,
+                {ROW_DELIVERY_FIELD: [BATCH]},
+                ModelDelivery.batch(
+                    max_wait=BATCH_DELIVERY_MAX_WAIT, max_requests=BATCH_DELIVERY_MAX_REQUESTS
+                ),
+            )
+
+    @property
+    def classify_steps(self) -> list[IdempotentModelStep]:
+        """``Classify``, then ``ClassifyBatch`` when the stack has it."""
+        return [self.classify, *([self.classify_batch] if self.classify_batch else [])]
+
+    def _classify_step(
+        self,
+        id: str,
+        lambda_retry_attempts: int,
+        detail: dict[str, Any] | None,
+        delivery: ModelDelivery | None = None,
+    ) -> IdempotentModelStep:
+        """One classify step on the row bus, keyed by row, labelled, upserting and accounting
+        each row; ``detail`` narrows the rows it takes, ``delivery`` how it sends them."""
+        bedrock = self.model_provider == "bedrock"
         classifier = ModelStepHandler.from_package(
             _src("prospect_classifier"),
             handler="prospect_classifier.handler.handler",
             # The ledger rides beside the classifier (its on_outcome hook accounts rows).
             extra_packages=[_src("upload_accounting"), _src("prospect_contract")],
         )
-        self.classify = IdempotentModelStep(
+        pattern = events.EventPattern(
+            source=[EVENT_SOURCE], detail_type=[ROW_VALIDATED], detail=detail
+        )
+        step = IdempotentModelStep(
             self,
-            "Classify",
+            id,
             event_bus=self.row_bus,
-            event_pattern=events.EventPattern(source=[EVENT_SOURCE], detail_type=[ROW_VALIDATED]),
+            event_pattern=pattern,
             idempotency_key="[upload_id, row_number]",
             prompt_version=PROMPT_VERSION,
             system_prompt_file=SYSTEM_PROMPT_FILE,
@@ -633,10 +717,12 @@ class ProspectUploaderStack(Stack):
                 "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
                 "PROSPECT_RETENTION_DAYS": str(self.failure_retention_days),
             },
+            delivery=delivery,
         )
         # The classifier upserts one item per row; nothing else on the table.
-        self.prospects_table.grant(self.classify.function, "dynamodb:UpdateItem")
-        self._grant_ledger(self.classify.function, LEDGER_ROWS)
+        self.prospects_table.grant(step.function, "dynamodb:UpdateItem")
+        self._grant_ledger(step.function, LEDGER_ROWS)
+        return step
 
     def _api_key_secret(self) -> secretsmanager.ISecret:
         """The secret named by ``-c anthropic_api_key_secret_arn``, or a new, empty one."""
@@ -892,15 +978,17 @@ class ProspectUploaderStack(Stack):
 
     def _alarms(self) -> None:
         """The step's alarms and the pipeline's, all notifying the alert topic."""
-        self.alarms: list[cloudwatch.Alarm] = [*self.classify.alarms, *self._pipeline_alarms()]
-        for alarm in self.alarms[len(self.classify.alarms) :]:
+        step_alarms = [alarm for step in self.classify_steps for alarm in step.alarms]
+        self._step_alarm_count = len(step_alarms)
+        self.alarms: list[cloudwatch.Alarm] = [*step_alarms, *self._pipeline_alarms()]
+        for alarm in self.alarms[len(step_alarms) :]:
             alarm.add_alarm_action(cloudwatch_actions.SnsAction(self.alert_topic))
 
     def _dashboard(self) -> None:
         """One dashboard: the classify step's row, then uploads closed and their rows (the
         ledger's own metrics) and the pipeline's alarms."""
         #: The stack's one dashboard: ``Classify``'s row, then the uploads' own metrics.
-        self.dashboard = ModelStepDashboard(self, "Dashboard", steps=[self.classify])
+        self.dashboard = ModelStepDashboard(self, "Dashboard", steps=self.classify_steps)
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Uploads closed, by status",
@@ -916,7 +1004,7 @@ class ProspectUploaderStack(Stack):
             ),
             cloudwatch.AlarmStatusWidget(
                 title="Pipeline alarms",
-                alarms=self.alarms[len(self.classify.alarms) :],
+                alarms=self.alarms[self._step_alarm_count :],
                 width=8,
                 height=6,
             ),

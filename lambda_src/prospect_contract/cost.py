@@ -13,13 +13,14 @@ reported, and no number is guessed.
 The four figures of :func:`upload_cost`:
 
 - ``cost_usd``: what the billed requests cost: uncached input, output, cache writes and
-  cache reads, each at its price;
+  cache reads, each at its price, less the batch discount on the batch requests' share;
 - ``saved_by_replays_usd``: what the replayed duplicates would have cost had each been sent
   again, billed as its original was;
 - ``saved_by_cache_usd``: the cached tokens at the input price, less what their writes and
   reads cost (negative when an upload only wrote the cache: a write costs more than input);
-- ``saved_by_batch_usd``: the batch discount on requests billed as batch requests; 0 while
-  the classify step has no batch delivery.
+- ``saved_by_batch_usd``: the batch discount (``batch_discount``, 50 %) on the tokens of
+  requests billed as Message Batch requests (``batch_input_tokens``, ...: a part of the
+  billed counters); 0 for an upload sent in realtime.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ BILLED_TOKENS = (
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
 )
+#: The part of each billed counter that was billed as Message Batch requests (issue 19).
+BATCH_TOKENS = tuple(f"batch_{name}" for name in BILLED_TOKENS)
 #: The same four, of the stored results replayed to duplicates (no request made).
 REPLAYED_TOKENS = tuple(f"replayed_{name}" for name in BILLED_TOKENS)
 #: The dollar figures, in the order the summary lists them.
@@ -95,10 +98,11 @@ def upload_cost(counters: Mapping[str, Any], price: Price | None) -> dict[str, f
     written = float(counters.get("cache_creation_input_tokens") or 0)
     read = float(counters.get("cache_read_input_tokens") or 0)
     cache = (written + read) * price.input - written * price.cache_write - read * price.cache_read
+    batch = price.of(counters, "batch_") * price.batch_discount
     figures = {
-        "cost_usd": price.of(counters),
+        "cost_usd": price.of(counters) - batch,
         "saved_by_replays_usd": price.of(counters, "replayed_"),
         "saved_by_cache_usd": cache / 1_000_000,
-        "saved_by_batch_usd": 0.0,
+        "saved_by_batch_usd": batch,
     }
     return {name: round(value, USD_DECIMALS) for name, value in figures.items()}

@@ -35,6 +35,21 @@ PROSPECT_FIELDS: tuple[str, ...] = (
     "country",
     "notes",
 )
+#: Message Batches delivery (issue 19): how an upload's rows reach the model. The splitter
+#: picks one per upload (``DELIVERY``: ``realtime``, ``batch`` or ``auto``, the stack's
+#: context ``delivery``); under ``auto`` an upload with at least ``BATCH_MIN_ROWS`` valid
+#: rows goes by batch. A row sent by batch carries ``"delivery": "batch"`` in its detail, and
+#: the stack's batch step subscribes to exactly those rows; a row without it is realtime.
+ROW_DELIVERY_FIELD = "delivery"
+REALTIME = "realtime"
+BATCH = "batch"
+AUTO = "auto"
+#: Values of the splitter's ``DELIVERY`` (and the stack's context ``delivery``).
+DELIVERY_MODES: tuple[str, ...] = (REALTIME, BATCH, AUTO)
+#: The default ``DELIVERY`` and ``BATCH_MIN_ROWS``.
+DEFAULT_DELIVERY = AUTO
+DEFAULT_BATCH_MIN_ROWS = 2_000
+
 #: The field an operator retry adds to a row's detail: the model step joins it to the
 #: row's idempotency key, so each generation makes one new model request.
 REPLAY_GENERATION = "replay_generation"
@@ -57,6 +72,13 @@ UPLOAD_COUNTERS: tuple[str, ...] = (
     "replayed_output_tokens",
     "replayed_cache_creation_input_tokens",
     "replayed_cache_read_input_tokens",
+    # Message Batches delivery (issue 19): requests billed as batch requests, and their tokens
+    # (a subset of the billed counters above, which count both paths).
+    "batch_requests",
+    "batch_input_tokens",
+    "batch_output_tokens",
+    "batch_cache_creation_input_tokens",
+    "batch_cache_read_input_tokens",
 )
 
 SplitStatus = Literal["completed", "rejected"]
@@ -76,6 +98,7 @@ class RowValidatedDetail(TypedDict):
     country: str
     notes: str
     replay_generation: NotRequired[int]  # only on an operator retry: 1, 2, ...
+    delivery: NotRequired[Literal["batch"]]  # only on a row sent by Message Batches
 
 
 class UploadSummarizedDetail(TypedDict):
@@ -126,6 +149,16 @@ class UploadCompletedDetail(TypedDict):
     replayed_output_tokens: int
     replayed_cache_creation_input_tokens: int
     replayed_cache_read_input_tokens: int
+    #: Message Batches delivery (issue 19): ``realtime`` or ``batch`` (null for an upload
+    #: whose split never finished), the requests billed as batch requests and their tokens,
+    #: and the Message Batches that answered the upload's rows.
+    delivery: str | None
+    batch_requests: int
+    batch_input_tokens: int
+    batch_output_tokens: int
+    batch_cache_creation_input_tokens: int
+    batch_cache_read_input_tokens: int
+    batches: int
     #: Dollars (``prospect_contract.cost``); null when the model has no price.
     cost_usd: float | None
     saved_by_replays_usd: float | None

@@ -6,7 +6,12 @@ import os
 from dataclasses import dataclass
 
 from prospect_contract.errors import ConfigurationError
-from prospect_contract.events import EVENT_SOURCE
+from prospect_contract.events import (
+    DEFAULT_BATCH_MIN_ROWS,
+    DELIVERY_MODES,
+    EVENT_SOURCE,
+    REALTIME,
+)
 from prospect_contract.settings import positive_int, required
 
 DEFAULT_EVENT_SOURCE = EVENT_SOURCE
@@ -24,6 +29,17 @@ DEFAULT_MAX_ROWS = 100_000
 DEFAULT_PUBLISH_CONCURRENCY = 4
 MAX_PUBLISH_CONCURRENCY = 64
 BUS_KINDS = ("classic", "v2")
+
+
+def _delivery() -> str:
+    # Unset: realtime, so a splitter deployed without a batch step never marks a row for one.
+    # The stack always sets it (context ``delivery``, default ``auto``).
+    delivery = os.environ.get("DELIVERY", "").strip().lower() or REALTIME
+    if delivery not in DELIVERY_MODES:
+        raise ConfigurationError(
+            f"DELIVERY must be one of {', '.join(DELIVERY_MODES)}, got {delivery!r}"
+        )
+    return delivery
 
 
 def _bus_kind() -> str:
@@ -59,6 +75,11 @@ class Settings:
     - EVENT_SOURCE [``prospect_contract.events.EVENT_SOURCE``]: Source of every published
       event.
     - IDEMPOTENCY_EXPIRES_AFTER_SECONDS [86400]: how long a processed upload is remembered.
+    - DELIVERY ["realtime"; the stack sets its context ``delivery``, default ``auto``]
+      (issue 19): ``realtime`` (every row to the realtime step), ``batch``
+      (every row marked ``"delivery": "batch"``, for the Message Batches step) or ``auto``
+      (batch when the upload has at least BATCH_MIN_ROWS valid rows, else realtime).
+    - BATCH_MIN_ROWS [2000]: the fewest valid rows an upload sent by batch under ``auto``.
     """
 
     failures_table_name: str
@@ -72,6 +93,8 @@ class Settings:
     publish_concurrency: int = DEFAULT_PUBLISH_CONCURRENCY
     event_source: str = DEFAULT_EVENT_SOURCE
     idempotency_expires_after_seconds: int = DEFAULT_IDEMPOTENCY_EXPIRES_AFTER_SECONDS
+    delivery: str = REALTIME
+    batch_min_rows: int = DEFAULT_BATCH_MIN_ROWS
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -93,4 +116,6 @@ class Settings:
             idempotency_expires_after_seconds=positive_int(
                 "IDEMPOTENCY_EXPIRES_AFTER_SECONDS", DEFAULT_IDEMPOTENCY_EXPIRES_AFTER_SECONDS
             ),
+            delivery=_delivery(),
+            batch_min_rows=positive_int("BATCH_MIN_ROWS", DEFAULT_BATCH_MIN_ROWS),
         )

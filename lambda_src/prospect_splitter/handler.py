@@ -92,6 +92,7 @@ def _ledger_hooks(session: boto3.session.Session) -> SplitHooks:
             rejected_reason=result.reason if result.status == "rejected" else None,
             bucket=ref.bucket,
             key=ref.key,
+            delivery=result.delivery if result.status == "completed" else None,
         )
 
     return SplitHooks(started=started, finished=finished)
@@ -139,6 +140,8 @@ def build_splitter(
         ),
         max_upload_bytes=settings.max_upload_bytes,
         max_rows=settings.max_rows,
+        delivery=settings.delivery,
+        batch_min_rows=settings.batch_min_rows,
         hooks=hooks or _ledger_hooks(session),
         new_publisher=lambda: EventPublisher(
             bus, concurrency=settings.publish_concurrency, sleep=sleep

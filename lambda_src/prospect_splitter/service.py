@@ -8,8 +8,14 @@ from typing import Any, cast
 
 from aws_lambda_powertools import Logger
 from prospect_contract.events import (
+    AUTO,
+    BATCH,
+    DEFAULT_BATCH_MIN_ROWS,
+    REALTIME,
+    ROW_DELIVERY_FIELD,
     ROW_VALIDATED,
     UPLOAD_SUMMARIZED,
+    RowValidatedDetail,
     SplitStatus,
     UploadSummarizedDetail,
     row_deduplication_id,
@@ -41,6 +47,8 @@ class SplitResult:
     # they count in ``valid`` too. Always 0 on a classic bus.
     deduplicated: int = 0
     error_code: str | None = None  # why a rejected upload was rejected
+    #: How the valid rows were sent: ``realtime`` or ``batch`` (issue 19).
+    delivery: str = REALTIME
 
     def as_dict(self) -> dict[str, Any]:
         """``{"upload_id","rows","valid","invalid","deduplicated","status"}`` plus ``reason``
@@ -91,25 +99,40 @@ class SplitterPorts:
     hooks: SplitHooks = field(default_factory=SplitHooks)
     # Where the "Prospect Upload Summarized" event goes; None: the row publisher's bus.
     new_summary_publisher: Callable[[], EventPublisher] | None = None
+    # Message Batches delivery (issue 19): ``realtime``, ``batch`` or ``auto`` (batch from
+    # ``batch_min_rows`` valid rows on).
+    delivery: str = REALTIME
+    batch_min_rows: int = DEFAULT_BATCH_MIN_ROWS
+
+    def delivery_for(self, valid_rows: int) -> str:
+        """How an upload with ``valid_rows`` valid rows is sent: ``realtime`` or ``batch``."""
+        if self.delivery == AUTO:
+            return BATCH if valid_rows >= self.batch_min_rows else REALTIME
+        return self.delivery
 
     def summary_publisher(self) -> EventPublisher:
         return (self.new_summary_publisher or self.new_publisher)()
 
 
-def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
-    """Pass 1: decode and parse the whole file without publishing anything.
+def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> tuple[int, int]:
+    """Pass 1: decode and parse the whole file without publishing anything; ``(data rows,
+    valid rows)``.
 
     Streaming the object twice costs a second GetObject but guarantees that an
     undecodable byte, an oversized line or a broken record near the end, or more than
     MAX_ROWS rows, rejects the upload before a single row event exists, so published +
-    invalid = data rows always holds. It stops reading at row MAX_ROWS + 1.
+    invalid = data rows always holds. It stops reading at row MAX_ROWS + 1. The valid rows
+    are counted too, so the delivery (issue 19: batch from ``batch_min_rows`` valid rows
+    under ``auto``) is known before the first row is published.
     """
     chunks = iter_object_chunks(ports.s3, ref)
     records = iter_records(chunks, ports.max_upload_bytes)
-    count = 0
+    count = valid = 0
     try:
-        for _ in records:
+        for record in records:
             count += 1
+            if validate_row(record.fields) is None:
+                valid += 1
             if count > ports.max_rows:
                 raise UploadRejected(
                     "TooManyRows",
@@ -118,7 +141,7 @@ def _count_data_rows(ports: SplitterPorts, ref: UploadRef) -> int:
     finally:
         records.close()  # closes the S3 body when we stop early
         chunks.close()
-    return count
+    return count, valid
 
 
 def _publish_summary(ports: SplitterPorts, summary: UploadSummarizedDetail) -> None:
@@ -145,9 +168,11 @@ def _reject(ports: SplitterPorts, ref: UploadRef, rejection: UploadRejected) -> 
     return result
 
 
-def _publish_rows(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
-    """Pass 2: validate each row, record invalid ones, publish valid ones in parallel."""
+def _publish_rows(ports: SplitterPorts, ref: UploadRef, delivery: str) -> SplitResult:
+    """Pass 2: validate each row, record invalid ones, publish valid ones in parallel (each
+    marked ``"delivery": "batch"`` when ``delivery`` is batch)."""
     upload_id = ref.upload_id
+    marker = {ROW_DELIVERY_FIELD: BATCH} if delivery == BATCH else {}
     rows = valid = invalid = 0
     with ports.new_publisher() as publisher, FailureWriter(ports.failures_table) as failures:
         chunks = iter_object_chunks(ports.s3, ref)
@@ -157,9 +182,10 @@ def _publish_rows(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
                 error = validate_row(record.fields)
                 if error is None:
                     valid += 1
+                    detail = prospect_detail(upload_id, record.row_number, record.fields)
                     publisher.add(
                         ROW_VALIDATED,
-                        prospect_detail(upload_id, record.row_number, record.fields),
+                        cast(RowValidatedDetail, {**detail, **marker}) if marker else detail,
                         row_deduplication_id(upload_id, record.row_number),
                     )
                 else:
@@ -171,7 +197,15 @@ def _publish_rows(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
             chunks.close()
         publisher.flush()
         deduplicated = publisher.deduplicated
-    return SplitResult(upload_id, rows, valid, invalid, "completed", deduplicated=deduplicated)
+    return SplitResult(
+        upload_id,
+        rows,
+        valid,
+        invalid,
+        "completed",
+        deduplicated=deduplicated,
+        delivery=delivery,
+    )
 
 
 def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
@@ -186,13 +220,13 @@ def split_upload(ports: SplitterPorts, ref: UploadRef) -> SplitResult:
             raise UploadRejected(
                 "FileTooLarge", f"object is {size} bytes (limit {ports.max_upload_bytes})"
             )
-        expected_rows = _count_data_rows(ports, ref)
+        expected_rows, valid_rows = _count_data_rows(ports, ref)
     except UploadRejected as rejection:
         return _reject(ports, ref, rejection)
 
     ports.hooks.started(ref)
     try:
-        result = _publish_rows(ports, ref)
+        result = _publish_rows(ports, ref, ports.delivery_for(valid_rows))
     except UploadRejected as exc:
         # Pass 1 accepted these bytes, so they changed underneath us: start over.
         raise ObjectChangedDuringProcessing(str(exc)) from exc

@@ -31,6 +31,9 @@ UPLOAD_FIELDS = (
     "output_tokens",
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
+    # Message Batches delivery (issue 19).
+    "delivery",
+    "batch_requests",
 )
 #: Counters the dollar figures are computed from (not all are shown).
 _COST_INPUTS = (
@@ -42,6 +45,10 @@ _COST_INPUTS = (
     "replayed_output_tokens",
     "replayed_cache_creation_input_tokens",
     "replayed_cache_read_input_tokens",
+    "batch_input_tokens",
+    "batch_output_tokens",
+    "batch_cache_creation_input_tokens",
+    "batch_cache_read_input_tokens",
 )
 # Statuses an upload can have (contract): the page shows anything else as is.
 STATUSES = ("splitting", "classifying", "completed", "incomplete", "rejected")
@@ -59,7 +66,20 @@ def upload_view(item: dict[str, Any], price: Price | None = None) -> dict[str, A
     view["tokens_billed"] = sum(t for t in tokens if isinstance(t, int | float))
     counters = {name: plain(item.get(name) or 0) for name in _COST_INPUTS}
     view.update(upload_cost(counters, price))
+    view["batch_tokens"] = sum(int(counters[name] or 0) for name in _COST_INPUTS[8:])
+    view["batches"] = len(item.get("batch_ids") or ())
+    view["waiting_in_batch"] = waiting_in_batch(item)
     return view
+
+
+def waiting_in_batch(item: dict[str, Any]) -> int:
+    """Rows of an upload sent by Message Batches (issue 19) whose outcome is not in yet: its
+    valid rows less those classified or failed, while it is classifying; else 0. A batch
+    answers within 24 h, so these rows are expected to wait, not stuck."""
+    if item.get("delivery") != "batch" or item.get("status") != "classifying":
+        return 0
+    accounted = int(item.get("classified_total") or 0) + int(item.get("failed_total") or 0)
+    return max(int(item.get("valid") or 0) - accounted, 0)
 
 
 class UploadStore:

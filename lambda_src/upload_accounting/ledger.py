@@ -36,7 +36,7 @@ from prospect_contract.put_events import ClassicBus, detail_json, send_batch
 
 from .config import LedgerSettings
 from .errors import SummaryPublishError
-from .summary import summary_detail
+from .summary import BATCH_IDS, summary_detail
 
 if TYPE_CHECKING:
     # The model step's outcome type, for type checkers only: this package is bundled into
@@ -56,6 +56,10 @@ OPEN_INDEX = "OpenUploads"
 OPEN_SHARD = "open"
 #: How long one publisher holds the right to publish the completion event.
 PUBLISH_LEASE_SECONDS = 120
+#: Message Batches delivery (issue 19): ``summary.BATCH_IDS``, the string set of the batches
+#: that answered an upload's rows (``batches`` in the summary is its size). One id per
+#: Message Batch of up to ``BATCH_MAX_REQUESTS`` rows, about 40 bytes each: far from
+#: DynamoDB's 400 KB item limit.
 ERROR_CODE_MAX_CHARS = 100
 _TRANSACTION_ATTEMPTS = 5
 
@@ -95,7 +99,19 @@ def delivery_increments(outcome: Outcome | Mapping[str, Any] | None) -> dict[str
         stored = result.get("usage") or {}
         for name in BILLED_TOKENS:
             increments[f"replayed_{name}"] = int(stored.get(name) or 0)
+    if result.get("delivery") == "batch" and increments["model_requests"]:
+        # Message Batches delivery (issue 19): this request was billed at the batch price.
+        increments["batch_requests"] = increments["model_requests"]
+        for name in BILLED_TOKENS:
+            increments[f"batch_{name}"] = increments[name]
     return {name: value for name, value in increments.items() if value}
+
+
+def batch_id_of(outcome: Outcome | Mapping[str, Any] | None) -> str | None:
+    """The Message Batch that answered this delivery (issue 19), if one did."""
+    result = (outcome or {}).get("result") or {}
+    batch_id = result.get("batch_id") if result.get("delivery") == "batch" else None
+    return str(batch_id) if batch_id else None
 
 
 def _av(value: Any) -> dict[str, Any]:
@@ -133,6 +149,17 @@ class _Update:
     def add(self, attribute: str, amount: int) -> _Update:
         self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
         return self
+
+    def add_to_set(self, attribute: str, member: str) -> _Update:
+        """``ADD attribute {member}`` (a string set: adding a member twice keeps one)."""
+        self.adds.append(f"{self.name(attribute)} {self.placeholder({'SS': [member]})}")
+        return self
+
+    def placeholder(self, attribute_value: dict[str, Any]) -> str:
+        """A placeholder for an already typed attribute value."""
+        placeholder = f":v{len(self.values)}"
+        self.values[placeholder] = attribute_value
+        return placeholder
 
     def increment_in_map(self, map_attribute: str, key: str) -> _Update:
         path = f"{self.name(map_attribute)}.{self.name(key)}"
@@ -241,15 +268,19 @@ class UploadLedger:
         rejected_reason: str | None = None,
         bucket: str = "",
         key: str = "",
+        delivery: str | None = None,
     ) -> None:
         """Record the split's counts. A rejected upload (``rejected_reason``) closes at
         once with status ``rejected``; otherwise the upload moves to ``classifying`` and
-        completes as soon as every valid row is accounted for (maybe right here)."""
+        completes as soon as every valid row is accounted for (maybe right here).
+        ``delivery`` (``realtime`` or ``batch``, issue 19): how its valid rows were sent."""
         now = self._clock()
         update = _Update()
         for name, value in (("rows", rows), ("valid", valid), ("invalid", invalid)):
             update.set(name, int(value))
         update.set("deduplicated", int(deduplicated))
+        if delivery is not None:
+            update.set("delivery", delivery)
         update.set("split_finished_at", utc_now_iso(now))
         status = update.name("status")
         splitting = update.value(SPLITTING)
@@ -309,7 +340,7 @@ class UploadLedger:
 
     def record_delivery(self, upload_id: str, outcome: Mapping[str, Any]) -> None:
         """Counters of a delivery that settled no row (rate limited, retry later)."""
-        self._add_counters(upload_id, delivery_increments(outcome))
+        self._add_counters(upload_id, delivery_increments(outcome), batch_id_of(outcome))
 
     def record_outcome(self, event: Mapping[str, Any], outcome: Outcome) -> None:
         """The classify step's ``on_outcome`` hook (contract §3), for row events."""
@@ -374,6 +405,7 @@ class UploadLedger:
         update = _Update().increment_in_map(kind, name).add(f"{kind}_total", 1)
         for counter, amount in increments.items():
             update.add(counter, amount)
+        _add_batch_id(update, outcome)
         reasons = self._transact(
             [
                 {
@@ -419,6 +451,7 @@ class UploadLedger:
             update.add("failed_total", -1)
             for counter, amount in increments.items():
                 update.add(counter, amount)
+            _add_batch_id(update, outcome)
             reasons = self._transact(
                 [
                     {
@@ -441,7 +474,7 @@ class UploadLedger:
         )
         if outcome is not None and not first_report:
             increments["duplicates_suppressed"] = 1
-        self._add_counters(upload_id, increments)
+        self._add_counters(upload_id, increments, batch_id_of(outcome))
         return RowAccounted.DUPLICATE
 
     def _upload_update(self, upload_id: str, update: _Update) -> dict[str, Any]:
@@ -477,12 +510,16 @@ class UploadLedger:
                 time.sleep(random.uniform(0, 0.05 * 2**attempt))  # spreads conflicting writers
         raise AssertionError("unreachable")
 
-    def _add_counters(self, upload_id: str, increments: Mapping[str, int]) -> None:
-        if not increments:
+    def _add_counters(
+        self, upload_id: str, increments: Mapping[str, int], batch_id: str | None = None
+    ) -> None:
+        if not increments and batch_id is None:
             return
         update = _Update()
         for counter, amount in increments.items():
             update.add(counter, amount)
+        if batch_id is not None:
+            update.add_to_set(BATCH_IDS, batch_id)
         if self._update_upload(upload_id, update, "attribute_exists(upload_id)") is None:
             logger.warning("no upload item for %s; delivery counters dropped", upload_id)
 
@@ -625,6 +662,13 @@ class UploadLedger:
             if "LastEvaluatedKey" not in response:
                 return upload_ids
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _add_batch_id(update: _Update, outcome: Mapping[str, Any] | None) -> None:
+    """Message Batches delivery (issue 19): the batch that answered joins the upload's set."""
+    batch_id = batch_id_of(outcome)
+    if batch_id is not None:
+        update.add_to_set(BATCH_IDS, batch_id)
 
 
 def _code(exc: ClientError) -> str:

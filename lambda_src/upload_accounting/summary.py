@@ -12,6 +12,8 @@ from prospect_contract.cost import Price, upload_cost
 from prospect_contract.events import UPLOAD_COUNTERS, UploadCompletedDetail
 
 SPLIT_COUNTS = ("rows", "valid", "invalid")
+#: The upload item's set of the Message Batches that answered its rows (issue 19).
+BATCH_IDS = "batch_ids"
 TEXT_FIELDS = ("upload_id", "bucket", "key", "status", "created_at", "completed_at", "reason")
 
 
@@ -39,6 +41,9 @@ def summary_detail(item: dict[str, Any], price: Price | None = None) -> UploadCo
     detail["failed"] = _plain(item.get("failed") or {})
     for name in UPLOAD_COUNTERS:
         detail[name] = _plain(item.get(name) or 0)
+    # Message Batches delivery (issue 19).
+    detail["delivery"] = _plain(item.get("delivery"))
+    detail["batches"] = len(item.get(BATCH_IDS) or ())
     detail.update(upload_cost(detail, price))
     detail["missing"] = _plain(item.get("missing"))
     return cast(UploadCompletedDetail, detail)

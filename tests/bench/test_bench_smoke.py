@@ -53,6 +53,14 @@ def test_cost(tmp_path, capsys):
     for run in ("uncached", "cached"):
         assert result[run]["requests"] == cost.QUICK_ROWS
     assert {"ratio", "physical_minimum_usd", "physical_minimum_ratio"} <= set(result)
+    # Message Batches (issue 19): one billed request per row by either delivery, no timing.
+    figures = result["delivery"]
+    assert figures["requests_per_row"] == {"realtime": 1.0, "batch": 1.0}
+    assert {"cost_per_1000_rows_usd", "cost_ratio", "wall_s"} <= set(figures)
+    assert figures["batch"]["realtime_requests"] == 0 and figures["batch"]["batches"] >= 1
+    scale = result["batch_scale"]
+    assert scale["rows"] == cost.QUICK_SCALE_ROWS == scale["batch_requests"]
+    assert {"peak_rss_mib", "rss_growth_mib", "wall_s"} <= set(scale)
 
 
 @pytest.mark.moto

@@ -179,3 +179,27 @@ def test_the_reference_app_on_bedrock_has_no_secret_and_grants_the_us_profile(
     ]
     assert len(invoke) == 2
     assert len(resources(invoke[1])) == len(GEOGRAPHY_REGIONS["us"])
+
+
+def test_the_reference_app_on_bedrock_sends_auto_uploads_realtime(prospect_bedrock):
+    # Message Batches are the Claude API's: under Bedrock, delivery=auto (the default) has
+    # no batch step, and the splitter marks no row for one.
+    resources = prospect_bedrock["Resources"]
+    assert not [k for k in resources if k.startswith("ClassifyBatch")]
+    [splitter] = [
+        r["Properties"]["Environment"]["Variables"]
+        for k, r in resources.items()
+        if k.startswith("Splitter") and r["Type"] == "AWS::Lambda::Function"
+    ]
+    assert splitter["DELIVERY"] == "realtime"
+
+
+def test_the_reference_app_refuses_batch_delivery_on_bedrock():
+    import app as app_module
+    from constructs_lib import PropValidationError
+
+    context = {"aws:cdk:bundling-stacks": [], "model_provider": "bedrock", "delivery": "batch"}
+    with pytest.raises(
+        PropValidationError, match=r"context delivery=batch needs model_provider=anthropic"
+    ):
+        app_module.build_app(cdk.App(context=context))

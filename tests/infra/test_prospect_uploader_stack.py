@@ -194,14 +194,18 @@ def test_rows_ride_a_v2_bus_and_upload_events_the_classic_bus_by_default(raw):
 
 
 def test_classify_subscribes_to_validated_rows_on_the_row_bus(raw):
-    [(_, subscriber)] = of_type(raw, "AWS::EventsV2::Subscriber")
-    assert subscriber["Metadata"]["aws:cdk:path"] == "ProspectUploader/Classify/Subscriber"
+    [subscriber] = [
+        v for _, v in of_type(raw, "AWS::EventsV2::Subscriber")
+        if v["Metadata"]["aws:cdk:path"] == "ProspectUploader/Classify/Subscriber"
+    ]  # fmt: skip
     sub = subscriber["Properties"]
     assert sub["EventBusArn"] == {"Fn::GetAtt": [by_path(raw, "RowBus/Resource")[0],
                                                  "EventBusArn"]}  # fmt: skip
     [flt] = sub["FilterConfiguration"]["Filters"]
+    # Rows without the batch marker (issue 19: marked rows go to ClassifyBatch).
     assert json.loads(flt["Pattern"]) == {
-        "source": ["prospect-uploader"], "detail-type": ["Prospect Row Validated"]
+        "source": ["prospect-uploader"], "detail-type": ["Prospect Row Validated"],
+        "detail": {"delivery": [{"exists": False}]},
     }  # fmt: skip
     assert sub["InvokeConfiguration"]["TargetArn"] == {
         "Fn::GetAtt": [by_path(raw, "Classify/BufferQueue/Resource")[0], "Arn"]
@@ -210,7 +214,7 @@ def test_classify_subscribes_to_validated_rows_on_the_row_bus(raw):
         "Fn::GetAtt": [by_path(raw, "FailureQueue/Resource")[0], "Arn"]
     }
     assert not [v for _, v in of_type(raw, "AWS::Events::Rule")
-                if "Classify" in v["Metadata"]["aws:cdk:path"]]  # fmt: skip
+                if "/Classify/" in v["Metadata"]["aws:cdk:path"]]  # fmt: skip
 
 
 def test_classify_runs_the_custom_classifier_keyed_on_upload_and_row(raw):
@@ -292,7 +296,9 @@ def test_every_alarm_notifies_the_alert_topic(raw):
     alarms = [
         v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"
     ]
-    assert len(alarms) == 14  # 6 of the Classify step + 8 of the pipeline
+    # 6 of the Classify step, 7 of ClassifyBatch (its 6 and the open-batch alarm) and 8 of
+    # the pipeline
+    assert len(alarms) == 21
     assert all(a["AlarmActions"] == [ref(raw, "AlertTopic/Resource")] for a in alarms)
     assert {a["TreatMissingData"] for a in alarms} == {"notBreaching"}
 
@@ -410,8 +416,8 @@ def test_no_wildcard_actions_anywhere(raw):
 
 def test_no_managed_policies(raw):
     roles = [v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::IAM::Role"]
-    # 5 functions and Classify's v2 subscriber role
-    assert len(roles) == 6 and not [r for r in roles if "ManagedPolicyArns" in r]
+    # 6 functions (ClassifyBatch's too) and both steps' v2 subscriber roles
+    assert len(roles) == 8 and not [r for r in roles if "ManagedPolicyArns" in r]
 
 
 def test_no_physical_names(raw):
@@ -647,6 +653,12 @@ def test_viewer_principals_may_invoke_the_url(configured):
          "context viewer_principals must be comma-separated IAM role ARNs"),
         ("event_bus", "kinesis", "context event_bus must be one of v2, classic, got 'kinesis'"),
         ("event_bus", True, "context event_bus must be one of v2, classic, got True"),
+        # Message Batches delivery (issue 19).
+        ("delivery", "later", "context delivery must be one of auto, realtime, batch, "
+                              "got 'later'"),
+        ("batch_min_rows", "0", "context batch_min_rows must be between 1 and 10000000, got 0"),
+        ("batch_min_rows", "many", "context batch_min_rows must be an integer between 1 and "
+                                   "10000000, got 'many'"),
     ],
 )  # fmt: skip
 def test_bad_context_fails_synth_naming_key_value_and_range(key, value, message):
@@ -661,10 +673,14 @@ def test_classic_mode_has_no_v2_resources_and_a_classic_classify_rule(classic):
     rule = props(classic, "Classify/Rule/Resource")
     assert rule["EventBusName"] == ref(classic, "ProspectBus/Resource")
     assert rule["EventPattern"] == {
-        "source": ["prospect-uploader"], "detail-type": ["Prospect Row Validated"]
+        "source": ["prospect-uploader"], "detail-type": ["Prospect Row Validated"],
+        "detail": {"delivery": [{"exists": False}]},
     }  # fmt: skip
+    # The batch step (issue 19) is a classic rule on the same bus, for the marked rows.
+    batch = props(classic, "ClassifyBatch/Rule/Resource")
+    assert batch["EventPattern"]["detail"] == {"delivery": ["batch"]}
     roles = of_type(classic, "AWS::IAM::Role")
-    assert len(roles) == 5
+    assert len(roles) == 6
 
 
 def test_classic_mode_publishes_rows_and_summaries_to_prospect_bus(classic):
@@ -697,3 +713,65 @@ def test_classic_mode_cfn_lint_is_clean(classic_app: Synthesized):
 def test_classic_mode_cdk_nag_is_clean(classic_app: Synthesized):
     report = json.loads((classic_app.outdir / "validation-report.json").read_text())
     assert [v for r in report["pluginReports"] for v in r.get("violations", [])] == []
+
+
+# ------------------------------------------------- 19. -c delivery (Message Batches)
+@pytest.fixture(scope="module")
+def realtime(tmp_path_factory) -> dict:
+    """app.py with ``-c delivery=realtime``: the template from before Message Batches."""
+    import app as app_module
+
+    app = new_app(tmp_path_factory, "prospect-realtime")
+    app.node.set_context("delivery", "realtime")
+    return synth(app_module.build_app(app)).templates[STACK]
+
+
+def _paths(template: dict) -> set[str]:
+    return {v.get("Metadata", {}).get("aws:cdk:path", "") for v in template["Resources"].values()}
+
+
+def test_auto_is_the_default_and_routes_by_valid_rows_from_2000(raw):
+    env = props(raw, "/Splitter/Resource")["Environment"]["Variables"]
+    assert (env["DELIVERY"], env["BATCH_MIN_ROWS"]) == ("auto", "2000")
+
+
+def test_the_batch_step_takes_marked_rows_and_classify_the_rest(raw):
+    # GIVEN the default template (delivery auto)
+    def pattern(step: str) -> dict:
+        [(_, subscriber)] = [
+            (k, v) for k, v in of_type(raw, "AWS::EventsV2::Subscriber")
+            if v["Metadata"]["aws:cdk:path"].endswith(f"/{step}/Subscriber")
+        ]  # fmt: skip
+        [entry] = subscriber["Properties"]["FilterConfiguration"]["Filters"]
+        return json.loads(entry["Pattern"])
+
+    # THEN exactly one step takes each row: a batch-marked row ClassifyBatch, any other Classify
+    assert pattern("ClassifyBatch")["detail"] == {"delivery": ["batch"]}
+    assert pattern("Classify")["detail"] == {"delivery": [{"exists": False}]}
+    env = props(raw, "ClassifyBatch/Function/Resource")["Environment"]["Variables"]
+    assert (env["MODEL_DELIVERY"], env["BATCH_MAX_REQUESTS"], env["BATCH_MAX_WAIT_SECONDS"]) == (
+        "batch",
+        "10000",
+        "300",
+    )
+    # AND it classifies, stores and accounts rows as Classify does
+    assert env["PROSPECTS_TABLE_NAME"] == ref(raw, "ProspectsTable/Resource")
+    assert env["UPLOADS_TABLE_NAME"] == ref(raw, "UploadsTable/Resource")
+    assert env["IDEMPOTENCY_TABLE_NAME"] == ref(raw, "IdempotencyTable/Resource")
+
+
+def test_realtime_context_keeps_the_template_from_before_batches(raw, realtime):
+    # No batch step, no marker filter on Classify, and the splitter marks nothing.
+    assert not [path for path in _paths(realtime) if "/ClassifyBatch/" in path]
+    [(_, subscriber)] = of_type(realtime, "AWS::EventsV2::Subscriber")
+    [entry] = subscriber["Properties"]["FilterConfiguration"]["Filters"]
+    assert "detail" not in json.loads(entry["Pattern"])
+    env = props(realtime, "/Splitter/Resource")["Environment"]["Variables"]
+    assert env["DELIVERY"] == "realtime"
+    # Classify's logical ids are the same with and without the batch step.
+    classify = {
+        k for k, v in raw["Resources"].items() if "/Classify/" in v["Metadata"]["aws:cdk:path"]
+    }
+    assert classify == {
+        k for k, v in realtime["Resources"].items() if "/Classify/" in v["Metadata"]["aws:cdk:path"]
+    }

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from constructs_lib.prospect_uploader.stack import CONTEXT_INTS
+from lambda_src.model_step.batch_store import BATCH_RETENTION_SECONDS
 
 from .conftest import Synthesized
 from .test_prospect_uploader_stack import props
@@ -96,9 +97,15 @@ def template_retention(raw: dict, store: str) -> list[int]:
     if store == "IdempotencyTable":
         ttl = props(raw, "IdempotencyTable/Resource")["TimeToLiveSpecification"]
         assert ttl == {"AttributeName": "expiration", "Enabled": True}
-        return [int(_env(raw, "Classify/Function")["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"])]
+        expires = int(_env(raw, "Classify/Function")["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"])
+        # ClassifyBatch's staged rows and batches (issue 19) outlive a record by the
+        # batch store's retention: a batch's 24 h plus a day.
+        batch = _env(raw, "ClassifyBatch/Function")
+        assert int(batch["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"]) == expires
+        return [expires, expires + BATCH_RETENTION_SECONDS]
     if store.endswith("Queue"):
-        path = store.replace("Classify", "Classify/", 1) if store.startswith("Classify") else store
+        step = next((s for s in ("ClassifyBatch", "Classify") if store.startswith(s)), None)
+        path = store.replace(step, f"{step}/", 1) if step else store
         return [int(props(raw, f"{path}/Resource")["MessageRetentionPeriod"])]
     if store == "RowBus":
         storage = props(raw, "RowBus/Resource")["StorageConfiguration"]

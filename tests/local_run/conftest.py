@@ -75,3 +75,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "slow: a whole local run of a minute or less (runs in make test)"
     )
+
+
+@pytest.fixture(scope="session")
+def realtime_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stack synthesized with ``-c delivery=realtime`` (no Message Batches step)."""
+    import aws_cdk as cdk
+
+    import app as app_module
+
+    outdir = tmp_path_factory.mktemp("cdk.out.realtime")
+    context = {
+        "aws:cdk:bundling-stacks": [],
+        "aws:cdk:enable-path-metadata": True,
+        "delivery": "realtime",
+    }
+    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    return outdir

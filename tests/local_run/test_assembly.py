@@ -6,9 +6,15 @@ import json
 
 import pytest
 
-from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly, short_path
+from constructs_lib.local_engine.assembly import (
+    CloudAssembly,
+    load_assembly,
+    rate_seconds,
+    short_path,
+)
 from constructs_lib.local_engine.environment import environment_union
 from constructs_lib.local_engine.errors import (
+    AssemblyError,
     AssemblyNotFoundError,
     EnvironmentConflictError,
 )
@@ -69,8 +75,42 @@ def test_rules_targets_and_event_source_mappings(assembly):
     redrive = mappings["prospect_classifier.handler.handler", "Classify/RedriveQueue"]
     assert redrive.batch_size == 1 and redrive.report_batch_item_failures
     assert redrive.max_concurrency == 2
-    assert len(mappings) == 3
+    # The Message Batches step (issue 19, context delivery=auto): many rows a delivery,
+    # after a batching window.
+    batch = mappings["prospect_classifier.handler.handler", "ClassifyBatch/BufferQueue"]
+    assert batch.batch_size == 10_000 and batch.max_batching_window_seconds == 300
+    assert len(mappings) == 5
     assert assembly.upload_bucket().path.endswith("/UploadBucket/Resource")
+
+
+def test_scheduled_rules_and_their_constant_input(assembly):
+    scheduled = {rule.display_name: rule for rule in assembly.scheduled_rules()}
+    assert set(scheduled) == {"UploadSweepRule", "ClassifyBatch/BatchTickRule"}
+    sweep, tick = scheduled["UploadSweepRule"], scheduled["ClassifyBatch/BatchTickRule"]
+    assert (sweep.period_seconds, tick.period_seconds) == (900, 60)
+    [target] = tick.targets
+    assert target.resource_type == "AWS::Lambda::Function"
+    assert assembly.function(str(target.resource_logical_id)).is_batch
+    assert target.input == '{"model_step_batch":"tick"}'
+    assert sweep.targets[0].input is None  # EventBridge's own "Scheduled Event"
+
+
+@pytest.mark.parametrize(
+    ("expression", "seconds"),
+    [
+        ("rate(1 minute)", 60),
+        ("rate(15 minutes)", 900),
+        ("rate(2 hours)", 7200),
+        ("cron(0 * * * ? *)", None),
+    ],
+)
+def test_rate_expressions(expression, seconds):
+    assert rate_seconds(expression) == seconds
+
+
+def test_a_malformed_rate_is_refused():
+    with pytest.raises(AssemblyError, match="unsupported schedule expression"):
+        rate_seconds("rate(soon)")
 
 
 def test_missing_cdk_out_tells_the_user_to_synth(tmp_path):

@@ -15,7 +15,10 @@ Paths:
   throttles: transient retries, released records, the redrive queue, on-failure records;
 - ``throttled`` and ``killed``: throttles and kills at high rates;
 - ``unreachable``: the subscriber may not send to the buffer queue (an explicit Deny, as a
-  bad policy edit would add), so every row goes to its on-failure queue and is recorded.
+  bad policy edit would add), so every row goes to its on-failure queue and is recorded;
+- ``batch-refused`` (issue 19): the refused path with every row sent by ``ClassifyBatch``
+  (``--delivery batch``): staging, the tick, collection, dead letters from batch results,
+  the key from the secret, and a viewer retry that goes by batch again.
 
 After the ``clean`` run the splitter also gets the same upload event again (answered from
 its record), an event for an object deleted since (S3 answers 404 only with
@@ -80,6 +83,8 @@ PATH_OPTIONS: dict[str, dict[str, Any]] = {
     # The subscriber retries 185 times, up to a minute apart, before its on-failure queue:
     # about 3 hours of AWS time, 9 s at this clock.
     "unreachable": {"seconds_per_minute": 0.05},
+    # Message Batches (issue 19): the refused path again, every row sent by ClassifyBatch.
+    "batch-refused": {"delivery": "batch", "seconds_per_minute": FAST_CLOCK},
 }
 PATHS = ("clean", "refused", *PATH_OPTIONS)
 POST_HEADERS = {"x-requested-with": "prospect-viewer", "content-type": "application/json"}
@@ -87,6 +92,30 @@ POST_HEADERS = {"x-requested-with": "prospect-viewer", "content-type": "applicat
 ARCHIVED_KEY = "archived.csv"
 #: The role a subscriber delivers (and sends its failures) with, in the IAM check.
 SUBSCRIBER_ROLE_PREFIX = "subscriber:"
+ACCOUNT_REGION = "us-east-1:123456789012"
+IDEMPOTENCY = f"arn:aws:dynamodb:{ACCOUNT_REGION}:table/ProspectUploader-IdempotencyTable22A5A209"
+FAILURE_QUEUE = f"arn:aws:sqs:{ACCOUNT_REGION}:ProspectUploader-FailureQueue4F308C52"
+#: Grants no local path uses YET, each with the path that needs it. Only the Message
+#: Batches step (issue 19) has any; every other function has none (the list may only
+#: shrink, and the test fails on any grant not listed).
+NOT_YET_USED: dict[str, set[str]] = {
+    # Message Batches (issue 19): the batch step's buffer-queue grants serve what no local
+    # batch run drives yet: a requeue (SendMessage) when a concurrent duplicate in another
+    # invocation holds the key, the spacing of a transient staging error
+    # (ChangeMessageVisibility), the redrive queue's delete (as Classify's), and the
+    # transaction that adopts a row staged by an invocation killed before it wrote its
+    # submission (ConditionCheckItem; tests/runtime/test_batch_crash_points.py drives it).
+    "ClassifyBatch/Function": {
+        f"sqs:SendMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
+        "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
+        f"sqs:ChangeMessageVisibility on arn:aws:sqs:{ACCOUNT_REGION}:"
+        "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
+        f"sqs:DeleteMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
+        "ProspectUploader-ClassifyBatchRedriveQueueEDD66DDF",
+        f"dynamodb:ConditionCheckItem on {IDEMPOTENCY}",
+    },
+    "ClassifyBatch/Subscriber": {f"sqs:SendMessage on {FAILURE_QUEUE}"},
+}
 
 
 def _csv(tmp_path: Path) -> Path:
@@ -162,7 +191,7 @@ def _read_key_from_the_secret(pipeline: LocalPipeline) -> None:
     from moto.secretsmanager.models import secretsmanager_backends
 
     engine = pipeline.engine
-    arn = engine.environment["ANTHROPIC_API_KEY_SECRET_ARN"]
+    arn = engine.variable("ANTHROPIC_API_KEY_SECRET_ARN")
     name = arn.split(":secret:", 1)[1].rsplit("-", 1)[0]
     engine.aws.client("secretsmanager").create_secret(Name=name, SecretString=LOCAL_API_KEY)
     # moto picks its own random suffix; the deployed secret's is the one the role names.
@@ -299,20 +328,28 @@ def _keep_buffer_bodies(pipeline: LocalPipeline) -> list[str]:
 
 
 def _deny_buffer_to_subscriber(pipeline: LocalPipeline) -> str:
-    """An explicit Deny of SendMessage on the buffer queue in the subscriber's role."""
+    """An explicit Deny of SendMessage on the buffer queues in every subscriber's role;
+    returns the realtime step's buffer queue ARN (the one this path's rows go to)."""
     iam = pipeline.engine.iam
     assert iam is not None and pipeline.assembly is not None
-    [key] = [k for k in iam.roles if k.startswith(SUBSCRIBER_ROLE_PREFIX)]
-    buffer = pipeline.assembly.by_path_suffix("/Classify/BufferQueue/Resource", "AWS::SQS::Queue")
-    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
-    assert queue is not None
-    role = iam.roles[key]
+    arns = []
+    for step in ("Classify", "ClassifyBatch"):
+        buffer = pipeline.assembly.by_path_suffix(
+            f"/{step}/BufferQueue/Resource", "AWS::SQS::Queue"
+        )
+        queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
+        assert queue is not None
+        arns.append(queue.arn)
     deny = {
         "Version": "2012-10-17",
-        "Statement": [{"Effect": "Deny", "Action": "sqs:SendMessage", "Resource": queue.arn}],
+        "Statement": [{"Effect": "Deny", "Action": "sqs:SendMessage", "Resource": arns}],
     }
-    iam.roles[key] = RolePolicies(role.function, role.role_name, [*role.documents, deny])
-    return queue.arn
+    keys = [k for k in iam.roles if k.startswith(SUBSCRIBER_ROLE_PREFIX)]
+    assert len(keys) == 2, keys
+    for key in keys:
+        role = iam.roles[key]
+        iam.roles[key] = RolePolicies(role.function, role.role_name, [*role.documents, deny])
+    return arns[0]
 
 
 def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
@@ -321,7 +358,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
         csv_path=_csv(tmp_path), cdk_out=cdk_out, log_file=tmp_path / "h.log", **options
     )
     with LocalPipeline(run_options) as pipeline, _archived_object_reads_fail():
-        if path == "refused":
+        if path in ("refused", "batch-refused"):
             assert pipeline.model is not None
             pipeline.model.labels = ("lukewarm",)
             _read_key_from_the_secret(pipeline)
@@ -340,7 +377,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             _browse_and_sweep(pipeline)
             _split_edge_cases(pipeline, result.object_key)
             _redrive_one(pipeline, bodies)
-        if path == "refused":
+        if path in ("refused", "batch-refused"):
             _retry_one(pipeline)
         assert not iam.denials, iam.denials
         return {function: set(grants) for function, grants in iam.unused_grants().items()}
@@ -354,27 +391,22 @@ def unused(cdk_out: Path, tmp_path_factory) -> dict[str, set[str]]:
     return {f: set.intersection(*(run.get(f, set()) for run in runs)) for f in functions}
 
 
+FUNCTIONS = [
+    "Splitter",
+    "Classify/Function",
+    "FailureRecorder",
+    "UploadSweeper",
+    "Viewer",
+    "Classify/Subscriber",
+    "ClassifyBatch/Function",
+    "ClassifyBatch/Subscriber",
+]
+
+
 def test_every_function_is_checked(unused):
-    assert set(unused) == {
-        "Splitter",
-        "Classify/Function",
-        "FailureRecorder",
-        "UploadSweeper",
-        "Viewer",
-        "Classify/Subscriber",
-    }
+    assert set(unused) == set(FUNCTIONS)
 
 
-@pytest.mark.parametrize(
-    "function",
-    [
-        "Splitter",
-        "Classify/Function",
-        "FailureRecorder",
-        "UploadSweeper",
-        "Viewer",
-        "Classify/Subscriber",
-    ],
-)
+@pytest.mark.parametrize("function", FUNCTIONS)
 def test_no_grant_of_the_function_is_unused_over_the_test_paths(unused, function):
-    assert unused[function] == set()
+    assert unused[function] <= NOT_YET_USED.get(function, set())

@@ -185,10 +185,14 @@ def test_the_real_stack_makes_no_denied_call_and_lists_unused_grants(clean_run):
         "Classify/Function",
         "FailureRecorder",
         "Viewer",
-        # Run by a fixed-rate schedule, which the local run does not fire.
+        # Its fixed-rate schedule fires every 15 run-minutes, after this short run.
         "UploadSweeper",
         # The subscriber's role: only sqs:SendMessage to the buffer queue is used.
         "Classify/Subscriber",
+        # Message Batches (issue 19): this small upload goes realtime; only the batch step's
+        # schedule tick runs.
+        "ClassifyBatch/Function",
+        "ClassifyBatch/Subscriber",
     }
     # Log delivery is the Lambda service's, never reported; the viewer is not invoked at all.
     assert not any("logs:" in g for grants in clean_run.unused_grants.values() for g in grants)

@@ -81,7 +81,7 @@ def test_the_queue_horizon_is_read_from_the_steps_redrive_chain(assembly):
     for resource in assembly.of_type("AWS::SQS::Queue"):
         props = resource.properties
         redrive = props.get("RedrivePolicy")
-        if redrive and "Classify" in resource.path:
+        if redrive and "/Classify/" in resource.path:
             expected += redrive["maxReceiveCount"] * props.get("VisibilityTimeout", 30)
     # THEN the horizon is their sum (the DLQ itself, without a redrive policy, adds nothing)
     assert expected > 0

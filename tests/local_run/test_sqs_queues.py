@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from constructs_lib.local_engine.sqs_queues import LocalQueues, MappingPoller
-from tests.local_run.local_queues import make_queue
+from tests.local_run.local_queues import MINUTE, make_queue
 
 
 def test_delay_and_visibility_run_on_the_compressed_clock(clock):
@@ -128,3 +128,73 @@ def test_a_real_client_is_answered_by_the_local_queue(clock):
         assert raised.value.response["Error"]["Code"] == "MessageNotInflight"
         attributes = sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=["All"])
         assert attributes["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
+
+
+# --- batching windows (issue 19: the Message Batches step's mapping) ----------------------
+
+
+def _window_poller(clock, queue, pool, batches, *, batch_size, window):
+    scheduler, tracker = clock
+
+    def invoke(event):
+        batches.append(len(event["Records"]))
+        return {"batchItemFailures": []}
+
+    return MappingPoller(
+        queue,
+        invoke,
+        name="batch-step",
+        batch_size=batch_size,
+        report_batch_item_failures=True,
+        max_concurrency=2,
+        executor=pool,
+        tracker=tracker,
+        batching_window_seconds=window,
+        scheduler=scheduler,
+        seconds_per_minute=MINUTE,
+    )
+
+
+def test_a_batching_window_gathers_the_rows_sent_within_it_into_one_invocation(clock):
+    _, tracker = clock
+    queue = make_queue(clock, "batch-buffer", visibility_timeout=600)
+    batches: list[int] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # GIVEN a mapping of batch size 10,000 with a 60 s window (0.2 s locally)
+        _window_poller(clock, queue, pool, batches, batch_size=10_000, window=60)
+        # WHEN 300 rows arrive within the window
+        for n in range(300):
+            queue.send(f"row {n}")
+        assert tracker.wait_idle(10)
+    # THEN one invocation took them all, not 30 invocations of 10
+    assert batches == [300] and len(queue) == 0
+
+
+def test_without_a_window_a_batch_holds_at_most_ten_records(clock):
+    _, tracker = clock
+    queue = make_queue(clock, "plain-buffer", visibility_timeout=600)
+    batches: list[int] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        _window_poller(clock, queue, pool, batches, batch_size=10_000, window=0)
+        for n in range(25):
+            queue.send(f"row {n}")
+        assert tracker.wait_idle(10)
+    assert max(batches) <= 10 and sum(batches) == 25
+
+
+def test_a_batch_stops_at_lambdas_six_megabyte_payload(clock):
+    queue = make_queue(clock, "big-buffer", visibility_timeout=600)
+    body = "x" * (1024 * 1024)  # 1 MiB rows: six do not fit with their record overhead
+    for _ in range(8):
+        queue.send(body)
+    taken, _ = queue.receive(10_000, 6 * 1024 * 1024)
+    assert len(taken) == 5
+
+
+def test_sent_timestamp_reads_the_age_on_the_runs_clock(clock):
+    queue = make_queue(clock, "aged", visibility_timeout=600)
+    queue.send("row")
+    time.sleep(0.2)  # one minute of AWS time at MINUTE = 0.2 s
+    (message,), _ = queue.receive(1)
+    age_ms = time.time() * 1000 - int(message["Attributes"]["SentTimestamp"])
+    assert 55_000 < age_ms < 80_000

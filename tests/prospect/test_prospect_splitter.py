@@ -396,3 +396,61 @@ def test_sample_file_splits_into_expected_counts(aws, lambda_context):
     rows = _rows(aws.drain_published())
     assert any("\n" in r["notes"] for r in rows)
     assert any(r["email"] == "用户@例子.广告" for r in rows)
+
+
+# --- Message Batches delivery (issue 19) ---------------------------------------------------
+
+INVALID = "not-an-email,Bo,Li,Acme,CEO,US,"
+
+
+def _split_marked(aws, lambda_context, monkeypatch, delivery, lines, min_rows="3"):
+    """Split ``lines`` under DELIVERY=``delivery``; the row numbers marked for batch and not."""
+    monkeypatch.setenv("DELIVERY", delivery)
+    monkeypatch.setenv("BATCH_MIN_ROWS", min_rows)
+    handler(aws.put_csv(f"{delivery}-{len(lines)}.csv", _csv(*lines)), lambda_context)
+    rows = _rows(aws.drain_published())
+    marked = sorted(r["row_number"] for r in rows if r.get("delivery") == "batch")
+    unmarked = sorted(r["row_number"] for r in rows if "delivery" not in r)
+    return marked, unmarked
+
+
+def test_auto_sends_an_upload_with_batch_min_rows_valid_rows_by_batch(
+    aws, lambda_context, monkeypatch
+):
+    # GIVEN BATCH_MIN_ROWS=3 and an upload of 3 valid rows (and one invalid)
+    marked, unmarked = _split_marked(
+        aws, lambda_context, monkeypatch, "auto", [VALID, INVALID, VALID, VALID]
+    )
+    # THEN every valid row carries the batch marker
+    assert (marked, unmarked) == ([1, 3, 4], [])
+
+
+def test_auto_counts_valid_rows_not_rows(aws, lambda_context, monkeypatch):
+    # GIVEN 4 rows of which only 2 are valid: below BATCH_MIN_ROWS=3
+    marked, unmarked = _split_marked(
+        aws, lambda_context, monkeypatch, "auto", [VALID, INVALID, INVALID, VALID]
+    )
+    # THEN the upload goes realtime: no row is marked
+    assert (marked, unmarked) == ([], [1, 4])
+
+
+@pytest.mark.parametrize(("delivery", "batch"), [("batch", True), ("realtime", False)])
+def test_batch_and_realtime_ignore_the_row_count(aws, lambda_context, monkeypatch, delivery, batch):
+    marked, unmarked = _split_marked(aws, lambda_context, monkeypatch, delivery, [VALID])
+    assert (marked, unmarked) == (([1], []) if batch else ([], [1]))
+
+
+def test_a_splitter_without_delivery_set_sends_everything_realtime(
+    aws, lambda_context, monkeypatch
+):
+    # A splitter deployed without a batch step must never mark a row for one.
+    monkeypatch.delenv("DELIVERY", raising=False)
+    assert Settings.from_env().delivery == "realtime"
+
+
+def test_an_unknown_delivery_is_a_configuration_error(aws, monkeypatch):
+    from prospect_contract.errors import ConfigurationError
+
+    monkeypatch.setenv("DELIVERY", "later")
+    with pytest.raises(ConfigurationError, match="DELIVERY must be one of realtime, batch, auto"):
+        Settings.from_env()

@@ -129,6 +129,10 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
         "replayed_input_tokens": 0, "replayed_output_tokens": 0,
         "replayed_cache_creation_input_tokens": 0, "replayed_cache_read_input_tokens": 0,
+        # Message Batches (issue 19): none here, and this split recorded no delivery.
+        "delivery": None, "batch_requests": 0, "batch_input_tokens": 0,
+        "batch_output_tokens": 0, "batch_cache_creation_input_tokens": 0,
+        "batch_cache_read_input_tokens": 0, "batches": 0,
         # No MODEL_PRICE: the cost is unknown, never a guess.
         "cost_usd": None, "saved_by_replays_usd": None, "saved_by_cache_usd": None,
         "saved_by_batch_usd": None,
@@ -427,6 +431,57 @@ def test_the_summary_reports_cache_tokens_dollars_and_savings(aws, clock):
     # 12,000 cached tokens at $1, less $0.0075 of write and $0.0006 of read.
     assert detail["saved_by_cache_usd"] == 0.0039
     assert detail["saved_by_batch_usd"] == 0.0
+
+
+def batch_billed(batch_id: str, input_tokens: int = 100, output_tokens: int = 2) -> dict:
+    """A delivery answered by a Message Batch result (issue 19)."""
+    result = {"status": "completed", "label": "hot", "delivery": "batch", "batch_id": batch_id}
+    return billed(input_tokens, output_tokens, result=result)
+
+
+def test_batch_answers_count_batch_requests_tokens_and_batches_at_half_price(aws, clock):
+    from prospect_contract.cost import Price
+
+    create_upload_tables(aws.session)
+    price = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
+    ledger = new_ledger(aws, clock, model_price=price)
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=3, valid=3, invalid=0, delivery="batch")
+    # GIVEN rows 1-2 answered by one batch, row 3 by another, and a duplicate of row 1
+    # replayed from its stored batch result
+    ledger.row_classified("u-1", 1, "hot", batch_billed("msgbatch_a"))
+    ledger.row_classified(
+        "u-1", 1, "hot", {**REPLAYED, "result": batch_billed("msgbatch_a")["result"]}
+    )
+    ledger.row_classified("u-1", 2, "hot", batch_billed("msgbatch_a"))
+    ledger.row_classified("u-1", 3, "hot", batch_billed("msgbatch_b", 200, 4))
+
+    [event] = completed_events(aws.drain_published())
+    detail = event["detail"]
+    # THEN every billed request is a batch request, counted once per request, in two batches
+    assert detail["delivery"] == "batch"
+    assert (detail["model_requests"], detail["batch_requests"], detail["batches"]) == (3, 3, 2)
+    assert (detail["batch_input_tokens"], detail["batch_output_tokens"]) == (400, 8)
+    assert (detail["input_tokens"], detail["output_tokens"]) == (400, 8)
+    # AND the cost is half the realtime price: (400 x $1 + 8 x $5) / 1e6 = $0.00044 realtime
+    assert detail["saved_by_batch_usd"] == 0.00022
+    assert detail["cost_usd"] == 0.00022
+
+
+def test_a_batch_upload_is_waiting_in_batch_until_its_rows_are_answered(aws, ledger):
+    from prospect_viewer.uploads import upload_view
+
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=3, valid=3, invalid=0, delivery="batch")
+    ledger.row_classified("u-1", 1, "hot", batch_billed("msgbatch_a"))
+    # WHEN the viewer shows the upload with one row answered
+    view = upload_view(upload_item(aws.session, "u-1"))
+    # THEN two rows are waiting in batch, one batch answered
+    assert (view["delivery"], view["waiting_in_batch"], view["batches"]) == ("batch", 2, 1)
+    assert view["batch_requests"] == 1 and view["batch_tokens"] == 102
+    ledger.row_classified("u-1", 2, "hot", batch_billed("msgbatch_a"))
+    ledger.row_failed("u-1", 3, "invalid_request_error")
+    assert upload_view(upload_item(aws.session, "u-1"))["waiting_in_batch"] == 0
 
 
 def _upload_metric_documents(out: str) -> list[dict]:

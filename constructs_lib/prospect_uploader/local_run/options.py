@@ -17,6 +17,10 @@ from constructs_lib.local_engine.progress import Progress
 MODELS = ("local", "anthropic")
 #: Where the stack's classify step calls Claude; the first is the default (issue 22).
 PROVIDERS = ("anthropic", "bedrock")
+#: Values of ``--delivery`` (issue 19): the stack's context ``delivery``.
+DELIVERIES = ("realtime", "batch", "auto")
+#: Seconds of the run's clock a local Message Batch takes to end (the local model's default).
+DEFAULT_BATCH_DELAY_SECONDS = 60.0
 DEFAULT_STACK = "ProspectUploader"
 
 
@@ -41,6 +45,13 @@ class RunOptions:
     with (``-c model_provider=bedrock``); ``bedrock`` runs it against the local
     ``bedrock-runtime`` (:mod:`~constructs_lib.local_engine.local_bedrock`), each call
     checked against the step's ``bedrock:InvokeModel`` grant.
+
+    Message Batches delivery (issue 19): ``delivery`` [the template's]: ``realtime``,
+    ``batch`` or ``auto``, the splitter's ``DELIVERY`` as ``-c delivery=...`` sets it (the
+    assembly must have the batch step unless ``realtime``); ``batch_delay_seconds`` [60]:
+    seconds of the run's clock from a Message Batch's creation to its end;
+    ``batch_errored_rate`` and ``batch_expired_rate`` [0.0]: the share of batch requests
+    whose result is ``errored`` (``api_error``) / ``expired`` (seeded by ``seed``).
     """
 
     csv_path: Path
@@ -62,6 +73,11 @@ class RunOptions:
     throttle_rate: float = 0.0
     provider: str = "anthropic"
     progress: Progress | None = field(default=None, compare=False)
+    # Message Batches delivery (issue 19).
+    delivery: str | None = None
+    batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS
+    batch_errored_rate: float = 0.0
+    batch_expired_rate: float = 0.0
 
 
 def validate_options(options: RunOptions) -> None:
@@ -113,6 +129,28 @@ def validate_options(options: RunOptions) -> None:
         raise UsageError("--backoff-minute-ms and --timeout-cap must be positive")
     if options.run_timeout_seconds is not None and not options.run_timeout_seconds > 0:
         raise UsageError(f"--run-timeout must be positive, got {options.run_timeout_seconds:g}")
+    _validate_batch_options(options)
+
+
+def _validate_batch_options(options: RunOptions) -> None:
+    """Message Batches delivery (issue 19)."""
+    if options.delivery is not None and options.delivery not in DELIVERIES:
+        raise UsageError(
+            f"--delivery must be one of {', '.join(DELIVERIES)}, got {options.delivery!r}"
+        )
+    for flag, value in (
+        ("--batch-errored-rate", options.batch_errored_rate),
+        ("--batch-expired-rate", options.batch_expired_rate),
+    ):
+        if not 0.0 <= value <= 1.0:
+            raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
+    if options.batch_errored_rate + options.batch_expired_rate > 1.0:
+        raise UsageError("--batch-errored-rate and --batch-expired-rate add up to more than 1")
+    if not options.batch_delay_seconds >= 0:
+        raise UsageError(f"--batch-delay must not be negative, got {options.batch_delay_seconds:g}")
+    faults = options.batch_errored_rate or options.batch_expired_rate
+    if options.model == "anthropic" and faults:
+        raise UsageError("--batch-errored-rate and --batch-expired-rate need --model local")
 
 
 # What the local run imports beyond the library's own dependencies (moto for AWS; the

@@ -18,9 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +38,7 @@ from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_o
 from constructs_lib.local_engine.lambda_async import model_deadline_seconds
 from constructs_lib.local_engine.local_bedrock import LocalBedrockRuntime
 from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
+from constructs_lib.local_engine.message_batches import BATCH_LIFETIME_SECONDS
 from constructs_lib.local_engine.run_bound import (
     RunBound,
     RunWork,
@@ -54,6 +58,12 @@ LOCAL_API_KEY = "sk-ant-local-run-not-a-real-key"
 SPLIT_RECORD_PREFIX = "prospect-splitter.split_upload#"
 SPLITTER_HANDLER = "prospect_splitter.handler.handler"
 ROW_DETAIL_TYPE = "Prospect Row Validated"
+BILLED_TOKEN_NAMES = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
 
 
 def _new_log_file() -> Path:
@@ -88,6 +98,8 @@ class LocalPipeline:
         self.run_bound: RunBound | None = None  # None: --run-timeout was given
         #: With ``--provider bedrock`` and the IAM check: the InvokeModel check.
         self.bedrock_check: BedrockInvokeCheck | None = None
+        #: Tokens of billed Message Batch results (issue 19), as the API names them.
+        self.batch_tokens: dict[str, int] = dict.fromkeys(BILLED_TOKEN_NAMES, 0)
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -142,15 +154,19 @@ class LocalPipeline:
                     else None,
                     # Prompt-cache TTLs run on the run's clock, as the retries do.
                     run_clock=lambda: time.monotonic() * 60.0 / options.seconds_per_minute,
+                    batch_errored_rate=options.batch_errored_rate,
+                    batch_expired_rate=options.batch_expired_rate,
                 )
             )
             if bedrock:
                 # Read by the SDK's AnthropicBedrock; it signs with moto's fake credentials.
                 environment["ANTHROPIC_BEDROCK_BASE_URL"] = self._model.base_url
             else:
+                self._batches_on_the_run_clock(self._model)
                 # ANTHROPIC_API_KEY wins over the secret, so Secrets Manager is never called.
                 environment["ANTHROPIC_API_KEY"] = LOCAL_API_KEY
                 environment["ANTHROPIC_BASE_URL"] = self._model.base_url
+        environment.update(self._delivery_environment(assembly))
         self._stack.enter_context(handler_output_to(self.log_path))
         run_timeout, note = options.run_timeout_seconds, "the bound --run-timeout gave"
         if run_timeout is None:
@@ -192,6 +208,96 @@ class LocalPipeline:
                 BedrockInvokeCheck(engine.iam, model.base_url).installed()
             )
 
+    # -- Message Batches delivery (issue 19) -----------------------------------------------
+    def _batches_on_the_run_clock(self, model: LocalMessagesAPI) -> None:
+        """The local Message Batches keep epoch time (the runtime compares a batch's
+        ``created_at`` with its own clock to reconcile and to cancel), and their processing
+        delay and 24 h lifetime are converted to the run's clock instead."""
+        scale = self.options.seconds_per_minute / 60.0
+        store = model.batches
+        store.clock = time.time
+        store.processing_delay = self.options.batch_delay_seconds * scale
+        store.lifetime_seconds = BATCH_LIFETIME_SECONDS * scale
+        # Each request answered once: the local model builds (and counts) a result when its
+        # results stream is read, and a collection that resumes reads the stream again from
+        # the start. Also the batch-billed part of the tokens (priced at the discount).
+        answer, tokens, lock = store.answer, self.batch_tokens, threading.Lock()
+        answered: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+        def counted(params: dict[str, Any], request_id: str) -> dict[str, Any]:
+            with lock:
+                known = answered.get(id(params))
+            if known is not None and known[0] is params:
+                return known[1]
+            body = answer(params, request_id)
+            with lock:
+                answered[id(params)] = (params, body)
+                for name in tokens:
+                    tokens[name] += int((body.get("usage") or {}).get(name) or 0)
+            return body
+
+        store.answer = counted
+        store.decide = self._per_occurrence(model)
+
+    def _per_occurrence(self, model: LocalMessagesAPI) -> Any:
+        """Batch result faults drawn per occurrence of a custom_id, not per custom_id: the
+        local model's own draw is fixed per custom_id, so a row drawn ``expired`` would be
+        resubmitted forever (its age is on the wall clock: MAX_EVENT_AGE_SECONDS never binds
+        locally). The n-th submission of a row meets the same fate whatever the timing."""
+        seen: Counter[str] = Counter()
+        lock = threading.Lock()
+        seed = self.options.seed
+
+        def decide(custom_id: str, params: dict[str, Any]) -> str:
+            with lock:
+                occurrence = seen[custom_id]
+                seen[custom_id] += 1
+            draw = random.Random(f"{seed}:batch:{custom_id}:{occurrence}").random()
+            if draw < model.batch_errored_rate:
+                return "api_error"
+            if draw < model.batch_errored_rate + model.batch_expired_rate:
+                return "expired"
+            return "succeeded"
+
+        return decide
+
+    def _delivery_environment(self, assembly: CloudAssembly) -> dict[str, str]:
+        """``--delivery``: the splitter's ``DELIVERY``, exactly as ``-c delivery=...`` sets it
+        (with a batch step in the template, the context changes nothing else)."""
+        delivery = self.options.delivery
+        if delivery is None:
+            return {}
+        if delivery != "realtime" and not any(spec.is_batch for spec in assembly.functions()):
+            raise UsageError(
+                f"--delivery {delivery} needs a Message Batches step in the assembly, which "
+                "`-c delivery=realtime` leaves out: synthesize with -c delivery=auto (the "
+                "default) or batch"
+            )
+        return {"DELIVERY": delivery}
+
+    def _collect_batches(self, result: RunResult) -> None:
+        """What the local Message Batches did: batches, requests, billed results."""
+        engine = self.engine
+        splitter = next(
+            (s for s in engine.assembly.functions() if s.handler == SPLITTER_HANDLER), None
+        )
+        template = splitter.environment.get("DELIVERY") if splitter else None
+        result.delivery = self.options.delivery or (
+            template if isinstance(template, str) else "realtime"
+        )
+        if self._model is None:
+            return
+        store = self._model.batches
+        batches = list(store.batches.values())
+        result.batches = len(batches)
+        result.batch_requests = sum(len(batch.requests) for batch in batches)
+        result.batch_billed = store.billed
+        result.batch_results = dict(store.result_counts)
+        result.billed_requests += store.billed
+        result.max_requests_per_key = max(
+            result.max_requests_per_key, max(store.billed_by_custom_id.values(), default=0)
+        )
+
     def _derived_bound(self, assembly: CloudAssembly, model_step: FunctionSpec) -> RunBound:
         """The default run timeout: the work of this file under these options."""
         options = self.options
@@ -225,7 +331,7 @@ class LocalPipeline:
         """Delete the splitter's idempotency records, as a failed attempt leaves them."""
         engine = self.engine
         table = engine.aws.session.resource("dynamodb").Table(
-            engine.environment["IDEMPOTENCY_TABLE_NAME"]
+            engine.variable("IDEMPOTENCY_TABLE_NAME")
         )
         released = 0
         for item in table.scan(ProjectionExpression="id").get("Items", []):
@@ -297,8 +403,8 @@ class LocalPipeline:
         dynamodb = engine.aws.session.resource("dynamodb")
         read_outcome(
             result,
-            dynamodb.Table(engine.environment["FAILURES_TABLE_NAME"]),
-            dynamodb.Table(engine.environment["PROSPECTS_TABLE_NAME"]),
+            dynamodb.Table(engine.variable("FAILURES_TABLE_NAME")),
+            dynamodb.Table(engine.variable("PROSPECTS_TABLE_NAME")),
         )
         stats = engine.function_stats()
         result.functions = dict(stats)
@@ -311,7 +417,10 @@ class LocalPipeline:
             result.published + result.deduplicated + engine.router.published.get(ROW_DETAIL_TYPE, 0)
         )
         result.split_runs = stats.get(self._splitter_name, {}).get("deliveries", 0)
-        result.deliveries = stats[model_step.display_name]["deliveries"]
+        # Every classify step's row deliveries (a batch step's schedule ticks are not in its
+        # stats: the engine runs them apart).
+        steps = self.assembly.model_step_functions()
+        result.deliveries = sum(stats[step.display_name]["deliveries"] for step in steps)
         result.lambda_retries = sum(s["retries"] for s in stats.values())
         result.on_failure_records = sum(s["on_failure"] for s in stats.values())
         result.in_progress_exhausted = engine.in_progress_exhausted
@@ -323,9 +432,10 @@ class LocalPipeline:
         result.kills = engine.faults.kills
         result.throttles = engine.faults.throttles
         result.redriven_by_queue = engine.redriven()
-        for dead_letters in engine.step_dead_letters(model_step):
-            result.uncoded_dead_letters += dead_letters.uncoded
-            result.unrun_dead_letters += dead_letters.redriven_uncoded_unrun
+        for step in steps:
+            for dead_letters in engine.step_dead_letters(step):
+                result.uncoded_dead_letters += dead_letters.uncoded
+                result.unrun_dead_letters += dead_letters.redriven_uncoded_unrun
         result.left_on_queue = sum(d.left for d in drains)
         result.alert_messages = [m for target in engine.sns_targets for m in target.messages]
         result.alerts = len(result.alert_messages)
@@ -341,8 +451,10 @@ class LocalPipeline:
         if self.bedrock_check is not None:
             result.bedrock_invocations_checked = self.bedrock_check.evaluated
             result.bedrock_destinations = dict(self.bedrock_check.destinations)
+        self._collect_batches(result)
         if self._model is not None:
-            result.model_requests = self._model.request_count
+            # Billed requests of both paths: realtime HTTP requests and batch results.
+            result.model_requests = self._model.request_count + self._model.batches.billed
             result.model_outcomes = dict(self._model.outcomes)
             result.requests_per_row = self._model.requests_per_row_by_plan()
             result.rate_limited = self._model.outcomes.get("429", 0)
@@ -359,6 +471,7 @@ class LocalPipeline:
                 "output_tokens": result.output_tokens,
                 "cache_creation_input_tokens": result.cache_creation_input_tokens,
                 "cache_read_input_tokens": result.cache_read_input_tokens,
+                **{f"batch_{name}": count for name, count in self.batch_tokens.items()},
             }
             price = engine.environment.get("MODEL_PRICE")
             result.cost_usd = upload_cost(billed, price)["cost_usd"]

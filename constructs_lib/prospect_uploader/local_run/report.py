@@ -18,7 +18,8 @@ JSON_FIELDS = {
     "classified": "prospect rows labelled in ProspectsTable",
     "failed": "valid rows that ended in the failure store without a label",
     "dlq": "model-step failures recorded from FailureQueue (one per row)",
-    "model_requests": "HTTP requests that reached the model",
+    "model_requests": "requests that reached the model: realtime HTTP requests plus billed "
+    "Message Batch requests",
     "deliveries": "row-event deliveries to the classify function, first attempts only",
     "alerts": "upload alerts published to AlertTopic",
     "deduplicated": "row events an EventBridge v2 bus answered DEDUPLICATED (publish side)",
@@ -47,6 +48,10 @@ JSON_FIELDS = {
     "unrun_dead_letters": "step dead letters whose every receive was throttled (no code)",
     "model_answer_ms": "wall ms from a model request to its answer: p50, p99, max",
     "run_timeout_s": "the bound the run had to settle in (derived from the work, or given)",
+    # Message Batches delivery (issue 19).
+    "delivery": "how the splitter sent the rows: realtime, batch or auto (--delivery)",
+    "batches": "Message Batches created on the local model",
+    "batch_requests": "requests submitted in Message Batches (resubmissions included)",
 }
 
 
@@ -96,6 +101,11 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "unrun_dead_letters": result.unrun_dead_letters,
         "model_answer_ms": result.model_answer_ms,
         "run_timeout_s": result.run_timeout_s,
+        # Message Batches delivery (issue 19).
+        "delivery": result.delivery,
+        "batches": result.batches,
+        "batch_requests": result.batch_requests,
+        "batch_results": result.batch_results,
     }
 
 
@@ -126,6 +136,12 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
             f"{JSON_FIELDS['deliveries']} ({result.duplicates} per event)",
         ),
         ("deduplicated", result.deduplicated, JSON_FIELDS["deduplicated"]),
+        (
+            "batches",
+            result.batches,
+            f"{JSON_FIELDS['batches']} ({result.batch_requests} requests, "
+            f"{result.batch_billed} billed; delivery {result.delivery or '-'})",
+        ),
         ("rate limited", result.rate_limited, JSON_FIELDS["rate_limited"]),
         (
             "tokens in/out",

@@ -92,6 +92,12 @@ class RunResult:
     denials: list[str] = field(default_factory=list)  # "function: action on resource"
     unused_grants: dict[str, list[str]] = field(default_factory=dict)
     unevaluated_conditions: list[str] = field(default_factory=list)
+    # Message Batches delivery (issue 19).
+    delivery: str | None = None  # the splitter's DELIVERY for this run (realtime/batch/auto)
+    batches: int = 0  # Message Batches created on the local model
+    batch_requests: int = 0  # requests submitted in those batches
+    batch_billed: int = 0  # of those, billed (succeeded results)
+    batch_results: dict[str, int] = field(default_factory=dict)  # by result type
 
     @property
     def max_attempts(self) -> int:

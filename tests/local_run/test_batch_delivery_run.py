@@ -1,0 +1,127 @@
+"""Whole local runs of the Message Batches path (issue 19, item 5): ``--delivery batch`` on
+the synthesized stack (context ``delivery=auto``, so the batch step is in the template),
+the batch runtime, the local model's batch endpoints and the schedule tick fired on the
+run's clock. Tens of rows each, so the runs stay short."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.scale import write_csv
+from constructs_lib.local_engine.errors import UsageError
+from constructs_lib.prospect_uploader.cli import main
+from constructs_lib.prospect_uploader.local_run import (
+    RunOptions,
+    RunResult,
+    check_invariants,
+    run_pipeline,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _assert_invariants(result: RunResult) -> None:
+    failing = [check for check in check_invariants(result) if not check.ok]
+    assert not failing, failing
+
+
+def test_batch_delivery_bills_one_request_per_row_at_two_copies(cdk_out: Path, tmp_path):
+    # GIVEN 20 rows sent by batch, every event delivered twice (and the split run twice)
+    result = run_pipeline(
+        RunOptions(
+            csv_path=write_csv(tmp_path / "rows.csv", 20),
+            cdk_out=cdk_out,
+            duplicates=2,
+            delivery="batch",
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    _assert_invariants(result)
+    # THEN every row is classified by one billed batch request, none realtime
+    assert result.delivery == "batch"
+    assert (result.valid, result.classified, result.failed) == (20, 20, 0)
+    assert result.model_requests == result.valid == result.batch_requests
+    assert result.model_outcomes == {}  # no realtime request at all
+    assert result.batches >= 1 and result.batch_results == {"succeeded": 20}
+    assert result.max_requests_per_key == 1 and result.denied == 0
+    # AND both copies of each row reached the batch step's buffer
+    assert result.deliveries == 40
+
+
+def test_errored_and_expired_results_are_sent_again_and_billed_once(cdk_out: Path, tmp_path):
+    # GIVEN a local model whose batches answer about a third of the requests errored
+    # (api_error, retried within the key's budget) or expired (not billed, resubmitted)
+    result = run_pipeline(
+        RunOptions(
+            csv_path=write_csv(tmp_path / "rows.csv", 20),
+            cdk_out=cdk_out,
+            delivery="batch",
+            batch_errored_rate=0.15,
+            batch_expired_rate=0.15,
+            seed=4,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    # THEN rows came back in later batches, and each row ended once, billed at most once
+    assert result.batches >= 2 and result.batch_requests > result.valid
+    assert result.batch_results.get("api_error", 0) + result.batch_results.get("expired", 0) > 0
+    assert result.classified + result.failed == result.valid == 20
+    assert result.max_requests_per_key == 1
+    assert result.model_requests == result.batch_results["succeeded"] == result.classified
+
+
+def test_auto_sends_a_small_upload_realtime(cdk_out: Path, tmp_path):
+    # GIVEN the template's auto with batch_min_rows 2,000 and an upload of 12 rows
+    result = run_pipeline(
+        RunOptions(
+            csv_path=write_csv(tmp_path / "rows.csv", 12),
+            cdk_out=cdk_out,
+            delivery="auto",
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    _assert_invariants(result)
+    # THEN no batch was created: every row went realtime
+    assert (result.batches, result.batch_requests, result.model_requests) == (0, 0, 12)
+
+
+def test_json_reports_batches_and_batch_requests(cdk_out: Path, tmp_path, capsys):
+    code = main(
+        [
+            "run",
+            str(write_csv(tmp_path / "rows.csv", 10)),
+            "--cdk-out",
+            str(cdk_out),
+            "--delivery",
+            "batch",
+            "--duplicates",
+            "2",
+            "--json",
+            "--log-file",
+            str(tmp_path / "handlers.log"),
+        ]
+    )
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0
+    assert (line["delivery"], line["batch_requests"], line["model_requests"]) == ("batch", 10, 10)
+    assert line["batches"] >= 1 and line["valid"] == 10
+
+
+def test_delivery_batch_needs_the_batch_step(realtime_cdk_out: Path, tmp_path):
+    with pytest.raises(UsageError, match="--delivery batch needs a Message Batches step"):
+        run_pipeline(
+            RunOptions(
+                csv_path=write_csv(tmp_path / "rows.csv", 2),
+                cdk_out=realtime_cdk_out,
+                delivery="batch",
+                log_file=tmp_path / "handlers.log",
+            )
+        )
+
+
+def test_a_bad_delivery_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="--delivery must be one of realtime, batch, auto"):
+        run_pipeline(RunOptions(csv_path=write_csv(tmp_path / "rows.csv", 1), delivery="later"))
