@@ -75,15 +75,17 @@ class QueueSettings:
 
     @classmethod
     def from_template(cls, template: dict[str, Any]) -> QueueSettings:
-        """The settings of the (one) model step in ``template``: the function whose
-        environment names a redrive queue, and its buffer and redrive queues."""
+        """The settings of the realtime model step in ``template``: the function whose
+        environment names a redrive queue and no batch delivery (the Prospect stack also
+        has a Message Batches step), and its buffer and redrive queues."""
         resources = template["Resources"]
         [(function, env)] = [
-            (resource["Properties"], resource["Properties"]["Environment"]["Variables"])
+            (resource["Properties"], variables)
             for resource in resources.values()
             if resource["Type"] == "AWS::Lambda::Function"
             and "REDRIVE_QUEUE_ARN"
-            in resource["Properties"].get("Environment", {}).get("Variables", {})
+            in (variables := resource["Properties"].get("Environment", {}).get("Variables", {}))
+            and variables.get("MODEL_DELIVERY", "realtime") == "realtime"
         ]
         buffer = resources[env["BUFFER_QUEUE_URL"]["Ref"]]["Properties"]
         redrive = resources[env["REDRIVE_QUEUE_ARN"]["Fn::GetAtt"][0]]["Properties"]
