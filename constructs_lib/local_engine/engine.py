@@ -68,6 +68,8 @@ from .sqs_queues import LocalQueue, LocalQueues, MappingPoller, queue_name_of
 from .targets import LambdaTarget, SnsTarget, SqsTarget, Target
 
 logger = logging.getLogger(__name__)
+#: The shortest wall time between two firings of one scheduled rule (seconds).
+MIN_SCHEDULE_PERIOD_SECONDS = 0.25
 
 IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
 # EventBridge v2 subscriber retry defaults (field notes): 5 attempts, 300 s.
@@ -304,7 +306,11 @@ class LocalEngine:
         """Fire every ``rate(...)`` rule's Lambda targets on the run's clock, first one period
         after the start, with the target's constant ``Input`` (else EventBridge's ``Scheduled
         Event``). A firing is an async invocation, as EventBridge's; the timer itself is no
-        work in flight, so a run settles between firings."""
+        work in flight, so a run settles between firings. On a clock faster than
+        :data:`MIN_SCHEDULE_PERIOD_SECONDS` a period, firings are that far apart instead: a
+        one-minute tick on a 0.05 s minute would otherwise run back to back and take a core
+        from the work the run waits for (a tick's period changes how soon it acts, never what
+        it does)."""
         assert self._scheduler is not None
         stopped = threading.Event()
         # Registered after the pools: closed first, so no firing meets a shut-down pool.
@@ -312,7 +318,10 @@ class LocalEngine:
         for spec in self.assembly.scheduled_rules():
             if not spec.enabled:
                 continue
-            period = spec.period_seconds * self.settings.seconds_per_minute / 60.0
+            period = max(
+                spec.period_seconds * self.settings.seconds_per_minute / 60.0,
+                MIN_SCHEDULE_PERIOD_SECONDS,
+            )
             for target in spec.targets:
                 if target.resource_type != "AWS::Lambda::Function":
                     raise AssemblyError(
