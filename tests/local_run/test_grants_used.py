@@ -18,7 +18,8 @@ Paths:
   bad policy edit would add), so every row goes to its on-failure queue and is recorded;
 - ``batch-refused`` (issue 19): the refused path with every row sent by ``ClassifyBatch``
   (``--delivery batch``): staging, the tick, collection, dead letters from batch results,
-  the key from the secret, and a viewer retry that goes by batch again.
+  the key from the secret, a row moved to its redrive queue, and a viewer retry that goes
+  by batch again; ``batch-unreachable``: the unreachable path with every row for it.
 
 After the ``clean`` run the splitter also gets the same upload event again (answered from
 its record), an event for an object deleted since (S3 answers 404 only with
@@ -83,9 +84,13 @@ PATH_OPTIONS: dict[str, dict[str, Any]] = {
     # The subscriber retries 185 times, up to a minute apart, before its on-failure queue:
     # about 3 hours of AWS time, 9 s at this clock.
     "unreachable": {"seconds_per_minute": 0.05},
-    # Message Batches (issue 19): the refused path again, every row sent by ClassifyBatch.
+    # Message Batches (issue 19): the refused path again, every row sent by ClassifyBatch,
+    # and the unreachable one.
     "batch-refused": {"delivery": "batch", "seconds_per_minute": FAST_CLOCK},
+    "batch-unreachable": {"delivery": "batch", "seconds_per_minute": 0.05},
 }
+#: The paths whose subscribers may not send to the buffer queues.
+UNREACHABLE = ("unreachable", "batch-unreachable")
 PATHS = ("clean", "refused", *PATH_OPTIONS)
 POST_HEADERS = {"x-requested-with": "prospect-viewer", "content-type": "application/json"}
 #: An object whose every read fails as S3 fails a GetObject of an archived object.
@@ -94,27 +99,23 @@ ARCHIVED_KEY = "archived.csv"
 SUBSCRIBER_ROLE_PREFIX = "subscriber:"
 ACCOUNT_REGION = "us-east-1:123456789012"
 IDEMPOTENCY = f"arn:aws:dynamodb:{ACCOUNT_REGION}:table/ProspectUploader-IdempotencyTable22A5A209"
-FAILURE_QUEUE = f"arn:aws:sqs:{ACCOUNT_REGION}:ProspectUploader-FailureQueue4F308C52"
 #: Grants no local path uses YET, each with the path that needs it. Only the Message
 #: Batches step (issue 19) has any; every other function has none (the list may only
 #: shrink, and the test fails on any grant not listed).
 NOT_YET_USED: dict[str, set[str]] = {
-    # Message Batches (issue 19): the batch step's buffer-queue grants serve what no local
-    # batch run drives yet: a requeue (SendMessage) when a concurrent duplicate in another
+    # Message Batches (issue 19): three of the batch step's grants serve what no local batch
+    # run drives yet: a requeue (SendMessage) when a concurrent duplicate in another
     # invocation holds the key, the spacing of a transient staging error
-    # (ChangeMessageVisibility), the redrive queue's delete (as Classify's), and the
-    # transaction that adopts a row staged by an invocation killed before it wrote its
-    # submission (ConditionCheckItem; tests/runtime/test_batch_crash_points.py drives it).
+    # (ChangeMessageVisibility), and the transaction that adopts a row staged by an
+    # invocation killed before it wrote its submission (ConditionCheckItem;
+    # tests/runtime/test_batch_crash_points.py drives it against the real handler).
     "ClassifyBatch/Function": {
         f"sqs:SendMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
         "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
         f"sqs:ChangeMessageVisibility on arn:aws:sqs:{ACCOUNT_REGION}:"
         "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
-        f"sqs:DeleteMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
-        "ProspectUploader-ClassifyBatchRedriveQueueEDD66DDF",
         f"dynamodb:ConditionCheckItem on {IDEMPOTENCY}",
     },
-    "ClassifyBatch/Subscriber": {f"sqs:SendMessage on {FAILURE_QUEUE}"},
 }
 
 
@@ -296,13 +297,21 @@ def _split_edge_cases(pipeline: LocalPipeline, upload_key: str) -> None:
     assert len(codes) == 2, codes
 
 
-def _redrive_one(pipeline: LocalPipeline, moved: list[str]) -> None:
+def _buffer_queue(pipeline: LocalPipeline, step: str) -> Any:
+    """The local buffer queue of the model step ``step`` (Classify or ClassifyBatch)."""
+    assert pipeline.assembly is not None
+    buffer = pipeline.assembly.by_path_suffix(f"/{step}/BufferQueue/Resource", "AWS::SQS::Queue")
+    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
+    assert queue is not None
+    return queue
+
+
+def _redrive_one(pipeline: LocalPipeline, moved: list[str], step: str = "Classify") -> None:
     """Move one row's buffer message to the redrive queue, as SQS moves a message after the
     buffer's maxReceiveCount, and let the step answer it from there (from its record)."""
-    assert pipeline.assembly is not None and moved
-    buffer = pipeline.assembly.by_path_suffix("/Classify/BufferQueue/Resource", "AWS::SQS::Queue")
-    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
-    assert queue is not None and queue.dead_letter is not None
+    assert moved
+    queue = _buffer_queue(pipeline, step)
+    assert queue.dead_letter is not None
     redrive = queue.dead_letter
     deleted = redrive.stats.deleted
     redrive.send(moved[0])
@@ -310,12 +319,9 @@ def _redrive_one(pipeline: LocalPipeline, moved: list[str]) -> None:
     assert redrive.stats.deleted == deleted + 1
 
 
-def _keep_buffer_bodies(pipeline: LocalPipeline) -> list[str]:
-    """Observe (not change) what the buffer queue receives: the bodies, in order."""
-    assert pipeline.assembly is not None
-    buffer = pipeline.assembly.by_path_suffix("/Classify/BufferQueue/Resource", "AWS::SQS::Queue")
-    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
-    assert queue is not None
+def _keep_buffer_bodies(pipeline: LocalPipeline, step: str) -> list[str]:
+    """Observe (not change) what ``step``'s buffer queue receives: the bodies, in order."""
+    queue = _buffer_queue(pipeline, step)
     bodies: list[str] = []
     send = queue.send
 
@@ -327,19 +333,12 @@ def _keep_buffer_bodies(pipeline: LocalPipeline) -> list[str]:
     return bodies
 
 
-def _deny_buffer_to_subscriber(pipeline: LocalPipeline) -> str:
+def _deny_buffer_to_subscriber(pipeline: LocalPipeline, step: str) -> str:
     """An explicit Deny of SendMessage on the buffer queues in every subscriber's role;
-    returns the realtime step's buffer queue ARN (the one this path's rows go to)."""
+    returns ``step``'s buffer queue ARN (the one this path's rows go to)."""
     iam = pipeline.engine.iam
     assert iam is not None and pipeline.assembly is not None
-    arns = []
-    for step in ("Classify", "ClassifyBatch"):
-        buffer = pipeline.assembly.by_path_suffix(
-            f"/{step}/BufferQueue/Resource", "AWS::SQS::Queue"
-        )
-        queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
-        assert queue is not None
-        arns.append(queue.arn)
+    arns = [_buffer_queue(pipeline, step).arn for step in ("Classify", "ClassifyBatch")]
     deny = {
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Deny", "Action": "sqs:SendMessage", "Resource": arns}],
@@ -349,7 +348,7 @@ def _deny_buffer_to_subscriber(pipeline: LocalPipeline) -> str:
     for key in keys:
         role = iam.roles[key]
         iam.roles[key] = RolePolicies(role.function, role.role_name, [*role.documents, deny])
-    return arns[0]
+    return arns[("Classify", "ClassifyBatch").index(step)]
 
 
 def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
@@ -362,8 +361,9 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             assert pipeline.model is not None
             pipeline.model.labels = ("lukewarm",)
             _read_key_from_the_secret(pipeline)
-        denied = _deny_buffer_to_subscriber(pipeline) if path == "unreachable" else None
-        bodies = _keep_buffer_bodies(pipeline)
+        step = "ClassifyBatch" if options.get("delivery") == "batch" else "Classify"
+        denied = _deny_buffer_to_subscriber(pipeline, step) if path in UNREACHABLE else None
+        bodies = _keep_buffer_bodies(pipeline, step)
         result = pipeline.run()
         iam = pipeline.engine.iam
         assert iam is not None
@@ -377,6 +377,8 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             _browse_and_sweep(pipeline)
             _split_edge_cases(pipeline, result.object_key)
             _redrive_one(pipeline, bodies)
+        if path == "batch-refused":
+            _redrive_one(pipeline, bodies, step)
         if path in ("refused", "batch-refused"):
             _retry_one(pipeline)
         assert not iam.denials, iam.denials
