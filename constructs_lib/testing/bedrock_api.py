@@ -51,9 +51,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
-from constructs_lib.local_engine.loopback import LoopbackServer
-
-from .messages_api import Reply, Script, ScriptEntry
+from .messages_api import Reply, Script, ScriptedHandler, ScriptedServer
 from .sigv4 import SignatureError, check_signature
 
 #: The ``anthropic_version`` Bedrock accepts for Claude.
@@ -143,7 +141,7 @@ class BedrockRequest:
     request_id: str
 
 
-class FakeBedrockRuntime(LoopbackServer):
+class FakeBedrockRuntime(ScriptedServer):
     """A threaded HTTP server that imitates ``bedrock-runtime`` InvokeModel for Claude.
 
     :param script: scripted entries or a callable ``(index, body) -> entry``, see the module
@@ -225,13 +223,6 @@ class FakeBedrockRuntime(LoopbackServer):
         with self._lock:
             self.rejected.append(error_type)
 
-    def _entry_for(self, index: int, body: dict[str, Any]) -> ScriptEntry:
-        if callable(self.script):
-            return self.script(index, body)
-        if index < len(self.script):
-            return self.script[index]
-        return 200
-
     def _success_body(
         self, text: str, model_id: str, request_id: str, stop_reason: str
     ) -> dict[str, Any]:
@@ -246,23 +237,10 @@ class FakeBedrockRuntime(LoopbackServer):
             "usage": {"input_tokens": 12, "output_tokens": 3},
         }
 
-    def _wait(self, seconds: float) -> None:
-        if seconds > 0:
-            self.stopping.wait(seconds)
-
 
 def _make_handler(api: FakeBedrockRuntime) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            return  # The recorded requests are the log.
-
-        def handle(self) -> None:
-            try:
-                super().handle()
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+    class Handler(ScriptedHandler):
+        server_state = api
 
         def do_POST(self) -> None:  # http.server's naming
             started = time.monotonic()
@@ -353,21 +331,6 @@ def _make_handler(api: FakeBedrockRuntime) -> type[BaseHTTPRequestHandler]:
             chunks: int = 1,
             chunk_delay: float = 0.0,
         ) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.end_headers()
-            size = max(1, -(-len(data) // max(1, chunks)))
-            try:
-                for start in range(0, len(data), size):
-                    if start:
-                        api._wait(chunk_delay)
-                    self.wfile.write(data[start : start + size])
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+            self.write_json(status, payload, extra, chunks, chunk_delay)
 
     return Handler

@@ -46,7 +46,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -114,7 +114,71 @@ class RecordedRequest:
     request_id: str
 
 
-class FakeMessagesAPI(LoopbackServer):
+class ScriptedServer(LoopbackServer):
+    """A loopback fake answering each request from ``script`` (entries in order, then 200;
+    or a callable ``(index, body) -> entry``), holding on purpose on :attr:`stopping`."""
+
+    script: Script
+
+    def _entry_for(self, index: int, body: dict[str, Any]) -> ScriptEntry:
+        if callable(self.script):
+            return self.script(index, body)
+        if index < len(self.script):
+            return self.script[index]
+        return 200
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self.stopping.wait(seconds)
+
+
+class ScriptedHandler(BaseHTTPRequestHandler):
+    """A quiet HTTP/1.1 handler of a :class:`ScriptedServer` that writes JSON answers, whole
+    or in chunks, and shrugs off a client that gave up."""
+
+    protocol_version = "HTTP/1.1"
+    server_state: ScriptedServer
+
+    def log_message(self, format: str, *args: object) -> None:
+        # Keep test output clean; the recorded requests are the log.
+        return
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (its timeout or deadline) mid-request: nothing to do.
+            self.close_connection = True
+
+    def write_json(
+        self,
+        status: int,
+        payload: dict[str, Any],
+        headers: Mapping[str, str],
+        chunks: int = 1,
+        chunk_delay: float = 0.0,
+    ) -> None:
+        """Answer ``payload`` with ``headers``, in ``chunks`` pieces ``chunk_delay`` apart."""
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        size = max(1, -(-len(data) // max(1, chunks)))
+        try:
+            for start in range(0, len(data), size):
+                if start:
+                    self.server_state._wait(chunk_delay)
+                self.wfile.write(data[start : start + size])
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (its timeout or deadline); nothing left to do.
+            self.close_connection = True
+
+
+class FakeMessagesAPI(ScriptedServer):
     """A threaded HTTP server that imitates ``POST /v1/messages``.
 
     :param script: scripted entries or a callable, see the module docstring. Default None:
@@ -199,13 +263,6 @@ class FakeMessagesAPI(LoopbackServer):
             self.requests.append(RecordedRequest(path, body, headers, request_id))
             return index, request_id
 
-    def _entry_for(self, index: int, body: dict[str, Any]) -> ScriptEntry:
-        if callable(self.script):
-            return self.script(index, body)
-        if index < len(self.script):
-            return self.script[index]
-        return 200
-
     def _success_body(
         self, text: str, request_body: dict[str, Any], stop_reason: str = "end_turn"
     ) -> dict[str, Any]:
@@ -220,10 +277,6 @@ class FakeMessagesAPI(LoopbackServer):
             "usage": {"input_tokens": 12, "output_tokens": 3},
         }
 
-    def _wait(self, seconds: float) -> None:
-        if seconds > 0:
-            self.stopping.wait(seconds)
-
 
 def index_hex(value: int) -> str:
     """A short stable hex id, so message ids look like the real ones."""
@@ -237,19 +290,8 @@ def _error_body(status: int) -> dict[str, Any]:
 
 
 def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            # Keep test output clean; the recorded requests are the log.
-            return
-
-        def handle(self) -> None:
-            try:
-                super().handle()
-            except (BrokenPipeError, ConnectionResetError):
-                # The client gave up (its timeout or deadline) mid-request: nothing to do.
-                self.close_connection = True
+    class Handler(ScriptedHandler):
+        server_state = api
 
         def send_json(
             self, status: int, payload: dict[str, Any], request_id: str, headers: dict[str, str]
@@ -310,23 +352,7 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             chunks: int = 1,
             chunk_delay: float = 0.0,
         ) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.send_header("request-id", request_id)
-            for name, value in (extra or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            size = max(1, -(-len(data) // max(1, chunks)))
-            try:
-                for start in range(0, len(data), size):
-                    if start:
-                        api._wait(chunk_delay)
-                    self.wfile.write(data[start : start + size])
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                # The client gave up (its timeout or deadline); nothing left to do.
-                self.close_connection = True
+            headers = {"request-id": request_id, **(extra or {})}
+            self.write_json(status, payload, headers, chunks, chunk_delay)
 
     return Handler
