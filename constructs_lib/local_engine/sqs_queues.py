@@ -99,6 +99,8 @@ class _Message:
     first_receive_ms: int | None = None
     receipt: str | None = None
     in_flight: bool = False
+    # An invocation of the poller holds it: never received again until that invocation ends.
+    held: bool = False
     # On the queue it is on now: invocations that ran with it (returned or raised), were
     # killed, or were throttled (received, never invoked).
     ran: int = 0
@@ -214,15 +216,23 @@ class LocalQueue:
         """How many messages are visible now, and since when the oldest of them is."""
         now = time.monotonic()
         with self._lock:
-            times = [m.visible_at for m in self._messages.values() if m.visible_at <= now]
+            times = [
+                m.visible_at for m in self._messages.values() if m.visible_at <= now and not m.held
+            ]
         return len(times), min(times, default=None)
 
     def receive(
-        self, max_messages: int, max_bytes: int | None = None
+        self, max_messages: int, max_bytes: int | None = None, *, hold: bool = False
     ) -> tuple[list[dict[str, Any]], list[_Message]]:
         """Up to ``max_messages`` visible messages (of at most ``max_bytes`` together, each
         counted with :data:`RECORD_OVERHEAD_BYTES`), now in flight for the visibility
-        timeout; also the messages moved to the dead-letter queue by this receive."""
+        timeout; also the messages moved to the dead-letter queue by this receive.
+
+        ``hold`` (the event source mapping's receive): the messages are also held until
+        :meth:`release` or :meth:`delete`. On AWS the function timeout is at most the
+        visibility timeout, so a message never reappears while its invocation runs; on the
+        compressed clock a handler's wall time could outlast it, and a held message cannot
+        be received twice at once however slow the machine is."""
         now = time.monotonic()
         taken: list[dict[str, Any]] = []
         redriven: list[_Message] = []
@@ -235,8 +245,8 @@ class LocalQueue:
                     size += len(message.body) + RECORD_OVERHEAD_BYTES
                     if taken and size > max_bytes:
                         break
-                if message.visible_at > now:
-                    continue  # delayed, or in flight within its visibility timeout
+                if message.visible_at > now or message.held:
+                    continue  # delayed, in flight within its visibility timeout, or held
                 if (
                     self.max_receive_count is not None
                     and self.dead_letter is not None
@@ -251,7 +261,7 @@ class LocalQueue:
                     self._by_receipt.pop(message.receipt, None)
                 message.receipt = uuid.uuid4().hex + message.message_id
                 self._by_receipt[message.receipt] = message.message_id
-                message.in_flight = True
+                message.in_flight, message.held = True, hold
                 message.visible_at = now + self.visibility_timeout * self._scale
                 taken.append(self._view(message))
                 self.stats.received += 1
@@ -338,7 +348,13 @@ class LocalQueue:
 
     def release(self, message_id: str) -> None:
         """The consumer is done with an in-flight message it did not delete: it becomes
-        visible again when its visibility timeout ends (nothing to do now but wake then)."""
+        visible again when its visibility timeout ends, or now if a held message's
+        invocation outlasted that on the compressed clock (the consumer is woken then)."""
+        with self._lock:
+            message = self._messages.get(message_id)
+            if message is not None and message.held:
+                message.held = False
+                message.visible_at = max(message.visible_at, time.monotonic())
         self._wake_at(self._messages_visible_at(message_id))
 
     def note(self, message_id: str, outcome: str) -> None:
@@ -354,15 +370,15 @@ class LocalQueue:
         now = time.monotonic()
         with self._lock:
             messages = list(self._messages.values())
-        visible = sum(1 for m in messages if m.visible_at <= now)
+        visible = sum(1 for m in messages if m.visible_at <= now and not m.held)
         return {
             "QueueArn": self.arn,
             "ApproximateNumberOfMessages": str(visible),
             "ApproximateNumberOfMessagesNotVisible": str(
-                sum(1 for m in messages if m.in_flight and m.visible_at > now)
+                sum(1 for m in messages if m.held or (m.in_flight and m.visible_at > now))
             ),
             "ApproximateNumberOfMessagesDelayed": str(
-                sum(1 for m in messages if not m.in_flight and m.visible_at > now)
+                sum(1 for m in messages if not m.in_flight and not m.held and m.visible_at > now)
             ),
             "VisibilityTimeout": str(self.visibility_timeout),
             "DelaySeconds": str(self.delay_seconds),
@@ -453,7 +469,7 @@ class MappingPoller:
                 if not self._may_receive():
                     return
                 records, _ = self.queue.receive(
-                    self._batch_size, MAX_BATCH_BYTES if self._window else None
+                    self._batch_size, MAX_BATCH_BYTES if self._window else None, hold=True
                 )
                 if records and self._throttled(records):
                     continue  # the finally gives the slot back; try the next batch

@@ -89,6 +89,10 @@ PATH_OPTIONS: dict[str, dict[str, Any]] = {
     "batch-refused": {"delivery": "batch", "seconds_per_minute": FAST_CLOCK},
     "batch-unreachable": {"delivery": "batch", "seconds_per_minute": 0.05},
 }
+#: Each path settles in 10-25 s on an idle 2-core machine; its derived bound (about 90 s) once
+#: ran out in CI beside the 100,000-result memory test. This module checks grants, not the
+#: bound (tests/local_run/test_run_bound.py does), so it allows more.
+RUN_TIMEOUT_SECONDS = 300.0
 #: The paths whose subscribers may not send to the buffer queues.
 UNREACHABLE = ("unreachable", "batch-unreachable")
 PATHS = ("clean", "refused", *PATH_OPTIONS)
@@ -354,7 +358,11 @@ def _deny_buffer_to_subscriber(pipeline: LocalPipeline, step: str) -> str:
 def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
     options: dict[str, Any] = PATH_OPTIONS.get(path, {})
     run_options = RunOptions(
-        csv_path=_csv(tmp_path), cdk_out=cdk_out, log_file=tmp_path / "h.log", **options
+        csv_path=_csv(tmp_path),
+        cdk_out=cdk_out,
+        log_file=tmp_path / "h.log",
+        run_timeout_seconds=RUN_TIMEOUT_SECONDS,
+        **options,
     )
     with LocalPipeline(run_options) as pipeline, _archived_object_reads_fail():
         if path in ("refused", "batch-refused"):

@@ -105,6 +105,42 @@ def test_a_reported_item_failure_comes_back_after_the_visibility_timeout(clock):
     assert len(seen) == 2 and seen[1] - seen[0] >= 0.18
 
 
+def test_a_message_is_not_received_again_while_its_invocation_outlasts_the_timeout(clock):
+    # On AWS the function timeout is at most the visibility timeout; on the compressed clock
+    # a slow handler (a loaded machine) could outlast it and run twice at once.
+    scheduler, tracker = clock
+    queue = make_queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
+    spans: list[tuple[float, float]] = []
+
+    def invoke(event):
+        start = time.monotonic()
+        (record,) = event["Records"]
+        first = record["attributes"]["ApproximateReceiveCount"] == "1"
+        if first:
+            time.sleep(0.6)  # three visibility timeouts
+        spans.append((start, time.monotonic()))
+        failures = [{"itemIdentifier": record["messageId"]}] if first else []
+        return {"batchItemFailures": failures}
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        poller = MappingPoller(
+            queue,
+            invoke,
+            name="step",
+            batch_size=1,
+            report_batch_item_failures=True,
+            max_concurrency=4,
+            executor=pool,
+            tracker=tracker,
+        )
+        queue.send("row")
+        time.sleep(0.3)
+        assert queue.attributes()["ApproximateNumberOfMessagesNotVisible"] == "1"
+        assert tracker.wait_idle(10)
+    assert len(spans) == 2 and spans[1][0] >= spans[0][1]
+    assert poller.stats.invocations == 2 and len(queue) == 0
+
+
 def test_a_real_client_is_answered_by_the_local_queue(clock):
     queue = make_queue(clock, "buffer")
     queues = LocalQueues()
