@@ -218,6 +218,12 @@ PROSPECT_UPLOADER: Mapping[str, Sequence[CheckovSkip]] = {
             "failure_retention_days."
         )
     ],
+    "RowsTable/Resource": [
+        _aws_managed_table_key(
+            "Holds each uploaded row's values keyed by upload and row number, written only by "
+            "the splitter, until upload_retention_days."
+        )
+    ],
     "ProspectsTable/Resource": [
         _aws_managed_table_key(
             "Holds each classified row's label keyed by upload and row number, written only "

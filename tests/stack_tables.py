@@ -38,6 +38,7 @@ MODEL_STEP_TABLE = "IdempotentModelStepDemo/Classify/IdempotencyTable"
 PROSPECT_IDEMPOTENCY_TABLE = "ProspectUploader/IdempotencyTable"
 FAILURES_TABLE = "ProspectUploader/FailuresTable"
 PROSPECTS_TABLE = "ProspectUploader/ProspectsTable"
+ROWS_TABLE = "ProspectUploader/RowsTable"
 UPLOADS_TABLE = "ProspectUploader/UploadsTable"
 UPLOAD_ROWS_TABLE = "ProspectUploader/UploadRowsTable"
 

@@ -216,6 +216,8 @@ class ProspectUploaderStack(Stack):
     - ``upload_retention_days``: UploadBucket expires an uploaded CSV (its current
       version) this many days after upload, 1 to 3650, default 30. The expired version
       is then kept ``noncurrent_version_retention_days`` more before S3 deletes it.
+      RowsTable's items (each row's values, written by the splitter) expire as many days
+      after the split.
     - ``noncurrent_version_retention_days``: UploadBucket deletes overwritten or
       deleted versions after this many days, 1 to 3650, default 30.
     - ``access_log_retention_days``: AccessLogsBucket deletes logs after this many
@@ -411,6 +413,15 @@ class ProspectUploaderStack(Stack):
             **defaults.data_table_props("upload_id", "row_number", "N"),
             time_to_live_attribute="expires_at",
         )
+        # Each data row's values, the only copy outside the upload bucket (issue 18): row
+        # events, dead letters and failure records carry ids only. The splitter writes,
+        # the classify steps and the viewer read; items expire with the upload.
+        self.rows_table = dynamodb.Table(
+            self,
+            "RowsTable",
+            **defaults.data_table_props("upload_id", "row_number", "N"),
+            time_to_live_attribute="expires_at",
+        )
         # One item per upload, keyed by upload_id alone (contract §5).
         upload_props = defaults.data_table_props("upload_id", "unused")
         del upload_props["sort_key"]
@@ -540,6 +551,8 @@ class ProspectUploaderStack(Stack):
                 **self._ledger_environment(),
                 "FAILURES_TABLE_NAME": self.failures_table.table_name,
                 "FAILURE_RETENTION_DAYS": str(self.failure_retention_days),
+                "ROWS_TABLE_NAME": self.rows_table.table_name,
+                "ROW_RETENTION_DAYS": str(self._context_int("upload_retention_days")),
                 "IDEMPOTENCY_TABLE_NAME": self.idempotency_table.table_name,
                 "MAX_UPLOAD_BYTES": str(max_upload_bytes),
                 "MAX_ROWS": str(self.max_rows),
@@ -619,6 +632,8 @@ class ProspectUploaderStack(Stack):
         else:
             self.bus.grant_put_events_to(self.splitter)
         self.failures_table.grant(self.splitter, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
+        # Each row's values, 25 to a call, before its event is published.
+        self.rows_table.grant(self.splitter, "dynamodb:BatchWriteItem")
         # Powertools' calls: the in-progress Put, the result Update, the Delete that releases
         # the record of a split that raised. No GetItem: a failed conditional Put returns the
         # existing record (ReturnValuesOnConditionCheckFailure=ALL_OLD with boto3 >= 1.26.164;
@@ -716,11 +731,14 @@ class ProspectUploaderStack(Stack):
                 **self._ledger_environment(),
                 "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
                 "PROSPECT_RETENTION_DAYS": str(self.failure_retention_days),
+                "ROWS_TABLE_NAME": self.rows_table.table_name,
             },
             delivery=delivery,
         )
         # The classifier upserts one item per row; nothing else on the table.
         self.prospects_table.grant(step.function, "dynamodb:UpdateItem")
+        # The prompt reads the row's values (the event carries its ids only).
+        self.rows_table.grant(step.function, "dynamodb:GetItem")
         self._grant_ledger(step.function, LEDGER_ROWS)
         return step
 
@@ -822,6 +840,7 @@ class ProspectUploaderStack(Stack):
             environment={
                 "FAILURES_TABLE_NAME": self.failures_table.table_name,
                 "UPLOADS_TABLE_NAME": self.uploads_table.table_name,
+                "ROWS_TABLE_NAME": self.rows_table.table_name,
                 "EVENT_SOURCE": EVENT_SOURCE,
                 **self._row_bus_environment(),
                 **self._price_environment(),
@@ -847,6 +866,8 @@ class ProspectUploaderStack(Stack):
         self.failures_table.grant(
             self.viewer, "dynamodb:Query", "dynamodb:Scan", "dynamodb:GetItem"
         )
+        # A failed row's values: a page's rows (BatchGetItem), a retry's check (GetItem).
+        self.rows_table.grant(self.viewer, "dynamodb:BatchGetItem", "dynamodb:GetItem")
         # The viewer only ever scans UploadsTable (its uploads page). The table, not its
         # index: table.grant would add index/* as well.
         self.viewer.add_to_role_policy(

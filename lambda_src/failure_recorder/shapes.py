@@ -9,8 +9,6 @@ Pure functions over the SQS record dict; no AWS calls.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from datetime import UTC, datetime
@@ -19,14 +17,12 @@ from typing import Any, cast
 from prospect_contract import dead_letters as dl
 from prospect_contract.events import (
     EVENT_SOURCE,
-    PROSPECT_FIELDS,
     ROW_VALIDATED,
     S3_SOURCE,
     UPLOAD_DETAIL_TYPES,
 )
 from prospect_contract.failures import KIND_DUPLICATE, KIND_MODEL, KIND_OTHER, KIND_UPLOAD
 
-RAW_ROW_MAX_CHARS = 2000
 # The item limit is 400 KB; an SQS body is at most 256 KiB, so characters beyond this
 # would only come from multi-byte text and are not worth risking a failed write.
 RAW_BODY_MAX_CHARS = 100_000
@@ -94,16 +90,6 @@ def _attribution(event: object) -> tuple[str | None, int | None, dict[str, Any]]
     if isinstance(row_number, bool) or not isinstance(row_number, int) or row_number < 1:
         row_number = None
     return upload_id, row_number, detail
-
-
-def _raw_row(detail: dict[str, Any]) -> str | None:
-    # Show the prospect the model failed on in the same CSV form as validation failures.
-    if not any(name in detail for name in PROSPECT_FIELDS):
-        return None
-    buffer = io.StringIO()
-    row = ["" if detail.get(name) is None else str(detail.get(name)) for name in PROSPECT_FIELDS]
-    csv.writer(buffer, lineterminator="").writerow(row)
-    return buffer.getvalue()[:RAW_ROW_MAX_CHARS]
 
 
 def _is_eventbridge_event(body: object) -> bool:
@@ -222,7 +208,6 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
             reason=attrs.get(dl.ERROR_MESSAGE) or "dead-letter body is not a JSON object",
             source_shape=SHAPE_UNRECOGNISED,
             raw_body=str(body_text)[:RAW_BODY_MAX_CHARS],
-            raw_row=str(body_text)[:RAW_ROW_MAX_CHARS],
         )
         return item
     receive_count = (record.get("attributes") or {}).get("ApproximateReceiveCount")
@@ -256,9 +241,6 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     )
     if row_number is not None and kind in (KIND_MODEL, KIND_DUPLICATE):
         item["row_number"] = row_number
-    raw_row = _raw_row(detail) if kind in (KIND_MODEL, KIND_DUPLICATE) else None
-    if raw_row is not None:
-        item["raw_row"] = raw_row
     for name in (dl.RULE_ARN, dl.TARGET_ARN):
         if name in attrs:
             item[name.lower()] = attrs[name]

@@ -1,12 +1,25 @@
 """The user message for one prospect row. Free-text notes are untrusted: they are fenced and
-the model is told to treat them as data, never as instructions."""
+the model is told to treat them as data, never as instructions.
+
+The row event carries ids only (issue 18): :func:`build_prospect_message` reads the row's
+values from RowsTable (``ROWS_TABLE_NAME``, consistent GetItem) and renders them. A row that
+is not there (it expired with its upload, ``upload_retention_days``) is a stored dead letter,
+``RowNotFound``; a DynamoDB error raises, so the delivery is retried before any attempt of the
+key's budget is claimed.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
+import boto3
+from model_step.errors import NonRetryableError
+from prospect_contract.errors import ConfigurationError
 from prospect_contract.events import PROSPECT_FIELDS
+from prospect_contract.rows import ROWS_TABLE_ENV, RowReader, fields_of
 
 #: One per line; ``notes`` (free text from a third party) goes inside the fence instead.
 LINE_FIELDS = tuple(name for name in PROSPECT_FIELDS if name != "notes")
@@ -14,7 +27,46 @@ NOTES_OPEN = "<untrusted_notes>"
 NOTES_CLOSE = "</untrusted_notes>"
 
 
+class RowNotFoundError(NonRetryableError):
+    """The row's values are not in RowsTable: expired with the upload, or never written."""
+
+    error_code = "RowNotFound"
+
+
+class _Rows:
+    """The RowsTable reader, built on first use (one per execution environment)."""
+
+    def __init__(self) -> None:
+        self._reader: RowReader | None = None
+        self._lock = threading.Lock()
+
+    def reader(self) -> RowReader:
+        with self._lock:
+            if self._reader is None:
+                name = os.environ.get(ROWS_TABLE_ENV, "").strip()
+                if not name:
+                    raise ConfigurationError(f"environment variable {ROWS_TABLE_ENV} is required")
+                self._reader = RowReader(boto3.session.Session().client("dynamodb"), name)
+            return self._reader
+
+
+rows = _Rows()
+
+
 def build_prospect_message(detail: Mapping[str, Any]) -> str:
+    """The user message of the row ``detail`` names (``upload_id``, ``row_number``), read
+    from RowsTable; raises :class:`RowNotFoundError` when the row is not there."""
+    upload_id, row_number = str(detail["upload_id"]), int(detail["row_number"])
+    item = rows.reader().get(upload_id, row_number)
+    if item is None or "raw_row" in item:
+        raise RowNotFoundError(
+            f"row {row_number} of upload {upload_id} is not in RowsTable (its values expire "
+            "with the upload, after upload_retention_days)"
+        )
+    return render_prospect_message(fields_of(item))
+
+
+def render_prospect_message(detail: Mapping[str, Any]) -> str:
     """Render the prospect fields one per line, then the notes inside a fence.
 
     Fence tags inside the notes are removed, so the notes cannot close the fence early and

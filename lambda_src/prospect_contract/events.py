@@ -86,17 +86,12 @@ UploadStatus = Literal["completed", "incomplete", "rejected"]
 
 
 class RowValidatedDetail(TypedDict):
-    """Detail of ``Prospect Row Validated``: the business key plus the trimmed fields."""
+    """Detail of ``Prospect Row Validated``: the business key only. The row's values are in
+    RowsTable (``prospect_contract.rows``), so no event, dead letter or failure record of the
+    pipeline carries them (issue 18)."""
 
     upload_id: str
     row_number: int  # 1-based data row, the header not counted
-    email: str
-    first_name: str
-    last_name: str
-    company: str
-    title: str
-    country: str
-    notes: str
     replay_generation: NotRequired[int]  # only on an operator retry: 1, 2, ...
     delivery: NotRequired[Literal["batch"]]  # only on a row sent by Message Batches
 

@@ -12,6 +12,11 @@ from prospect_contract.events import (
     EVENT_SOURCE,
     REALTIME,
 )
+from prospect_contract.rows import (
+    DEFAULT_ROW_RETENTION_DAYS,
+    ROW_RETENTION_DAYS_ENV,
+    ROWS_TABLE_ENV,
+)
 from prospect_contract.settings import positive_int, required
 
 DEFAULT_EVENT_SOURCE = EVENT_SOURCE
@@ -65,7 +70,11 @@ class Settings:
       event (boto3 ``events``, no deduplication id). Unset: the summary goes where the
       rows go. The Prospect stack sets it so rows ride a v2 bus while summaries reach
       the classic bus that carries the upload-level alert rules.
-    - FAILURES_TABLE_NAME (required): table for invalid rows, upload failures and summaries.
+    - FAILURES_TABLE_NAME (required): table for invalid rows, upload failures and summaries
+      (ids and codes only).
+    - ROWS_TABLE_NAME (required): RowsTable (``prospect_contract.rows``), where every data
+      row's values are written before its event (which carries ids only) is published.
+    - ROW_RETENTION_DAYS [30; the stack sets ``upload_retention_days``]: a row item's TTL.
     - IDEMPOTENCY_TABLE_NAME (required): Powertools idempotency table (pk ``id``,
       TTL ``expiration``).
     - MAX_UPLOAD_BYTES [52428800 = 50 MiB]: larger objects are rejected unread.
@@ -84,6 +93,8 @@ class Settings:
 
     failures_table_name: str
     idempotency_table_name: str
+    rows_table_name: str = ""
+    row_retention_days: int = DEFAULT_ROW_RETENTION_DAYS
     event_bus_name: str = ""
     event_bus_kind: str = "classic"
     event_bus_arn: str = ""
@@ -107,6 +118,8 @@ class Settings:
             summary_event_bus_name=os.environ.get("SUMMARY_EVENT_BUS_NAME", "").strip(),
             failures_table_name=required("FAILURES_TABLE_NAME"),
             idempotency_table_name=required("IDEMPOTENCY_TABLE_NAME"),
+            rows_table_name=required(ROWS_TABLE_ENV),
+            row_retention_days=positive_int(ROW_RETENTION_DAYS_ENV, DEFAULT_ROW_RETENTION_DAYS),
             max_upload_bytes=positive_int("MAX_UPLOAD_BYTES", DEFAULT_MAX_UPLOAD_BYTES),
             max_rows=positive_int("MAX_ROWS", DEFAULT_MAX_ROWS),
             publish_concurrency=positive_int(

@@ -14,7 +14,7 @@ from prospect_contract.failures import KIND_SUMMARY, KIND_UPLOAD, KIND_VALIDATIO
 from prospect_contract.settings import positive_int
 
 from .s3_event import UploadRef
-from .validation import RAW_ROW_MAX_CHARS, RowError
+from .validation import RowError
 
 # A DynamoDB item holds at most 400 KB; an unattributable event is kept for diagnosis only.
 ORIGINAL_EVENT_MAX_CHARS = 100_000
@@ -52,8 +52,9 @@ class FailureWriter:
         self._batch.__exit__(*exc_info)
         self._batch = None
 
-    def row_failure(self, upload_id: str, row_number: int, error: RowError, raw_row: str) -> None:
-        """Queue a kind "validation" item for one invalid row."""
+    def row_failure(self, upload_id: str, row_number: int, error: RowError) -> None:
+        """Queue a kind "validation" item for one invalid row: ids, code and reason (the
+        reason names fields and lengths, never a value; the row is in RowsTable)."""
         self._batch.put_item(
             Item={
                 "upload_id": upload_id,
@@ -62,7 +63,6 @@ class FailureWriter:
                 "error_code": error.error_code,
                 "reason": error.reason,
                 "row_number": row_number,
-                "raw_row": raw_row[:RAW_ROW_MAX_CHARS],
                 "recorded_at": utc_now(),
                 "expires_at": expires_at(),
             }

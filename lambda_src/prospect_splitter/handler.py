@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.idempotency import (
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from prospect_contract.put_events import Bus, ClassicBus, V2Bus
+from prospect_contract.rows import RowWriter
 from upload_accounting import LedgerSettings, UploadLedger
 
 from .config import Settings
@@ -132,6 +133,7 @@ def build_splitter(
     """
     session = session or boto3.session.Session()
     bus = _event_bus(settings, session)
+    dynamodb = session.client("dynamodb", config=_BOTO_CONFIG)
     summary_bus = _summary_bus(settings, session, bus)
     ports = SplitterPorts(
         s3=session.client("s3", config=_BOTO_CONFIG),
@@ -139,6 +141,8 @@ def build_splitter(
             settings.failures_table_name
         ),
         max_upload_bytes=settings.max_upload_bytes,
+        new_row_writer=lambda: RowWriter(dynamodb, settings.rows_table_name),
+        row_retention_days=settings.row_retention_days,
         max_rows=settings.max_rows,
         delivery=settings.delivery,
         batch_min_rows=settings.batch_min_rows,

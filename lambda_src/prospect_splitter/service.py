@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -21,6 +22,13 @@ from prospect_contract.events import (
     row_deduplication_id,
     summary_deduplication_id,
 )
+from prospect_contract.rows import (
+    WRITE_BATCH,
+    RowWriter,
+    csv_text,
+    invalid_row_item,
+    valid_row_item,
+)
 
 from .config import DEFAULT_MAX_ROWS
 from .csv_stream import UploadRejected, iter_records
@@ -28,7 +36,7 @@ from .failures import FailureWriter, put_summary, put_upload_failure
 from .objects import ObjectChangedDuringProcessing, iter_object_chunks, object_size
 from .publisher import EventPublisher
 from .s3_event import UploadRef, malformed_upload_id
-from .validation import prospect_detail, raw_row_text, validate_row
+from .validation import prospect_detail, prospect_values, validate_row
 
 logger = Logger(service="prospect-splitter", child=True)
 
@@ -95,6 +103,9 @@ class SplitterPorts:
     failures_table: Any
     max_upload_bytes: int
     new_publisher: Callable[[], EventPublisher]  # a fresh buffer (and pool) per upload
+    # RowsTable (prospect_contract.rows): each row's values, written before its event.
+    new_row_writer: Callable[[], RowWriter]
+    row_retention_days: int
     max_rows: int = DEFAULT_MAX_ROWS
     hooks: SplitHooks = field(default_factory=SplitHooks)
     # Where the "Prospect Upload Summarized" event goes; None: the row publisher's bus.
@@ -169,32 +180,56 @@ def _reject(ports: SplitterPorts, ref: UploadRef, rejection: UploadRejected) -> 
 
 
 def _publish_rows(ports: SplitterPorts, ref: UploadRef, delivery: str) -> SplitResult:
-    """Pass 2: validate each row, record invalid ones, publish valid ones in parallel (each
-    marked ``"delivery": "batch"`` when ``delivery`` is batch)."""
+    """Pass 2: validate each row, write its values to RowsTable, record invalid ones, publish
+    valid ones in parallel (each marked ``"delivery": "batch"`` when ``delivery`` is batch).
+
+    Events carry ids only (issue 18). Rows are written 25 at a time, and a row's event is
+    handed to the publisher only after the write that holds it returned, so the classifier
+    never reads a row that is not there yet.
+    """
     upload_id = ref.upload_id
     marker = {ROW_DELIVERY_FIELD: BATCH} if delivery == BATCH else {}
+    expires_at = int(time.time()) + ports.row_retention_days * 86400
     rows = valid = invalid = 0
+    writer = ports.new_row_writer()
+    waiting: list[tuple[RowValidatedDetail, str]] = []
+
+    def publish_written(publisher: EventPublisher) -> None:
+        writer.flush()
+        for detail, deduplication_id in waiting:
+            publisher.add(ROW_VALIDATED, detail, deduplication_id)
+        waiting.clear()
+
     with ports.new_publisher() as publisher, FailureWriter(ports.failures_table) as failures:
         chunks = iter_object_chunks(ports.s3, ref)
         try:
             for record in iter_records(chunks, ports.max_upload_bytes):
                 rows += 1
+                number = record.row_number
                 error = validate_row(record.fields)
                 if error is None:
                     valid += 1
-                    detail = prospect_detail(upload_id, record.row_number, record.fields)
-                    publisher.add(
-                        ROW_VALIDATED,
-                        cast(RowValidatedDetail, {**detail, **marker}) if marker else detail,
-                        row_deduplication_id(upload_id, record.row_number),
+                    values = prospect_values(record.fields)
+                    writer.add(valid_row_item(upload_id, number, values, expires_at))
+                    detail = prospect_detail(upload_id, number)
+                    waiting.append(
+                        (
+                            cast(RowValidatedDetail, {**detail, **marker}) if marker else detail,
+                            row_deduplication_id(upload_id, number),
+                        )
                     )
                 else:
                     invalid += 1
-                    failures.row_failure(
-                        upload_id, record.row_number, error, raw_row_text(record.fields)
+                    text = csv_text(record.fields)
+                    writer.add(
+                        invalid_row_item(upload_id, number, text, error.error_code, expires_at)
                     )
+                    failures.row_failure(upload_id, number, error)
+                if len(writer) >= WRITE_BATCH:
+                    publish_written(publisher)
         finally:
             chunks.close()
+        publish_written(publisher)
         publisher.flush()
         deduplicated = publisher.deduplicated
     return SplitResult(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import string
 import unicodedata
 from dataclasses import dataclass
@@ -14,7 +12,6 @@ from prospect_contract.events import PROSPECT_FIELDS, RowValidatedDetail
 #: The upload's header: the row detail's prospect fields, in column order.
 HEADER = PROSPECT_FIELDS
 MAX_FIELD_CHARS = 1000
-RAW_ROW_MAX_CHARS = 2000
 # RFC 5321 limits, counted in UTF-8 octets as RFC 6531 does for internationalised addresses.
 MAX_EMAIL_OCTETS = 254
 MAX_LOCAL_PART_OCTETS = 64
@@ -115,15 +112,12 @@ def validate_row(fields: list[str]) -> RowError | None:
     return None
 
 
-def prospect_detail(upload_id: str, row_number: int, fields: list[str]) -> RowValidatedDetail:
-    """The Detail of a "Prospect Row Validated" event for a valid row (values trimmed)."""
-    detail: dict[str, object] = {"upload_id": upload_id, "row_number": row_number}
-    detail.update({name: value.strip() for name, value in zip(HEADER, fields, strict=True)})
-    return cast(RowValidatedDetail, detail)
+def prospect_detail(upload_id: str, row_number: int) -> RowValidatedDetail:
+    """The Detail of a "Prospect Row Validated" event: the row's ids only (its values are in
+    RowsTable, ``prospect_contract.rows``)."""
+    return cast(RowValidatedDetail, {"upload_id": upload_id, "row_number": row_number})
 
 
-def raw_row_text(fields: list[str], limit: int = RAW_ROW_MAX_CHARS) -> str:
-    """Re-serialise parsed fields as one CSV record, truncated to ``limit`` characters."""
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="").writerow(fields)
-    return buffer.getvalue()[:limit]
+def prospect_values(fields: list[str]) -> dict[str, str]:
+    """A valid row's fields by name, trimmed (what RowsTable keeps and the prompt shows)."""
+    return {name: value.strip() for name, value in zip(HEADER, fields, strict=True)}

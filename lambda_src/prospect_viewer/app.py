@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from prospect_contract.rows import READ_BATCH, RowReader, display_text
 
 from .export import MAX_RESPONSE_BYTES, render_csv, response_bytes
 from .page import index_page
@@ -32,6 +35,8 @@ class ViewerApp:
     publisher: Publisher
     event_source: str
     uploads: UploadStore | None = None
+    #: RowsTable: a failed row's values (failure records hold ids only). None: not shown.
+    rows: RowReader | None = None
 
     def handle(self, request: Request) -> Response:
         """Route a request; unknown paths get 404, wrong methods 405."""
@@ -53,6 +58,29 @@ class ViewerApp:
         if request.path == "/api/retry-upload":
             return self._retry_upload(request)
         return self._retry(request)
+
+    def with_rows(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``items`` with ``raw_row`` (the row as CSV, from RowsTable) on each row failure
+        whose row is still there (one BatchGetItem per 100 rows)."""
+        if self.rows is None:
+            return items
+        keys = {id(item): key for item in items if (key := row_key(item)) is not None}
+        found = self.rows.get_many(keys.values())
+        return [
+            {**item, "raw_row": display_text(found[keys[id(item)]])}
+            if keys.get(id(item)) in found
+            else item
+            for item in items
+        ]
+
+    def _stream_with_rows(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        chunk: list[dict[str, Any]] = []
+        for item in items:
+            chunk.append(item)
+            if len(chunk) == READ_BATCH:
+                yield from self.with_rows(chunk)
+                chunk = []
+        yield from self.with_rows(chunk)
 
     def view(self, item: dict[str, Any]) -> dict[str, Any]:
         """What the page gets for one failure: public fields plus ``retryable``."""
@@ -78,7 +106,11 @@ class ViewerApp:
         except InvalidPageToken as exc:
             return error_response(400, "InvalidPageToken", str(exc))
         return json_response(
-            200, {"items": [self.view(item) for item in items], "next_page_token": token}
+            200,
+            {
+                "items": [self.view(item) for item in self.with_rows(items)],
+                "next_page_token": token,
+            },
         )
 
     def _export(self, request: Request) -> Response:
@@ -90,7 +122,8 @@ class ViewerApp:
             {**EXPORT_HEADERS, "x-export-rows": "9" * 12, "x-export-truncated": "true"},
         )
         overhead = response_bytes(empty.to_function_url_result())
-        rendered = render_csv(self.store.iter_all(_filter(request)), MAX_RESPONSE_BYTES - overhead)
+        items = self._stream_with_rows(self.store.iter_all(_filter(request)))
+        rendered = render_csv(items, MAX_RESPONSE_BYTES - overhead)
         headers = {**EXPORT_HEADERS, "x-export-rows": str(rendered.rows)}
         if rendered.truncated:
             headers["x-export-truncated"] = "true"
@@ -126,7 +159,13 @@ class ViewerApp:
             )
         try:
             result = retry_failure(
-                self.store, self.publisher, self.event_source, upload_id, failure_id, expected
+                self.store,
+                self.publisher,
+                self.event_source,
+                upload_id,
+                failure_id,
+                expected,
+                rows=self.rows,
             )
         except RetryRefused as exc:
             return error_response(exc.status, exc.code, exc.message)
@@ -140,8 +179,20 @@ class ViewerApp:
         if not isinstance(upload_id, str) or not upload_id:
             return error_response(400, "MissingKey", "upload_id is required")
         return json_response(
-            200, retry_upload(self.store, self.publisher, self.event_source, upload_id)
+            200,
+            retry_upload(self.store, self.publisher, self.event_source, upload_id, rows=self.rows),
         )
+
+
+def row_key(item: dict[str, Any]) -> tuple[str, int] | None:
+    """(upload_id, row_number) of a row's failure record, else None."""
+    number = item.get("row_number")
+    if number is None or isinstance(number, bool):
+        return None
+    try:
+        return str(item["upload_id"]), int(number)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _filter(request: Request) -> FailureFilter:

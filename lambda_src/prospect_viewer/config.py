@@ -24,6 +24,8 @@ class Settings:
     - FAILURES_TABLE_NAME (required): the failures table.
     - EVENT_BUS_NAME (required for the classic bus): bus retries are re-published to.
     - UPLOADS_TABLE_NAME [unset]: the uploads table; unset, the page lists no uploads.
+    - ROWS_TABLE_NAME [unset]: RowsTable (``prospect_contract.rows``), where a failed row's
+      values are (failure records hold ids only); unset, the page shows no row values.
     - PAGE_SIZE [50, at most 500]: failures per page.
     - EVENT_SOURCE [``prospect_contract.events.EVENT_SOURCE``]: the only event Source a
       retry may re-publish, and the Source it publishes under.
@@ -39,6 +41,7 @@ class Settings:
     page_size: int = DEFAULT_PAGE_SIZE
     event_source: str = DEFAULT_EVENT_SOURCE
     uploads_table_name: str = ""
+    rows_table_name: str = ""
     event_bus_kind: str = "classic"
     event_bus_arn: str = ""
     model_price: Price | None = None
@@ -59,6 +62,7 @@ class Settings:
             page_size=positive_int("PAGE_SIZE", DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE),
             event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
             uploads_table_name=os.environ.get("UPLOADS_TABLE_NAME", "").strip(),
+            rows_table_name=os.environ.get("ROWS_TABLE_NAME", "").strip(),
             event_bus_kind=kind,
             event_bus_arn=os.environ.get("EVENT_BUS_ARN", "").strip() if kind == "v2" else "",
             model_price=Price.from_environment(),

@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 from prospect_contract.put_events import ClassicBus, V2Bus
+from prospect_contract.rows import RowReader
 
 from .app import ViewerApp
 from .config import Settings
@@ -40,6 +41,9 @@ def build_app(settings: Settings, session: boto3.session.Session | None = None) 
         publisher=Publisher(bus),
         event_source=settings.event_source,
         uploads=uploads,
+        rows=RowReader(session.client("dynamodb"), settings.rows_table_name)
+        if settings.rows_table_name
+        else None,
     )
 
 

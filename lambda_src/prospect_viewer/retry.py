@@ -19,6 +19,7 @@ from typing import Any
 from prospect_contract.events import REPLAY_GENERATION, ROW_VALIDATED, retry_deduplication_id
 from prospect_contract.failures import KIND_MODEL
 from prospect_contract.put_events import Event
+from prospect_contract.rows import RowReader
 
 from .publish import Publisher
 from .store import FailureFilter, FailureStore
@@ -30,6 +31,22 @@ RETRYABLE_KINDS = frozenset({KIND_MODEL})
 # "Retry all retryable" claims and publishes at most this many rows per request (the
 # Lambda has 30 s); the page repeats the request while the answer says ``more``.
 MAX_BULK_RETRY = 100
+
+
+#: A retry of a row whose values expired with its upload (``upload_retention_days``).
+ROW_EXPIRED = "RowExpired"
+ROW_EXPIRED_MESSAGE = (
+    "the row's values expired with its upload (upload_retention_days); upload the file again"
+)
+
+
+def _row_number(item: dict[str, Any], event: dict[str, Any]) -> int:
+    """The row a retryable failure is about (its event's detail, else the item's)."""
+    number = event["detail"].get("row_number", item.get("row_number"))
+    try:
+        return int(number)
+    except (TypeError, ValueError) as exc:
+        raise RetryRefused(400, "NoRowNumber", "the stored event names no row") from exc
 
 
 class RetryRefused(Exception):
@@ -144,10 +161,13 @@ def retry_failure(
     upload_id: str,
     failure_id: str,
     expected_generation: int,
+    rows: RowReader | None = None,
 ) -> dict[str, Any]:
     """Retry one failure the operator saw at ``expected_generation``.
 
-    400 when the failure is missing or not retryable; 409 ``AlreadyRetried`` when its
+    400 when the failure is missing or not retryable; 410 ``RowExpired`` when ``rows``
+    (RowsTable) no longer holds the row's values (they expire with the upload, so the
+    classifier could only record ``RowNotFound``); 409 ``AlreadyRetried`` when its
     generation is no longer the one the page showed (another press, another tab, or
     "Retry all" got there first); 502 when the bus refused the event.
     """
@@ -155,6 +175,8 @@ def retry_failure(
     if item is None:
         raise RetryRefused(400, "FailureNotFound", "no such failure")
     event = retryable_event(item, allowed_source)
+    if rows is not None and rows.get(upload_id, _row_number(item, event)) is None:
+        raise RetryRefused(410, ROW_EXPIRED, ROW_EXPIRED_MESSAGE)
     current = generation_of(item)
     conflict = RetryRefused(
         409,
@@ -186,13 +208,15 @@ def retry_upload(
     allowed_source: str,
     upload_id: str,
     limit: int | None = None,
+    rows: RowReader | None = None,
 ) -> dict[str, Any]:
     """ "Retry all retryable" for one upload: one new generation per pending row.
 
     Pending = retryable and not retried since the recorder last filed it. So a second
     press finds nothing left (``retried`` 0), and a row whose retry failed again (the
     recorder re-files it with a newer ``recorded_at``) is pending again. Two presses at
-    once race per item on the conditional claim: each row is published once.
+    once race per item on the conditional claim: each row is published once. A row whose
+    values ``rows`` no longer holds is not retried; the answer counts it in ``expired``.
     """
     limit = limit or MAX_BULK_RETRY
     pending: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -204,6 +228,11 @@ def retry_upload(
             more = True
             break
         pending.append((item, retryable_event(item, allowed_source)))
+    expired = 0
+    if rows is not None and pending:
+        found = rows.get_many((upload_id, _row_number(item, event)) for item, event in pending)
+        kept = [(i, e) for i, e in pending if (upload_id, _row_number(i, e)) in found]
+        expired, pending = len(pending) - len(kept), kept
     retried_at = utc_now()
     claims: list[_Claim] = []
     conflicts = 0
@@ -225,6 +254,7 @@ def retry_upload(
         "upload_id": upload_id,
         "retried": len(claims) - len(failed),
         "already_retried": conflicts,
+        "expired": expired,
         "failed": failed,
         "more": more,
         "retried_at": retried_at,

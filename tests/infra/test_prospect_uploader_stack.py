@@ -401,7 +401,31 @@ def test_viewer_may_read_mark_and_republish_only(raw):
     assert actions_of(raw, "Viewer") == {
         "logs:CreateLogStream", "logs:PutLogEvents", "dynamodb:Query", "dynamodb:Scan",
         "dynamodb:GetItem", "dynamodb:UpdateItem", "events:PutEvents",
+        "dynamodb:BatchGetItem",  # RowsTable: a page's row values (issue 18)
     }  # fmt: skip
+
+
+def test_row_values_live_in_rows_table_written_by_the_splitter_and_read_by_their_readers(raw):
+    """Issue 18: events carry ids only; RowsTable holds the values and who touches it."""
+    rows = next(k for k in raw["Resources"] if k.startswith("RowsTable"))
+    touching = {}
+    for resource in raw["Resources"].values():
+        if resource["Type"] != "AWS::IAM::Policy":
+            continue
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            targets = statement["Resource"]
+            targets = targets if isinstance(targets, list) else [targets]
+            if any(rows in json.dumps(target) for target in targets):
+                role = resource["Properties"]["Roles"][0]["Ref"]
+                actions = statement["Action"]
+                actions = [actions] if isinstance(actions, str) else actions
+                touching.setdefault(role.split("ServiceRole")[0], set()).update(actions)
+    assert touching == {
+        "Splitter": {"dynamodb:BatchWriteItem"},
+        "ClassifyFunction": {"dynamodb:GetItem"},
+        "ClassifyBatchFunction": {"dynamodb:GetItem"},
+        "Viewer": {"dynamodb:BatchGetItem", "dynamodb:GetItem"},
+    }
 
 
 # ------------------------------------------------------------- 7. least privilege etc.

@@ -90,6 +90,13 @@ def template_retention(raw: dict, store: str) -> list[int]:
     if store == "FailuresTable":
         writers = {f: "FAILURE_RETENTION_DAYS" for f in ("Splitter", "FailureRecorder")}
         return _ttl_days(raw, store, writers)
+    if store == "RowsTable":
+        # The splitter writes each row with the upload's retention (issue 18).
+        [days] = _ttl_days(raw, store, {"Splitter": "ROW_RETENTION_DAYS"})
+        upload = props(raw, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
+        [expire] = [rule for rule in upload if rule["Id"] == "ExpireUploads"]
+        assert days == expire["ExpirationInDays"] * DAY
+        return [days]
     if store == "ProspectsTable":
         return _ttl_days(raw, store, {"Classify/Function": "PROSPECT_RETENTION_DAYS"})
     if store in ("UploadsTable", "UploadRowsTable"):

@@ -22,6 +22,7 @@ from tests.stack_tables import create_stack_table
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
 FAILURES_TABLE = "prospect-failures"
+ROWS_TABLE = "prospect-rows"
 IDEMPOTENCY_TABLE = "prospect-idempotency"
 BUS = "prospect-bus"
 HEADER = "email,first_name,last_name,company,title,country,notes"
@@ -86,6 +87,19 @@ class ProspectAws:
                 ],
             )
 
+    def rows(self, upload_id: str) -> dict[int, dict[str, Any]]:
+        """RowsTable's items of one upload (each row's values), keyed by row number."""
+        table = self.session.resource("dynamodb").Table(ROWS_TABLE)
+        condition = boto3.dynamodb.conditions.Key("upload_id").eq(upload_id)
+        items: dict[int, dict[str, Any]] = {}
+        start: dict[str, Any] = {}
+        while True:
+            page = table.query(KeyConditionExpression=condition, **start)
+            items.update((int(item["row_number"]), item) for item in page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return items
+            start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+
     def failures(self, upload_id: str) -> dict[str, dict[str, Any]]:
         """All items of one upload, keyed by failure_id."""
         items = self.failures_table.query(
@@ -127,6 +141,7 @@ def _create_resources(session: boto3.session.Session) -> str:
     session.client("s3").create_bucket(Bucket=BUCKET)
     # Laid out as the stack defines them (tests/stack_tables.py).
     create_stack_table(session, stack_tables.FAILURES_TABLE, FAILURES_TABLE)
+    create_stack_table(session, stack_tables.ROWS_TABLE, ROWS_TABLE)
     create_stack_table(session, stack_tables.PROSPECT_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
     events = session.client("events")
     events.create_event_bus(Name=BUS)
@@ -157,6 +172,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProspectAws]:
         "AWS_REGION": REGION,
         "EVENT_BUS_NAME": BUS,
         "FAILURES_TABLE_NAME": FAILURES_TABLE,
+        "ROWS_TABLE_NAME": ROWS_TABLE,
         "IDEMPOTENCY_TABLE_NAME": IDEMPOTENCY_TABLE,
         "POWERTOOLS_SERVICE_NAME": "prospect-tests",
         "POWERTOOLS_LOG_LEVEL": "WARNING",

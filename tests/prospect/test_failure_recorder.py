@@ -36,13 +36,6 @@ def _row_event(upload_id="u-123", row_number=7, **detail):
         "detail": {
             "upload_id": upload_id,
             "row_number": row_number,
-            "email": "ada@example.com",
-            "first_name": "Ada",
-            "last_name": "Lovelace",
-            "company": "Analytical Engines, Ltd",
-            "title": "CTO",
-            "country": "GB",
-            "notes": "",
             **detail,
         },
     }
@@ -129,7 +122,8 @@ def test_eventbridge_dlq_shape(aws, table):
     assert int(item["row_number"]) == 7
     assert json.loads(item["original_event"]) == _row_event()
     assert item["rule_arn"].endswith("rule/prospect-bus/model-step")
-    assert item["raw_row"].startswith('ada@example.com,Ada,Lovelace,"Analytical Engines, Ltd"')
+    # Row events carry ids only (issue 18); the record holds no copy of the row.
+    assert "raw_row" not in item
     assert item["recorded_at"].endswith("Z")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import boto3
+
 from tests import stack_tables
 from tests.stack_tables import create_stack_table
 
@@ -29,7 +31,7 @@ def model_event(
         "time": "2026-11-29T09:00:00Z",
         "region": "us-east-1",
         "resources": [],
-        "detail": {"upload_id": upload_id, "row_number": row_number, "email": "a@example.com"},
+        "detail": {"upload_id": upload_id, "row_number": row_number},
     }
 
 
@@ -118,9 +120,7 @@ def seed(table: Any) -> None:
             "status": "completed",
         },
     ]
-    with table.batch_writer() as batch:
-        for item in items:
-            batch.put_item(Item=item)
+    put_all(table, items)
 
 
 def model_failure(upload_id: str, row_number: int, **overrides: Any) -> dict[str, Any]:
@@ -143,9 +143,34 @@ def model_failure(upload_id: str, row_number: int, **overrides: Any) -> dict[str
 
 
 def put_all(table: Any, items: list[dict[str, Any]]) -> None:
-    with table.batch_writer() as batch:
+    """Put failure items as the pipeline keeps them (issue 18): an item's ``raw_row`` goes
+    to RowsTable, as the splitter writes the row, and the failure item keeps ids only."""
+    rows = _rows_table(table)
+    with table.batch_writer() as batch, rows.batch_writer() as row_batch:
         for item in items:
+            item = dict(item)
+            raw_row = item.pop("raw_row", None)
             batch.put_item(Item=item)
+            if raw_row is not None:
+                row_batch.put_item(
+                    Item={
+                        "upload_id": item["upload_id"],
+                        "row_number": item["row_number"],
+                        "raw_row": raw_row,
+                        "error_code": item.get("error_code", ""),
+                        "expires_at": 2_000_000_000,
+                    }
+                )
+
+
+def _rows_table(failures_table: Any) -> Any:
+    from .conftest import ROWS_TABLE
+
+    return (
+        boto3.session.Session(region_name=failures_table.meta.client.meta.region_name)
+        .resource("dynamodb")
+        .Table(ROWS_TABLE)
+    )
 
 
 def quote_heavy_failures(upload_id: str, count: int) -> list[dict[str, Any]]:
