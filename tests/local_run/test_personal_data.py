@@ -81,9 +81,7 @@ def _run(tmp_path: Path, cdk_out: Path, **options: Any) -> dict[str, Any]:
             engine.environment["FAILURES_TABLE_NAME"]
         )
         failures = table.scan()["Items"]
-        rows = engine.aws.session.resource("dynamodb").Table(
-            engine.environment["ROWS_TABLE_NAME"]
-        )
+        rows = engine.aws.session.resource("dynamodb").Table(engine.environment["ROWS_TABLE_NAME"])
         stored_rows = rows.scan()["Items"]
     return {
         "result": result,
