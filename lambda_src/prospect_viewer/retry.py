@@ -202,6 +202,46 @@ def retry_failure(
     }
 
 
+Pending = list[tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _pending_rows(
+    store: FailureStore,
+    allowed_source: str,
+    upload_id: str,
+    limit: int,
+    rows: RowReader | None,
+) -> tuple[Pending, int, bool]:
+    """Up to ``limit`` (failure, event) pairs of rows to retry, how many rows were skipped
+    because their values expired (checked 100 at a time, so expired rows never fill the
+    batch), and whether more may be left."""
+    pending: Pending = []
+    expired = 0
+    candidates: Pending = []
+
+    def take(candidates: Pending) -> None:
+        nonlocal expired
+        if rows is None:
+            pending.extend(candidates)
+            return
+        found = rows.get_many((upload_id, _row_number(i, e)) for i, e in candidates)
+        kept = [(i, e) for i, e in candidates if (upload_id, _row_number(i, e)) in found]
+        expired += len(candidates) - len(kept)
+        pending.extend(kept)
+
+    for item in store.iter_all(FailureFilter(upload_id=upload_id)):
+        if retried_since_recorded(item) or not is_retryable(item, allowed_source):
+            continue
+        candidates.append((item, retryable_event(item, allowed_source)))
+        if len(candidates) == limit - len(pending):
+            take(candidates)
+            candidates = []
+            if len(pending) == limit:
+                return pending, expired, True
+    take(candidates)
+    return pending, expired, False
+
+
 def retry_upload(
     store: FailureStore,
     publisher: Publisher,
@@ -219,20 +259,7 @@ def retry_upload(
     values ``rows`` no longer holds is not retried; the answer counts it in ``expired``.
     """
     limit = limit or MAX_BULK_RETRY
-    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    more = False
-    for item in store.iter_all(FailureFilter(upload_id=upload_id)):
-        if retried_since_recorded(item) or not is_retryable(item, allowed_source):
-            continue
-        if len(pending) == limit:
-            more = True
-            break
-        pending.append((item, retryable_event(item, allowed_source)))
-    expired = 0
-    if rows is not None and pending:
-        found = rows.get_many((upload_id, _row_number(item, event)) for item, event in pending)
-        kept = [(i, e) for i, e in pending if (upload_id, _row_number(i, e)) in found]
-        expired, pending = len(pending) - len(kept), kept
+    pending, expired, more = _pending_rows(store, allowed_source, upload_id, limit, rows)
     retried_at = utc_now()
     claims: list[_Claim] = []
     conflicts = 0

@@ -811,3 +811,49 @@ def test_v2_bus_needs_its_arn(monkeypatch, seeded):
     monkeypatch.setenv("EVENT_BUS_KIND", "v3")
     with pytest.raises(ConfigurationError, match="classic or v2"):
         Settings.from_env()
+
+
+# ------------------------------------------------ row values from RowsTable (issue 18)
+def _expire_row(aws, upload_id: str, row_number: int) -> None:
+    """What DynamoDB's TTL does once upload_retention_days have passed."""
+    from .conftest import ROWS_TABLE
+
+    aws.session.resource("dynamodb").Table(ROWS_TABLE).delete_item(
+        Key={"upload_id": upload_id, "row_number": row_number}
+    )
+
+
+def test_failure_records_hold_ids_and_the_page_shows_the_row_from_rows_table(seeded):
+    stored = seeded.failures("alpha")
+    assert not [item for item in stored.values() if "raw_row" in item]
+    _, data = get_json("/api/failures?upload_id=alpha")
+    by_id = {item["failure_id"]: item for item in data["items"]}
+    assert by_id["row#00000004"]["raw_row"] == "bo@example.com,Bo,Li,,CEO,US,"
+    assert by_id["model#00000002"]["raw_row"] == "a@example.com,,,,,,"
+    # Once the row's values expire, the failure is still listed, without them.
+    _expire_row(seeded, "alpha", 4)
+    _, data = get_json("/api/failures?upload_id=alpha")
+    by_id = {item["failure_id"]: item for item in data["items"]}
+    assert "raw_row" not in by_id["row#00000004"] and by_id["row#00000004"]["row_number"] == 4
+
+
+def test_a_retry_of_a_row_whose_values_expired_is_refused_and_publishes_nothing(seeded):
+    _expire_row(seeded, "alpha", 2)
+    seeded.drain_published()
+    status, _, body = call("POST", "/api/retry", RETRY_ALPHA, POST_HEADERS)
+
+    assert status == 410, body
+    assert json.loads(body)["error"]["code"] == "RowExpired"
+    assert seeded.drain_published() == []
+    assert "replay_generation" not in seeded.failures("alpha")["model#00000002"]
+
+
+def test_retry_all_skips_and_counts_rows_whose_values_expired(seeded):
+    _seed_retryable_upload(seeded)
+    _expire_row(seeded, "omega", 2)
+    seeded.drain_published()
+
+    answer = _retry_all("omega")
+
+    assert (answer["retried"], answer["expired"]) == (2, 1)
+    assert sorted(e["detail"]["row_number"] for e in seeded.drain_published()) == [1, 3]
