@@ -177,28 +177,56 @@ def add_plain_l2_step(stack: Any, id: str, *, secret: Any, code_dir: Path) -> No
 
 # --------------------------------------------------------------------------- splitter baseline
 def naive_split(
-    s3: Any, events: Any, *, bucket: str, key: str, bus_name: str, source: str
+    s3: Any,
+    events: Any,
+    *,
+    bucket: str,
+    key: str,
+    bus_name: str,
+    source: str,
+    dynamodb: Any,
+    rows_table: str,
 ) -> dict[str, int]:
     """The splitter as often first written: the whole object read into memory
     (``body.read().decode()``), every record parsed into a list, then each row validated and
-    published with the SAME validation and PutEvents batching as the real splitter, so the only
-    difference measured is how the object is read. No idempotency, no failure records."""
+    published with the SAME validation, RowsTable writes (25 rows, then their events) and
+    PutEvents batching as the real splitter, so the only difference measured is how the
+    object is read. No idempotency, no failure records."""
     from prospect_contract.events import ROW_VALIDATED
     from prospect_contract.put_events import ClassicBus
+    from prospect_contract.rows import WRITE_BATCH, RowWriter, valid_row_item
     from prospect_splitter.publisher import EventPublisher
-    from prospect_splitter.validation import header_matches, prospect_detail, validate_row
+    from prospect_splitter.validation import (
+        header_matches,
+        prospect_detail,
+        prospect_values,
+        validate_row,
+    )
 
     text = s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8-sig")
     records = [fields for fields in csv.reader(io.StringIO(text, newline="")) if fields]
     if not records or not header_matches(records[0]):
         raise ValueError("missing header")
     publisher = EventPublisher(ClassicBus(events, bus_name, source))  # serial, as it was
+    writer = RowWriter(dynamodb, rows_table)
+    waiting: list[int] = []
+
+    def publish_written() -> None:
+        writer.flush()
+        for number in waiting:
+            publisher.add(ROW_VALIDATED, prospect_detail(key, number))
+        waiting.clear()
+
     valid = invalid = 0
     for row_number, fields in enumerate(records[1:], start=1):
         if validate_row(fields) is None:
             valid += 1
-            publisher.add(ROW_VALIDATED, prospect_detail(key, row_number, fields))
+            writer.add(valid_row_item(key, row_number, prospect_values(fields), 2_000_000_000))
+            waiting.append(row_number)
+            if len(writer) >= WRITE_BATCH:
+                publish_written()
         else:
             invalid += 1
+    publish_written()
     publisher.flush()
     return {"rows": valid + invalid, "valid": valid, "invalid": invalid}

@@ -69,6 +69,8 @@ from constructs_lib.local_engine.moto_server import moto_server
 
 BUCKET = "prospect-uploads"
 FAILURES_TABLE = "prospect-failures"
+#: RowsTable: the splitter writes every row's values there before publishing (issue 18).
+ROWS_TABLE = "prospect-rows"
 IDEMPOTENCY_TABLE = "prospect-idempotency"
 BUS = "prospect-bus"
 SOURCE = "prospect-uploader"
@@ -150,7 +152,8 @@ else:
     detail = event["detail"]
     split = lambda: naive_split(
         s3, events, bucket=detail["bucket"]["name"], key=detail["object"]["key"],
-        bus_name=sys.argv[3], source=sys.argv[4],
+        bus_name=sys.argv[3], source=sys.argv[4], dynamodb=session.client("dynamodb"),
+        rows_table=os.environ["ROWS_TABLE_NAME"],
     )
 def rss_kb():
     with open("/proc/self/statm") as statm:
@@ -253,13 +256,14 @@ def create_resources(session: boto3.session.Session) -> None:
     session.client("s3").create_bucket(Bucket=BUCKET)
     dynamodb = session.client("dynamodb")
     for name, keys in (
-        (FAILURES_TABLE, [("upload_id", "HASH"), ("failure_id", "RANGE")]),
-        (IDEMPOTENCY_TABLE, [("id", "HASH")]),
+        (FAILURES_TABLE, [("upload_id", "HASH", "S"), ("failure_id", "RANGE", "S")]),
+        (ROWS_TABLE, [("upload_id", "HASH", "S"), ("row_number", "RANGE", "N")]),
+        (IDEMPOTENCY_TABLE, [("id", "HASH", "S")]),
     ):
         dynamodb.create_table(
             TableName=name,
-            KeySchema=[{"AttributeName": n, "KeyType": t} for n, t in keys],
-            AttributeDefinitions=[{"AttributeName": n, "AttributeType": "S"} for n, _ in keys],
+            KeySchema=[{"AttributeName": n, "KeyType": t} for n, t, _ in keys],
+            AttributeDefinitions=[{"AttributeName": n, "AttributeType": a} for n, _, a in keys],
             BillingMode="PAY_PER_REQUEST",
         )
     session.client("events").create_event_bus(Name=BUS)
@@ -276,6 +280,7 @@ def split_in_child(
         PYTHONPYCACHEPREFIX=str(PYCACHE),
         EVENT_BUS_NAME=BUS,
         FAILURES_TABLE_NAME=FAILURES_TABLE,
+        ROWS_TABLE_NAME=ROWS_TABLE,
         IDEMPOTENCY_TABLE_NAME=IDEMPOTENCY_TABLE,
         POWERTOOLS_SERVICE_NAME="prospect-splitter-bench",
     )

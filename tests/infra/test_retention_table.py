@@ -92,7 +92,8 @@ def template_retention(raw: dict, store: str) -> list[int]:
         return _ttl_days(raw, store, writers)
     if store == "RowsTable":
         # The splitter writes each row with the upload's retention (issue 18).
-        [days] = _ttl_days(raw, store, {"Splitter": "ROW_RETENTION_DAYS"})
+        # "/RowsTable": the path suffix would match UploadRowsTable too.
+        [days] = _ttl_days(raw, "/RowsTable", {"Splitter": "ROW_RETENTION_DAYS"})
         upload = props(raw, "UploadBucket/Resource")["LifecycleConfiguration"]["Rules"]
         [expire] = [rule for rule in upload if rule["Id"] == "ExpireUploads"]
         assert days == expire["ExpirationInDays"] * DAY
