@@ -12,6 +12,7 @@ NAMED = [
     stack_tables.PROSPECT_IDEMPOTENCY_TABLE,
     stack_tables.FAILURES_TABLE,
     stack_tables.PROSPECTS_TABLE,
+    stack_tables.ROWS_TABLE,
     stack_tables.UPLOADS_TABLE,
     stack_tables.UPLOAD_ROWS_TABLE,
 ]

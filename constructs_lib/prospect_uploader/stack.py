@@ -413,9 +413,9 @@ class ProspectUploaderStack(Stack):
             **defaults.data_table_props("upload_id", "row_number", "N"),
             time_to_live_attribute="expires_at",
         )
-        # Each data row's values, the only copy outside the upload bucket (issue 18): row
-        # events, dead letters and failure records carry ids only. The splitter writes,
-        # the classify steps and the viewer read; items expire with the upload.
+        #: RowsTable: each data row's values, the only copy outside the upload bucket (issue
+        #: 18); row events, dead letters and failure records carry ids only. The splitter
+        #: writes, the classify steps and the viewer read; items expire with the upload.
         self.rows_table = dynamodb.Table(
             self,
             "RowsTable",
