@@ -95,6 +95,12 @@ class LambdaFaults:
         with self._lock:
             return {point: self.injected[point] for point in BATCH_CREATE_KILL_POINTS}
 
+    @property
+    def batch_creates(self) -> int:
+        """Batch create calls decided so far (killed or not)."""
+        with self._lock:
+            return self._seen[BATCH_CREATE_KILL, ""]
+
     def kill_around_batch_create(self) -> str | None:
         """The point at which the invocation making the run's next batch create dies, or
         None. Decided per create call in the run's order, not per content: a create's body

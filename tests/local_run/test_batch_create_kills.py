@@ -8,8 +8,8 @@ ones and the schedule's ticks. Whatever the point, no row is lost and no key is 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -45,33 +45,49 @@ def test_a_batch_create_kill_needs_the_local_model(tmp_path, monkeypatch):
         validate_options(options)
 
 
-def _upload_later(pipeline: LocalPipeline, path: Path, delay: float, errors: list) -> Any:
-    """Upload ``path`` ``delay`` wall seconds from now, as a user would during the run."""
+def _upload(pipeline: LocalPipeline, path: Path) -> None:
+    """Upload ``path`` as a user would during the run."""
+    engine = pipeline.engine
+    assert pipeline.assembly is not None
+    bucket = engine.aws.ref(pipeline.assembly.upload_bucket().logical_id)
+    body = path.read_bytes()
+    answer = engine.aws.client("s3").put_object(Bucket=bucket, Key=path.name, Body=body)
+    event = s3_object_created_event(
+        bucket, path.name, len(body), answer["ETag"], answer.get("VersionId")
+    )
+    assert engine.put_event(DEFAULT_BUS, event)
 
-    def upload() -> None:
+
+def _upload_after_each_create(
+    pipeline: LocalPipeline, files: list[Path], errors: list[BaseException]
+) -> threading.Thread:
+    """Upload ``files[n]`` once the run has made its (n+1)-th batch create: each upload's
+    rows are a delivery, a submission and a create of their own, in a fixed order whatever
+    the machine's load (wall-clock spacing merged two uploads on a loaded machine)."""
+
+    def upload_in_turn() -> None:
         try:
-            engine = pipeline.engine
-            assert pipeline.assembly is not None
-            bucket = engine.aws.ref(pipeline.assembly.upload_bucket().logical_id)
-            body = path.read_bytes()
-            answer = engine.aws.client("s3").put_object(Bucket=bucket, Key=path.name, Body=body)
-            event = s3_object_created_event(
-                bucket, path.name, len(body), answer["ETag"], answer.get("VersionId")
-            )
-            assert engine.put_event(DEFAULT_BUS, event)
-        except BaseException as error:  # reported by the test, not lost in the timer thread
+            for creates, path in enumerate(files, start=1):
+                deadline = time.monotonic() + 120
+                while pipeline.engine.faults.batch_creates < creates:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"no batch create number {creates} in 120 s")
+                    time.sleep(0.05)
+                _upload(pipeline, path)
+        except BaseException as error:  # reported by the test, not lost in the thread
             errors.append(error)
 
-    timer = threading.Timer(delay, upload)
-    timer.start()
-    return timer
+    thread = threading.Thread(target=upload_in_turn, name="uploads", daemon=True)
+    thread.start()
+    return thread
 
 
 def test_kills_at_every_create_point_lose_no_row_and_bill_each_key_once(cdk_out: Path, tmp_path):
-    # GIVEN three uploads of 10 rows, 2 s apart (each its own buffer delivery, so its own
-    # submission and create), every event delivered twice, half the creates killed; seed
-    # 124 kills the three first creates at the three points, in the run's order of creates:
-    # before_batch_id_recorded, after_create, before_create (the last one's resend lives)
+    # GIVEN three uploads of 10 rows, each made after the run's previous create (so each
+    # is its own buffer delivery, submission and create), every event delivered twice, half
+    # the creates killed; seed 124 kills the three first creates at the three points, in
+    # the run's order of creates: before_batch_id_recorded, after_create, before_create
+    # (the resend of the last one lives)
     files = [write_csv(tmp_path / f"rows-{n}.csv", 10) for n in range(3)]
     options = RunOptions(
         csv_path=files[0],
@@ -85,18 +101,17 @@ def test_kills_at_every_create_point_lose_no_row_and_bill_each_key_once(cdk_out:
     )
     errors: list[BaseException] = []
     with LocalPipeline(options) as pipeline:
-        # The first file is the run's own upload.
-        timers = [_upload_later(pipeline, files[n], 2.0 * n, errors) for n in (1, 2)]
+        # The first file is the run's own upload; each other one follows a create.
+        uploads = _upload_after_each_create(pipeline, files[1:], errors)
         result = pipeline.run()
-        for timer in timers:
-            timer.join()
+        uploads.join(timeout=5)
         engine = pipeline.engine
         dynamodb = engine.aws.session.resource("dynamodb")
         prospects = dynamodb.Table(engine.variable("PROSPECTS_TABLE_NAME")).scan()["Items"]
         failures = dynamodb.Table(engine.variable("FAILURES_TABLE_NAME")).scan()["Items"]
     assert not errors, errors
     # THEN each point killed one invocation
-    assert result.batch_create_kills == dict.fromkeys(BATCH_CREATE_KILL_POINTS, 1)
+    assert result.batch_create_kills == dict.fromkeys(BATCH_CREATE_KILL_POINTS, 1), result
     # AND every row of the three uploads ended classified, each billed by one batch request
     summaries = [item for item in failures if item.get("kind") == "summary"]
     assert sorted(int(item["valid"]) for item in summaries) == [10, 10, 10]
