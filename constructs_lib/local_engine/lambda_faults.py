@@ -97,7 +97,7 @@ class LambdaFaults:
 
     @property
     def batch_creates(self) -> int:
-        """Batch create calls decided so far (killed or not)."""
+        """Batch create calls decided so far, killed or not (0 while the rate is 0)."""
         with self._lock:
             return self._seen[BATCH_CREATE_KILL, ""]
 

@@ -16,7 +16,11 @@ import pytest
 from bench.scale import write_csv
 from constructs_lib.local_engine.errors import UsageError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
-from constructs_lib.local_engine.lambda_faults import BATCH_CREATE_KILL_POINTS
+from constructs_lib.local_engine.lambda_faults import (
+    BATCH_CREATE_KILL_POINTS,
+    FaultRates,
+    LambdaFaults,
+)
 from constructs_lib.prospect_uploader.local_run import RunOptions
 from constructs_lib.prospect_uploader.local_run.options import validate_options
 from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
@@ -43,6 +47,19 @@ def test_a_batch_create_kill_needs_the_local_model(tmp_path, monkeypatch):
     )
     with pytest.raises(UsageError, match="--batch-create-kill-rate needs --model local"):
         validate_options(options)
+
+
+def test_the_kill_points_are_drawn_per_create_in_order_and_reproduced_by_the_seed():
+    def draws(seed: int, rate: float) -> list[str | None]:
+        faults = LambdaFaults(FaultRates(seed=seed, batch_create_kill_rate=rate))
+        return [faults.kill_around_batch_create() for _ in range(200)]
+
+    first = draws(124, 0.5)
+    assert first == draws(124, 0.5)
+    assert first[:3] == ["before_batch_id_recorded", "after_create", "before_create"]
+    assert set(first) == {None, *BATCH_CREATE_KILL_POINTS}
+    assert 60 < sum(point is not None for point in first) < 140
+    assert set(draws(124, 0.0)) == {None}
 
 
 def _upload(pipeline: LocalPipeline, path: Path) -> None:
