@@ -35,6 +35,7 @@ from .assembly import (
     TargetSpec,
     short_path,
 )
+from .call_hooks import before_call_hooks
 from .environment import (
     UNSAFE_VARIABLES,
     environment_union,
@@ -91,7 +92,8 @@ class EngineSettings:
     after a failed attempt rather than duplicate deliveries (see
     :class:`~.targets.LambdaTarget`'s ``before_redelivery``); ``kill_rate`` [0] and
     ``throttle_rate`` [0]: Lambda kills after a model request and throttled SQS receives,
-    seeded by ``seed`` (:mod:`.lambda_faults`).
+    seeded by ``seed`` (:mod:`.lambda_faults`); ``batch_create_kill_rate`` [0]: kills
+    around a Message Batch create (issue 19), seeded the same way.
     """
 
     duplicates: int = 1
@@ -107,6 +109,7 @@ class EngineSettings:
     )
     kill_rate: float = 0.0
     throttle_rate: float = 0.0
+    batch_create_kill_rate: float = 0.0
     run_timeout_note: str = ""  # how run_timeout_seconds was chosen (in the timeout error)
 
 
@@ -179,7 +182,12 @@ class LocalEngine:
         self.pollers: list[MappingPoller] = []
         self._scheduler: Scheduler | None = None
         self.faults = LambdaFaults(
-            FaultRates(settings.kill_rate, settings.throttle_rate, settings.seed)
+            FaultRates(
+                settings.kill_rate,
+                settings.throttle_rate,
+                settings.seed,
+                batch_create_kill_rate=settings.batch_create_kill_rate,
+            )
         )
         self.model_requests = ModelRequests(self.faults)
         self._queue_paths: dict[str, str] = {}  # queue name -> construct path (short)
@@ -236,6 +244,13 @@ class LocalEngine:
         self._create_local_queues()
         self._stack.enter_context(self.queues.installed(aws.session))
         self._stack.enter_context(self.model_requests.installed())
+        if settings.batch_create_kill_rate > 0:
+            # After the IAM check's hook: the killed call was evaluated, and is never made.
+            self._stack.enter_context(
+                before_call_hooks(
+                    "batch-create-kill.params", self.model_requests.before_aws_call, aws.session
+                )
+            )
         scoped = function_scoped_names(assembly.functions())
         self.environment = environment_union(assembly.functions(), aws.resolver, scoped)
         overlay = {
@@ -267,6 +282,8 @@ class LocalEngine:
                 spec.handler, instance=spec.logical_id if own else None
             )
             seen.add(spec.handler)
+        if any(spec.is_batch for spec in assembly.functions()):
+            _batch_create_on_the_run_clock(runtime, settings.seconds_per_minute)
 
         self._pool = pool = ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="lambda"
@@ -958,6 +975,31 @@ class _UntrackedWork(WorkTracker):
 #: buffer queue's visibility timeout on the run's clock (5,400 s: 90 s at a run-minute of 1 s),
 #: so a killed invocation's lock has expired when its message comes back.
 BATCH_TIMEOUT_CAP_SECONDS = 60.0
+
+
+#: The shortest local deadline of a Message Batch create, and the shortest grace after it
+#: before an uncertain create is reconciled (wall seconds): a create on 2 loaded cores can
+#: take a second, and a create still in flight when its submission is reconciled would be
+#: sent a second time (billed twice).
+MIN_LOCAL_CREATE_TIMEOUT_SECONDS = 5.0
+MIN_LOCAL_RECONCILE_GRACE_SECONDS = 2.0
+
+
+def _batch_create_on_the_run_clock(
+    runtime: ExecutionEnvironment, seconds_per_minute: float
+) -> None:
+    """The batch runtime's create deadline (60 s) and the grace after it before an uncertain
+    create is reconciled (120 s) are wall seconds (``model_step.clock`` is not compressed):
+    locally a kill around a create would cost three wall minutes. Both go on the run's
+    clock (at least :data:`MIN_LOCAL_CREATE_TIMEOUT_SECONDS` and
+    :data:`MIN_LOCAL_RECONCILE_GRACE_SECONDS`), keeping the order the reconcile relies on:
+    every create has ended, answered or not, before its submission is reconciled."""
+    batch = runtime.module("model_step.batch")
+    scale = seconds_per_minute / 60.0
+    create = max(batch.CREATE_TIMEOUT_SECONDS * scale, MIN_LOCAL_CREATE_TIMEOUT_SECONDS)
+    grace = max(batch.RECONCILE_GRACE_SECONDS * scale, MIN_LOCAL_RECONCILE_GRACE_SECONDS)
+    setattr(batch, "CREATE_TIMEOUT_SECONDS", create)  # noqa: B010 (a module of the runtime)
+    setattr(batch, "RECONCILE_AFTER_SECONDS", create + grace)  # noqa: B010
 
 
 def _batch_timeout_cap(settings: AsyncSettings) -> AsyncSettings:

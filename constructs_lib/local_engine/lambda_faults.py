@@ -13,8 +13,17 @@
   its visibility timeout with a higher receive count. SQS event source mappings only: an
   async invocation Lambda throttles is kept and retried by Lambda without using an attempt,
   which no handler can observe.
+- A **kill around a batch create** (``batch_create_kill_rate``, issue 19) ends an
+  invocation at one of :data:`BATCH_CREATE_KILL_POINTS` of a ``messages.batches.create``
+  call, the crash points ``tests/runtime/test_batch_crash_points.py`` proves on the
+  handler: ``before_create`` (the request never reaches the model: nothing is created),
+  ``after_create`` (the model created the batch, which will bill, and the answer never
+  reaches the handler) and ``before_batch_id_recorded`` (the handler has the answer and dies
+  before its next AWS call, the write of the batch id). All three leave the submission
+  ``creating``: the tick's reconcile sends it again or adopts the batch. Decided per create
+  call in the run's order (see :meth:`LambdaFaults.kill_around_batch_create`).
 
-Every decision is seeded and made per *content and occurrence*, not per arrival: the n-th
+Every other decision is seeded and made per *content and occurrence*, not per arrival: the n-th
 request with a given body (the n-th receive of a given event) is killed (throttled) or not
 whatever the thread timing, so a seed reproduces which rows meet a fault, as the local
 model's fault plans do. Event ids and timestamps are left out of an event's content, so two
@@ -34,6 +43,9 @@ from typing import Any
 
 KILL = "kill"
 THROTTLE = "throttle"
+BATCH_CREATE_KILL = "batch_create_kill"
+#: Where a batch create kill strikes, in the order of the call (see the module docstring).
+BATCH_CREATE_KILL_POINTS = ("before_create", "after_create", "before_batch_id_recorded")
 
 
 class LambdaKilled(BaseException):
@@ -47,9 +59,10 @@ class FaultRates:
     kill_rate: float = 0.0
     throttle_rate: float = 0.0
     seed: int = 0
+    batch_create_kill_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("kill_rate", "throttle_rate"):
+        for name in ("kill_rate", "throttle_rate", "batch_create_kill_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
@@ -60,7 +73,7 @@ class LambdaFaults:
 
     def __init__(self, rates: FaultRates) -> None:
         self.rates = rates
-        self.injected: Counter[str] = Counter()  # KILL / THROTTLE -> count
+        self.injected: Counter[str] = Counter()  # KILL / THROTTLE / a kill point -> count
         self._seen: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
@@ -75,6 +88,37 @@ class LambdaFaults:
         """Receives whose batch Lambda never handed to the function."""
         with self._lock:
             return self.injected[THROTTLE]
+
+    @property
+    def batch_create_kills(self) -> dict[str, int]:
+        """Invocations killed around a batch create, by kill point (every point listed)."""
+        with self._lock:
+            return {point: self.injected[point] for point in BATCH_CREATE_KILL_POINTS}
+
+    @property
+    def batch_creates(self) -> int:
+        """Batch create calls decided so far, killed or not (0 while the rate is 0)."""
+        with self._lock:
+            return self._seen[BATCH_CREATE_KILL, ""]
+
+    def kill_around_batch_create(self) -> str | None:
+        """The point at which the invocation making the run's next batch create dies, or
+        None. Decided per create call in the run's order, not per content: a create's body
+        names its rows by custom_id, which hashes the upload id, and that differs in every
+        run (moto's object version ids), so a seed would reproduce nothing."""
+        rate = self.rates.batch_create_kill_rate
+        if rate <= 0.0:
+            return None
+        with self._lock:
+            occurrence = self._seen[BATCH_CREATE_KILL, ""]
+            self._seen[BATCH_CREATE_KILL, ""] += 1
+        draws = random.Random(f"{self.rates.seed}:{BATCH_CREATE_KILL}:{occurrence}")
+        if draws.random() >= rate:
+            return None
+        point = draws.choice(BATCH_CREATE_KILL_POINTS)
+        with self._lock:
+            self.injected[point] += 1
+        return point
 
     def kill_after_request(self, body: bytes) -> bool:
         """Whether the invocation that just sent a request with ``body`` dies now."""

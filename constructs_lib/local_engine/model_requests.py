@@ -7,9 +7,12 @@ around each handler call) is counted against that key. The answer is then handed
 :class:`~.lambda_faults.LambdaFaults`, which may kill the invocation before the handler
 sees it. Requests from unmarked threads (a test's own client) pass through untouched.
 
-Message Batches calls (``/v1/messages/batches``) pass through uncounted and are never
-killed: a batch is billed per succeeded result, which the local model counts, and its faults
-around ``create`` are the local model's (``batch_create_faults``).
+Message Batches calls (``/v1/messages/batches``) pass through uncounted: a batch is billed
+per succeeded result, which the local model counts. ``--kill-rate`` never kills them; a
+``messages.batches.create`` may be killed around instead (``batch_create_kill_rate``, one of
+:data:`~.lambda_faults.BATCH_CREATE_KILL_POINTS`): before it is sent, after the model
+answered it, or, through :meth:`ModelRequests.before_aws_call` (a botocore hook the engine
+installs), at the handler's next AWS call, which is the write of the batch id.
 
 *Billed* follows the runtime's rule: every request that reached the model is billed, except
 401, 429 and 529 answers. A request that timed out or lost its connection after it was sent
@@ -27,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from .lambda_faults import LambdaFaults, LambdaKilled
+from .lambda_faults import BATCH_CREATE_KILL_POINTS, LambdaFaults, LambdaKilled
 
 #: Answers the provider does not bill (the runtime's Spend counts them the same way).
 UNBILLED_STATUSES = frozenset({401, 429, 529})
@@ -59,6 +62,7 @@ class ModelRequests:
             yield
         finally:
             _state.key = previous
+            _state.kill_at_next_aws_call = False
 
     @property
     def max_billed_per_key(self) -> int:
@@ -91,6 +95,11 @@ class ModelRequests:
             transport: httpx2.HTTPTransport, request: httpx2.Request
         ) -> httpx2.Response:
             key = getattr(_state, "key", _UNMARKED)
+            if key is not _UNMARKED and _is_batch_create(request):
+                created: httpx2.Response = observer._around_batch_create(
+                    original, transport, request
+                )
+                return created
             if key is _UNMARKED or _is_batch_call(request):
                 return original(transport, request)
             response: httpx2.Response = observer._observe(original, transport, request, key)
@@ -113,6 +122,28 @@ class ModelRequests:
         self._count(key, int(response.status_code), (time.monotonic() - started) * 1000)
         self._maybe_kill(request, response)
         return response
+
+    def _around_batch_create(self, original: Any, transport: Any, request: Any) -> Any:
+        """A ``messages.batches.create`` of a handler, killed around when ``faults`` says so."""
+        point = None if self._faults is None else self._faults.kill_around_batch_create()
+        before, after, before_recorded = BATCH_CREATE_KILL_POINTS
+        if point == before:
+            raise LambdaKilled("killed before the batch create reached the model")
+        response = original(transport, request)
+        if point == after:
+            response.read()  # the model has answered: the batch exists, and will bill
+            response.close()
+            raise LambdaKilled("killed after the batch create answered, before the handler saw it")
+        if point == before_recorded:
+            _state.kill_at_next_aws_call = True
+        return response
+
+    def before_aws_call(self, **_: Any) -> None:
+        """A botocore ``before-call`` hook: kill the invocation whose batch create answered
+        at its next AWS call (the write of the batch id), before the call is made."""
+        if getattr(_state, "kill_at_next_aws_call", False):
+            _state.kill_at_next_aws_call = False
+            raise LambdaKilled("killed after the batch create answered, before its id was recorded")
 
     def _count(self, key: str | None, status: int | None, answer_ms: float | None) -> None:
         with self._lock:
@@ -139,6 +170,10 @@ BATCHES_PATH = "/v1/messages/batches"
 
 def _is_batch_call(request: Any) -> bool:
     return str(request.url.path).startswith(BATCHES_PATH)
+
+
+def _is_batch_create(request: Any) -> bool:
+    return request.method == "POST" and str(request.url.path).rstrip("/") == BATCHES_PATH
 
 
 def record_key_of(event: Any, key_expression: str | None) -> str | None:

@@ -46,6 +46,7 @@ counts (the summary table and --json):
   model_requests  requests billed by the model: realtime HTTP requests (429s included)
                   plus succeeded Message Batch requests
   batches, batch_requests   Message Batches created / requests submitted in them
+  batch_create_kills   kills around a batch create, by point (--batch-create-kill-rate)
   deliveries      row-event deliveries to the classify step (one per copy with
                   --duplicates): to its buffer queue, or async invocations; retries excluded
   alerts          upload summaries published to AlertTopic
@@ -282,6 +283,16 @@ def _add_batch_arguments(run: argparse.ArgumentParser) -> None:
         metavar="P",
         help="share of batch requests whose result is expired, local model only (default: 0)",
     )
+    batch.add_argument(
+        "--batch-create-kill-rate",
+        type=_rate,
+        default=0.0,
+        metavar="RATE",
+        help="share of Message Batch creates around which Lambda kills the invocation, at "
+        "one of three points (seeded by --seed): before the request reaches the model, after "
+        "the model created the batch, or after the answer before the batch id is recorded; "
+        "local model only (default: 0)",
+    )
 
 
 def _batch_options(args: argparse.Namespace) -> dict[str, object]:
@@ -290,6 +301,7 @@ def _batch_options(args: argparse.Namespace) -> dict[str, object]:
         "batch_delay_seconds": args.batch_delay,
         "batch_errored_rate": args.batch_errored_rate,
         "batch_expired_rate": args.batch_expired_rate,
+        "batch_create_kill_rate": args.batch_create_kill_rate,
     }
 
 

@@ -184,6 +184,11 @@ class BatchDelivery:
         self._clients = ModelClientProvider(settings, parts.boto3_client)
         #: The submission id of the invocation in progress (one per invocation).
         self.submission_id = self.store.new_submission_id()
+        #: By submission id, the rows written as its own (staged or adopted), whether or not
+        #: their staging then completed: a row whose staging failed after the write (the
+        #: claim, or the release of the key's record, answered an error) is still owned by
+        #: the submission, and its redelivery finds it owned, so the submission must list it.
+        self._owned: dict[str, list[str]] = {}
 
     # -- 1. stage --------------------------------------------------------------------------
     def custom_id(self, request: dict[str, Any]) -> str:
@@ -198,13 +203,16 @@ class BatchDelivery:
         store = self.store
         custom_id = self.custom_id(request)
         event_json = json.dumps(dict(delivery.event), sort_keys=True, default=str)
-        found = store.stage_row(custom_id, event_json, user_message, self.submission_id)
+        submission = self.submission_id
+        found = store.stage_row(custom_id, event_json, user_message, submission)
         if found is not None:
             owner = batch_store.text(found, "submission") or ""
-            orphan = owner != self.submission_id and store.submission(owner) is None
-            if not (orphan and store.adopt_orphan(custom_id, owner, self.submission_id)):
+            orphan = owner != submission and store.submission(owner) is None
+            if not (orphan and store.adopt_orphan(custom_id, owner, submission)):
                 raise Staged(custom_id, new=False)
+            self._owned.setdefault(submission, []).append(custom_id)
             raise Staged(custom_id, new=True)  # its attempt was claimed when first staged
+        self._owned.setdefault(submission, []).append(custom_id)
         claim = self._parts.budget(request).claim()
         delivery.attempts_spent = claim.state.attempts
         if not claim.granted:
@@ -279,10 +287,11 @@ class BatchDelivery:
         it if it is due. A new submission id is taken for the next invocation."""
         submission = self.submission_id
         self.submission_id = self.store.new_submission_id()
-        if not staged:
+        owned = self._owned.pop(submission, [])
+        ids = list(dict.fromkeys([*(row.custom_id for row in staged), *owned]))
+        if not ids:
             return
-        ids = list(dict.fromkeys(row.custom_id for row in staged))
-        first = min(row.sent_at for row in staged)
+        first = min((row.sent_at for row in staged), default=clock.now())
         self.store.put_submission(submission, ids, first)
         if self._due(len(ids), first):
             try:

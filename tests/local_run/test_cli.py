@@ -154,6 +154,7 @@ def test_run_timeout_must_be_positive(capsys, tmp_path):
         ("--throttle-rate", "-0.1"),
         ("--fault-rate", "2"),
         ("--kill-rate", "nan"),
+        ("--batch-create-kill-rate", "1.5"),
     ],
 )
 def test_a_rate_outside_zero_to_one_names_the_flag_the_value_and_the_range(
@@ -176,5 +177,6 @@ def test_help_names_the_lambda_faults_and_their_counts(capsys):
         main(["run", "--help"])
     out = capsys.readouterr().out
     assert "--kill-rate" in out and "--throttle-rate" in out
+    assert "--batch-create-kill-rate" in out and "batch_create_kills" in out
     assert "max_requests_per_key" in out and "redriven" in out
     assert "derived from the work" in out

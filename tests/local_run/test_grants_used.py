@@ -19,7 +19,13 @@ Paths:
 - ``batch-refused`` (issue 19): the refused path with every row sent by ``ClassifyBatch``
   (``--delivery batch``): staging, the tick, collection, dead letters from batch results,
   the key from the secret, a row moved to its redrive queue, and a viewer retry that goes
-  by batch again; ``batch-unreachable``: the unreachable path with every row for it.
+  by batch again; ``batch-unreachable``: the unreachable path with every row for it;
+  ``batch-faults``: every row by batch, each event delivered twice, a kill around the
+  create, and three faults of the batch step's own: one copy of a row moved to its redrive
+  queue before its key was answered goes back to the buffer queue (``sqs:SendMessage``),
+  the first staging of each key fails after its row was written, so its retry is spaced
+  (``sqs:ChangeMessageVisibility``), and the first submission is never written, so the
+  rows' redeliveries adopt them (``dynamodb:ConditionCheckItem``).
 
 After the ``clean`` run the splitter also gets the same upload event again (answered from
 its record), an event for an object deleted since (S3 answers 404 only with
@@ -35,7 +41,7 @@ import base64
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +94,14 @@ PATH_OPTIONS: dict[str, dict[str, Any]] = {
     # and the unreachable one.
     "batch-refused": {"delivery": "batch", "seconds_per_minute": FAST_CLOCK},
     "batch-unreachable": {"delivery": "batch", "seconds_per_minute": 0.05},
+    # Seed 36 kills the run's first create before its batch id is recorded, and no other.
+    "batch-faults": {
+        "delivery": "batch",
+        "duplicates": 2,
+        "batch_create_kill_rate": 0.5,
+        "seed": 36,
+        "seconds_per_minute": FAST_CLOCK,
+    },
 }
 #: Each path settles in 10-25 s on an idle 2-core machine; its derived bound (about 90 s) once
 #: ran out in CI beside the 100,000-result memory test. This module checks grants, not the
@@ -101,26 +115,9 @@ POST_HEADERS = {"x-requested-with": "prospect-viewer", "content-type": "applicat
 ARCHIVED_KEY = "archived.csv"
 #: The role a subscriber delivers (and sends its failures) with, in the IAM check.
 SUBSCRIBER_ROLE_PREFIX = "subscriber:"
-ACCOUNT_REGION = "us-east-1:123456789012"
-IDEMPOTENCY = f"arn:aws:dynamodb:{ACCOUNT_REGION}:table/ProspectUploader-IdempotencyTable22A5A209"
-#: Grants no local path uses YET, each with the path that needs it. Only the Message
-#: Batches step (issue 19) has any; every other function has none (the list may only
-#: shrink, and the test fails on any grant not listed).
-NOT_YET_USED: dict[str, set[str]] = {
-    # Message Batches (issue 19): three of the batch step's grants serve what no local batch
-    # run drives yet: a requeue (SendMessage) when a concurrent duplicate in another
-    # invocation holds the key, the spacing of a transient staging error
-    # (ChangeMessageVisibility), and the transaction that adopts a row staged by an
-    # invocation killed before it wrote its submission (ConditionCheckItem;
-    # tests/runtime/test_batch_crash_points.py drives it against the real handler).
-    "ClassifyBatch/Function": {
-        f"sqs:SendMessage on arn:aws:sqs:{ACCOUNT_REGION}:"
-        "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
-        f"sqs:ChangeMessageVisibility on arn:aws:sqs:{ACCOUNT_REGION}:"
-        "ProspectUploader-ClassifyBatchBufferQueue09FB3BFF",
-        f"dynamodb:ConditionCheckItem on {IDEMPOTENCY}",
-    },
-}
+#: The batch step's Powertools records (its batch items and hand-off records have a further
+#: ``#`` after the prefix).
+BATCH_RECORD_PREFIX = "ProspectUploader/ClassifyBatch#"
 
 
 def _csv(tmp_path: Path) -> Path:
@@ -266,6 +263,74 @@ def _archived_object_reads_fail() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[None]:
+    """Two DynamoDB faults of ``ClassifyBatch``'s staging, after the IAM check evaluated the
+    call (open it after the pipeline):
+
+    - the first DeleteItem of each of its Powertools records (the release of the key's lock
+      once its row is staged) is applied and answered with a 500, as when the answer is
+      lost: Powertools raises instead of the staging's Staged, so the message is a batch
+      item failure whose retry is spaced (its attempt was claimed);
+    - the first listing of a submission in the index fails (the SDK's retries exhausted),
+      so it is never written: the rows staged under it are owned by a submission that never
+      existed, and their redeliveries adopt them."""
+    released: set[str] = set()
+    refused: list[str] = []
+    dynamodb = pipeline.engine.aws.client("dynamodb")
+
+    def error(status: int, code: str) -> Any:
+        response = AWSResponse("https://local-dynamodb/", status, {}, None)
+        return response, {
+            "Error": {"Code": code, "Message": f"injected {code}"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        }
+
+    def answer(model: Any, context: dict[str, Any], **_: Any) -> Any:
+        if model.service_model.service_name != "dynamodb" or context.get(DENIED_KEY):
+            return None
+        params = context.get("grants-test.staging") or {}
+        record = str(((params.get("Key") or {}).get("id") or {}).get("S") or "")
+        if model.name == "UpdateItem":
+            listing = str(params.get("UpdateExpression") or "").startswith("ADD #open")
+            if refused or record != BATCH_RECORD_PREFIX + "batch-index" or not listing:
+                return None
+            refused.append(record)
+            return error(400, "ProvisionedThroughputExceededException")
+        if model.name != "DeleteItem":
+            return None
+        if (
+            not record.startswith(BATCH_RECORD_PREFIX)
+            or "#" in record[len(BATCH_RECORD_PREFIX) :]
+            or record in released
+        ):
+            return None
+        released.add(record)
+        dynamodb.delete_item(TableName=params["TableName"], Key=params["Key"])
+        return error(500, "InternalServerError")
+
+    with before_call_hooks("grants-test.staging", answer):
+        yield
+
+
+def _move_first_to_redrive(pipeline: LocalPipeline, step: str) -> None:
+    """The first message sent to ``step``'s buffer queue goes to its redrive queue instead, as
+    SQS moves a message after maxReceiveCount, before its key is answered."""
+    queue = _buffer_queue(pipeline, step)
+    redrive = queue.dead_letter
+    assert redrive is not None
+    send = queue.send
+    moved: list[str] = []
+
+    def divert(body: str, **kwargs: Any) -> Any:
+        if moved:
+            return send(body, **kwargs)
+        moved.append(body)
+        return redrive.send(body, **kwargs)
+
+    queue.send = divert  # type: ignore[method-assign]
+
+
 def _split_edge_cases(pipeline: LocalPipeline, upload_key: str) -> None:
     """The splitter's other answers: a duplicate event, a deleted object, a split that
     raises on every attempt (Lambda's retries, then its on-failure record)."""
@@ -372,7 +437,13 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
         step = "ClassifyBatch" if options.get("delivery") == "batch" else "Classify"
         denied = _deny_buffer_to_subscriber(pipeline, step) if path in UNREACHABLE else None
         bodies = _keep_buffer_bodies(pipeline, step)
-        result = pipeline.run()
+        if path == "batch-faults":
+            _move_first_to_redrive(pipeline, step)
+            faults = _batch_staging_faults(pipeline)
+        else:
+            faults = nullcontext()
+        with faults:
+            result = pipeline.run()
         iam = pipeline.engine.iam
         assert iam is not None
         if denied is not None:
@@ -381,6 +452,10 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             assert result.classified == 0 and result.failed == result.valid, result
             return {function: set(grants) for function, grants in iam.unused_grants().items()}
         assert result.denied == 0, result.denials
+        if path == "batch-faults":
+            # Every staging fault and the kill cost a receive, never a row or a second bill.
+            assert result.batch_create_kills["before_batch_id_recorded"] == 1, result
+            assert result.classified == result.valid == result.model_requests, result
         if path == "clean":
             _browse_and_sweep(pipeline)
             _split_edge_cases(pipeline, result.object_key)
@@ -419,4 +494,4 @@ def test_every_function_is_checked(unused):
 
 @pytest.mark.parametrize("function", FUNCTIONS)
 def test_no_grant_of_the_function_is_unused_over_the_test_paths(unused, function):
-    assert unused[function] <= NOT_YET_USED.get(function, set())
+    assert unused[function] == set()

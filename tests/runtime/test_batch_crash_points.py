@@ -275,3 +275,39 @@ def test_a_kill_halfway_through_a_merge_sends_each_row_once(
     step = run_until_done(make_step, clock, outcomes)
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
     assert sum(len(b.requests) for b in fake_api.batches.batches.values()) == 6
+
+
+def test_a_staging_that_fails_after_its_row_was_written_is_still_sent(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch
+):
+    # The second row's claim answers an error after its row was staged: the row is written
+    # under the invocation's submission, and the submission the other rows go out in must
+    # list it, or its redelivery (finding it owned by a submission that exists) never sends
+    # it. The same holds when the release of the key's record fails.
+    import model_step.budget
+
+    real_claim = model_step.budget.AttemptBudget.claim
+    calls = {"n": 0}
+
+    def claim(budget):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("the claim's UpdateItem answered an error")
+        return real_claim(budget)
+
+    monkeypatch.setattr(model_step.budget.AttemptBudget, "claim", claim)
+    step, events, delivery = stage(make_step, buffer, clock, outcomes, count=3)
+
+    answer = step.handle(delivery, FakeLambdaContext())
+    assert len(answer["batchItemFailures"]) == 1
+    # The failed row's message comes back: a duplicate of a row its submission sends.
+    failed = answer["batchItemFailures"][0]["itemIdentifier"]
+    again = {"Records": [r for r in delivery["Records"] if r["messageId"] == failed]}
+    assert make_step(on_outcome=outcomes).handle(again, FakeLambdaContext()) == {
+        "batchItemFailures": []
+    }
+
+    step = run_until_done(make_step, clock, outcomes)
+
+    assert sum(len(b.requests) for b in fake_api.batches.batches.values()) == 3
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)

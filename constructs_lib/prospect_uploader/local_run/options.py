@@ -51,7 +51,11 @@ class RunOptions:
     assembly must have the batch step unless ``realtime``); ``batch_delay_seconds`` [60]:
     seconds of the run's clock from a Message Batch's creation to its end;
     ``batch_errored_rate`` and ``batch_expired_rate`` [0.0]: the share of batch requests
-    whose result is ``errored`` (``api_error``) / ``expired`` (seeded by ``seed``).
+    whose result is ``errored`` (``api_error``) / ``expired`` (seeded by ``seed``);
+    ``batch_create_kill_rate`` [0.0]: the share of ``messages.batches.create`` calls around
+    which Lambda kills the invocation, at one of three points (before the request reaches
+    the model, after the model created the batch, after the answer before the batch id is
+    recorded; seeded by ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`).
     """
 
     csv_path: Path
@@ -78,6 +82,7 @@ class RunOptions:
     batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS
     batch_errored_rate: float = 0.0
     batch_expired_rate: float = 0.0
+    batch_create_kill_rate: float = 0.0
 
 
 def validate_options(options: RunOptions) -> None:
@@ -141,6 +146,7 @@ def _validate_batch_options(options: RunOptions) -> None:
     for flag, value in (
         ("--batch-errored-rate", options.batch_errored_rate),
         ("--batch-expired-rate", options.batch_expired_rate),
+        ("--batch-create-kill-rate", options.batch_create_kill_rate),
     ):
         if not 0.0 <= value <= 1.0:
             raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
@@ -151,6 +157,11 @@ def _validate_batch_options(options: RunOptions) -> None:
     faults = options.batch_errored_rate or options.batch_expired_rate
     if options.model == "anthropic" and faults:
         raise UsageError("--batch-errored-rate and --batch-expired-rate need --model local")
+    if options.model == "anthropic" and options.batch_create_kill_rate > 0:
+        raise UsageError(
+            "--batch-create-kill-rate needs --model local (each kill after a create throws "
+            "away a billed batch)"
+        )
 
 
 # What the local run imports beyond the library's own dependencies (moto for AWS; the

@@ -188,6 +188,7 @@ class LocalPipeline:
             redelivery_hooks=self._split_retry_hooks(assembly),
             kill_rate=options.kill_rate,
             throttle_rate=options.throttle_rate,
+            batch_create_kill_rate=options.batch_create_kill_rate,
         )
         model = self._model
         self._engine = self._stack.enter_context(
@@ -431,6 +432,7 @@ class LocalPipeline:
         result.model_answer_ms = requests.answer_ms()
         result.kills = engine.faults.kills
         result.throttles = engine.faults.throttles
+        result.batch_create_kills = engine.faults.batch_create_kills
         result.redriven_by_queue = engine.redriven()
         for step in steps:
             for dead_letters in engine.step_dead_letters(step):

@@ -52,6 +52,8 @@ JSON_FIELDS = {
     "delivery": "how the splitter sent the rows: realtime, batch or auto (--delivery)",
     "batches": "Message Batches created on the local model",
     "batch_requests": "requests submitted in Message Batches (resubmissions included)",
+    "batch_create_kills": "invocations killed around a batch create (--batch-create-kill-rate), "
+    "by point: before_create, after_create, before_batch_id_recorded",
 }
 
 
@@ -106,6 +108,7 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "batches": result.batches,
         "batch_requests": result.batch_requests,
         "batch_results": result.batch_results,
+        "batch_create_kills": result.batch_create_kills,
     }
 
 

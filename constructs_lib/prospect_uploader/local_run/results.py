@@ -98,6 +98,8 @@ class RunResult:
     batch_requests: int = 0  # requests submitted in those batches
     batch_billed: int = 0  # of those, billed (succeeded results)
     batch_results: dict[str, int] = field(default_factory=dict)  # by result type
+    # Kills around a batch create (--batch-create-kill-rate), by kill point.
+    batch_create_kills: dict[str, int] = field(default_factory=dict)
 
     @property
     def max_attempts(self) -> int:
