@@ -32,11 +32,15 @@ over the run beside the 10,000-row batch run's. moto holds every record in this 
 the resident set grows with the rows it stores; the growth per row at both sizes says
 whether anything else does.
 
-Run: ``python -m bench.cost [--quick]`` (quick: 200 rows, and 500 at scale).
+Run: ``python -m bench.cost [--quick] [--rows N] [--scale-rows N]`` (quick: 200 rows, and
+500 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows`` the scale run's (0
+skips it): ``python -m bench.cost --scale-rows 0`` is the 10,000-row realtime vs batch
+comparison alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
@@ -166,19 +170,30 @@ def physical_minimum(rows: int, prefix_tokens: int, row_tokens: int) -> float:
     )
 
 
-def run(*, quick: bool = False, out_dir: Path | None = None) -> dict[str, Any]:
-    rows = QUICK_ROWS if quick else ROWS
+def run(
+    *,
+    quick: bool = False,
+    out_dir: Path | None = None,
+    rows: int | None = None,
+    scale_rows: int | None = None,
+) -> dict[str, Any]:
+    """The cache and delivery comparison at ``rows`` rows [10,000; 200 quick], then the batch
+    scale run at ``scale_rows`` [100,000; 500 quick; 0 skips it]."""
+    rows = rows or (QUICK_ROWS if quick else ROWS)
+    if scale_rows is None:
+        scale_rows = QUICK_SCALE_ROWS if quick else BATCH_SCALE_ROWS
     prompt = system_prompt()
     with mocked_aws() as session:
         create_idempotency_table(session)
         baseline = measure("off", rows, prompt, session)
         cached = measure("5m", rows, prompt, session)
         batch = measure_batch(rows, prompt, session, "batch")
-    with mocked_aws() as session:
-        # A fresh moto: the 100,000 rows' records are the only ones it holds.
-        create_idempotency_table(session)
-        scale_rows = QUICK_SCALE_ROWS if quick else BATCH_SCALE_ROWS
-        scale = measure_batch(scale_rows, prompt, session, "scale")
+    scale: dict[str, Any] | None = None
+    if scale_rows:
+        with mocked_aws() as session:
+            # A fresh moto: the scale run's records are the only ones it holds.
+            create_idempotency_table(session)
+            scale = measure_batch(scale_rows, prompt, session, "scale")
     prefix = estimated_tokens(prompt)
     # The rows' own tokens (their user messages): what the cached run billed uncached. They
     # are the same under any caching, so the minimum differs from the run only in writes.
@@ -420,6 +435,9 @@ def print_delivery_report(result: dict[str, Any]) -> None:
         f"{BATCH_TARGET_RATIO}, {met})"
     )
     small = figures["batch"]
+    if scale is None:
+        print("batch at scale: skipped (--scale-rows 0)")
+        return
     within = "within" if scale["wall_s"] <= SCALE_TARGET_SECONDS else "NOT within"
     print(
         f"batch at scale: {scale['rows']:,} rows in {scale['wall_s']} s ({within} the "
@@ -434,8 +452,41 @@ def print_delivery_report(result: dict[str, Any]) -> None:
     )
 
 
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rows",
+        type=_positive,
+        default=None,
+        help=f"rows of the cache and delivery comparison (default {ROWS:,}; quick {QUICK_ROWS})",
+    )
+    parser.add_argument(
+        "--scale-rows",
+        type=_non_negative,
+        default=None,
+        help=f"rows of the batch scale run (default {BATCH_SCALE_ROWS:,}; quick "
+        f"{QUICK_SCALE_ROWS}; 0 skips it)",
+    )
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1, got 0")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from exc
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    return bench_main("cost", __doc__.splitlines()[0], run, argv)
+    return bench_main("cost", __doc__.splitlines()[0], run, argv, _options)
 
 
 if __name__ == "__main__":

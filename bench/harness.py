@@ -337,21 +337,34 @@ def write_results(name: str, data: Any, out_dir: Path = DEFAULT_OUT) -> Path:
     return path
 
 
-def parse_args(description: str, argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(
+    description: str,
+    argv: Sequence[str] | None,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> argparse.Namespace:
+    """``--quick`` and ``--out``, plus what ``options`` adds for one benchmark."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="smallest sizes only (smoke run)")
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help="directory for results.json (bench/out)"
     )
+    if options is not None:
+        options(parser)
     return parser.parse_args(argv)
 
 
 def bench_main(
-    name: str, description: str, run: Callable[..., dict], argv: Sequence[str] | None = None
+    name: str,
+    description: str,
+    run: Callable[..., dict],
+    argv: Sequence[str] | None = None,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> dict:
-    """The ``python -m bench.<name> [--quick] [--out DIR]`` entry point of every benchmark."""
-    args = parse_args(description, argv)
-    result = run(quick=args.quick, out_dir=args.out)
+    """The ``python -m bench.<name> [--quick] [--out DIR]`` entry point of every benchmark.
+    ``options`` adds a benchmark's own arguments; each reaches ``run`` as a keyword."""
+    args = parse_args(description, argv, options)
+    extra = {k: v for k, v in vars(args).items() if k not in ("quick", "out")}
+    result = run(quick=args.quick, out_dir=args.out, **extra)
     path = write_results(name, {"quick": args.quick, **result}, args.out)
     print(f"\nresults: {path}")
     return result

@@ -96,3 +96,26 @@ def test_splitter(tmp_path, capsys):
     assert {r["implementation"] for r in result["rows"]} == set(splitter.IMPLEMENTATIONS)
     for row in result["rows"]:
         assert {"rows_per_second", "peak_rss_kb", "rss_growth_kb"} <= set(row)
+
+
+@pytest.mark.moto
+def test_cost_sizes_come_from_its_options_and_a_zero_scale_skips_the_scale_run(tmp_path, capsys):
+    cost.main(["--rows", "20", "--scale-rows", "0", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "results.json").read_text())["cost"]
+    assert result["rows"] == 20 and result["delivery"]["batch"]["rows"] == 20
+    assert result["batch_scale"] is None and "skipped (--scale-rows 0)" in printed
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rows", "0"], "must be at least 1, got 0"),
+        (["--scale-rows", "-1"], "must be 0 or more, got -1"),
+        (["--rows", "many"], "must be a whole number, got 'many'"),
+    ],
+)
+def test_cost_refuses_a_bad_size_naming_the_option(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cost.main(argv)
+    assert message in capsys.readouterr().err
