@@ -10,16 +10,15 @@ key's budget is claimed.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 import boto3
 from model_step.errors import NonRetryableError
-from prospect_contract.errors import ConfigurationError
 from prospect_contract.events import PROSPECT_FIELDS
 from prospect_contract.rows import ROWS_TABLE_ENV, RowReader, fields_of
+from prospect_contract.settings import required
 
 #: One per line; ``notes`` (free text from a third party) goes inside the fence instead.
 LINE_FIELDS = tuple(name for name in PROSPECT_FIELDS if name != "notes")
@@ -43,9 +42,7 @@ class _Rows:
     def reader(self) -> RowReader:
         with self._lock:
             if self._reader is None:
-                name = os.environ.get(ROWS_TABLE_ENV, "").strip()
-                if not name:
-                    raise ConfigurationError(f"environment variable {ROWS_TABLE_ENV} is required")
+                name = required(ROWS_TABLE_ENV)
                 self._reader = RowReader(boto3.session.Session().client("dynamodb"), name)
             return self._reader
 

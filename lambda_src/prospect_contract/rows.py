@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .events import PROSPECT_FIELDS
@@ -123,13 +123,11 @@ class RowWriter:
             self._write(requests)
 
     def _write(self, requests: list[dict[str, Any]]) -> None:
-        for round_ in range(MAX_UNPROCESSED_ROUNDS):
+        def write(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
             response = self._dynamodb.batch_write_item(RequestItems={self._table_name: requests})
-            requests = (response.get("UnprocessedItems") or {}).get(self._table_name) or []
-            if not requests:
-                return
-            time.sleep(0.05 * 2**round_)
-        raise RowsUnprocessed(f"{len(requests)} row item(s) still unprocessed")
+            return list((response.get("UnprocessedItems") or {}).get(self._table_name) or [])
+
+        _until_processed(write, requests, "row item(s)")
 
 
 class RowReader:
@@ -151,20 +149,32 @@ class RowReader:
         """The items of ``keys`` that exist, by key."""
         unique = list(dict.fromkeys((str(u), int(r)) for u, r in keys))
         found: dict[RowKey, dict[str, Any]] = {}
-        for start in range(0, len(unique), READ_BATCH):
-            for item in self._read([_key(u, r) for u, r in unique[start : start + READ_BATCH]]):
-                found[(str(item["upload_id"]["S"]), int(item["row_number"]["N"]))] = item
-        return found
 
-    def _read(self, keys: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for round_ in range(MAX_UNPROCESSED_ROUNDS):
+        def read(keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
             response = self._dynamodb.batch_get_item(
                 RequestItems={self._table_name: {"Keys": keys, "ConsistentRead": True}}
             )
-            yield from (response.get("Responses") or {}).get(self._table_name) or []
+            for item in (response.get("Responses") or {}).get(self._table_name) or []:
+                found[(str(item["upload_id"]["S"]), int(item["row_number"]["N"]))] = item
             unprocessed = (response.get("UnprocessedKeys") or {}).get(self._table_name) or {}
-            keys = list(unprocessed.get("Keys") or [])
-            if not keys:
-                return
-            time.sleep(0.05 * 2**round_)
-        raise RowsUnprocessed(f"{len(keys)} row key(s) still unprocessed")
+            return list(unprocessed.get("Keys") or [])
+
+        for start in range(0, len(unique), READ_BATCH):
+            batch = [_key(u, r) for u, r in unique[start : start + READ_BATCH]]
+            _until_processed(read, batch, "row key(s)")
+        return found
+
+
+def _until_processed(
+    call: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    pending: list[dict[str, Any]],
+    what: str,
+) -> None:
+    """Call ``call`` with ``pending`` and then with what it answers unprocessed, backing off
+    from 50 ms, at most MAX_UNPROCESSED_ROUNDS times; raises :class:`RowsUnprocessed`."""
+    for round_ in range(MAX_UNPROCESSED_ROUNDS):
+        pending = call(pending)
+        if not pending:
+            return
+        time.sleep(0.05 * 2**round_)
+    raise RowsUnprocessed(f"{len(pending)} {what} still unprocessed")

@@ -64,13 +64,11 @@ class ViewerApp:
         whose row is still there (one BatchGetItem per 100 rows)."""
         if self.rows is None:
             return items
-        keys = {id(item): key for item in items if (key := row_key(item)) is not None}
-        found = self.rows.get_many(keys.values())
+        keys = [row_key(item) for item in items]
+        found = self.rows.get_many(key for key in keys if key is not None)
         return [
-            {**item, "raw_row": display_text(found[keys[id(item)]])}
-            if keys.get(id(item)) in found
-            else item
-            for item in items
+            {**item, "raw_row": display_text(found[key])} if key in found else item
+            for item, key in zip(items, keys, strict=True)
         ]
 
     def _stream_with_rows(self, items: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:

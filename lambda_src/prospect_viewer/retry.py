@@ -213,33 +213,38 @@ def _pending_rows(
     rows: RowReader | None,
 ) -> tuple[Pending, int, bool]:
     """Up to ``limit`` (failure, event) pairs of rows to retry, how many rows were skipped
-    because their values expired (checked 100 at a time, so expired rows never fill the
-    batch), and whether more may be left."""
+    because their values expired (checked in chunks, so expired rows never fill the
+    batch), and whether another retryable row is left."""
     pending: Pending = []
+    chunk: Pending = []
     expired = 0
-    candidates: Pending = []
 
-    def take(candidates: Pending) -> None:
+    def keep_live() -> None:
         nonlocal expired
-        if rows is None:
-            pending.extend(candidates)
-            return
-        found = rows.get_many((upload_id, _row_number(i, e)) for i, e in candidates)
-        kept = [(i, e) for i, e in candidates if (upload_id, _row_number(i, e)) in found]
-        expired += len(candidates) - len(kept)
-        pending.extend(kept)
+        live = _live(chunk, upload_id, rows)
+        expired += len(chunk) - len(live)
+        pending.extend(live)
+        chunk.clear()
 
     for item in store.iter_all(FailureFilter(upload_id=upload_id)):
         if retried_since_recorded(item) or not is_retryable(item, allowed_source):
             continue
-        candidates.append((item, retryable_event(item, allowed_source)))
-        if len(candidates) == limit - len(pending):
-            take(candidates)
-            candidates = []
-            if len(pending) == limit:
-                return pending, expired, True
-    take(candidates)
+        if len(pending) == limit:
+            return pending, expired, True
+        chunk.append((item, retryable_event(item, allowed_source)))
+        if len(pending) + len(chunk) == limit:
+            keep_live()
+    keep_live()
     return pending, expired, False
+
+
+def _live(pairs: Pending, upload_id: str, rows: RowReader | None) -> Pending:
+    """The pairs whose row ``rows`` still holds (all of them without ``rows``)."""
+    if rows is None:
+        return list(pairs)
+    keys = [(upload_id, _row_number(item, event)) for item, event in pairs]
+    found = rows.get_many(keys)
+    return [pair for pair, key in zip(pairs, keys, strict=True) if key in found]
 
 
 def retry_upload(
