@@ -192,10 +192,9 @@ def naive_split(
     published with the SAME validation, RowsTable writes (25 rows, then their events) and
     PutEvents batching as the real splitter, so the only difference measured is how the
     object is read. No idempotency, no failure records."""
-    from prospect_contract.events import ROW_VALIDATED
     from prospect_contract.put_events import ClassicBus
-    from prospect_contract.rows import WRITE_BATCH, RowWriter, valid_row_item
-    from prospect_splitter.publisher import EventPublisher
+    from prospect_contract.rows import RowWriter, valid_row_item
+    from prospect_splitter.publisher import EventPublisher, RowsThenEvents
     from prospect_splitter.validation import (
         header_matches,
         prospect_detail,
@@ -208,25 +207,15 @@ def naive_split(
     if not records or not header_matches(records[0]):
         raise ValueError("missing header")
     publisher = EventPublisher(ClassicBus(events, bus_name, source))  # serial, as it was
-    writer = RowWriter(dynamodb, rows_table)
-    waiting: list[int] = []
-
-    def publish_written() -> None:
-        writer.flush()
-        for number in waiting:
-            publisher.add(ROW_VALIDATED, prospect_detail(key, number))
-        waiting.clear()
-
+    ordered = RowsThenEvents(RowWriter(dynamodb, rows_table), publisher)
     valid = invalid = 0
     for row_number, fields in enumerate(records[1:], start=1):
         if validate_row(fields) is None:
             valid += 1
-            writer.add(valid_row_item(key, row_number, prospect_values(fields), 2_000_000_000))
-            waiting.append(row_number)
-            if len(writer) >= WRITE_BATCH:
-                publish_written()
+            item = valid_row_item(key, row_number, prospect_values(fields), 2_000_000_000)
+            ordered.add(item, (prospect_detail(key, row_number), None))
         else:
             invalid += 1
-    publish_written()
+    ordered.flush()
     publisher.flush()
     return {"rows": valid + invalid, "valid": valid, "invalid": invalid}

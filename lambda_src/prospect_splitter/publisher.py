@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from prospect_contract.events import ROW_VALIDATED
 from prospect_contract.put_events import (
     Batcher,
     Bus,
@@ -23,6 +24,7 @@ from prospect_contract.put_events import (
     detail_json,
     send_batch,
 )
+from prospect_contract.rows import WRITE_BATCH, RowWriter
 
 
 @dataclass
@@ -153,3 +155,34 @@ class EventPublisher:
         result = send_batch(self.bus, entries, retry=self.retry, sleep=self.sleep, rng=self.rng)
         result.raise_for_failures()
         return result.accepted, result.deduplicated
+
+
+class RowsThenEvents:
+    """Row items for RowsTable and the events that name them, in that order (issue 18).
+
+    ``add`` buffers a row's item and, for a valid row, its ``Prospect Row Validated``
+    event; every :data:`~prospect_contract.rows.WRITE_BATCH` items (and on ``flush``) the
+    items are written, and only then are their events handed to ``publisher``, so no event
+    names a row the classifier cannot read yet. ``flush`` does not flush ``publisher``.
+    """
+
+    def __init__(self, writer: RowWriter, publisher: EventPublisher) -> None:
+        self._writer = writer
+        self._publisher = publisher
+        self._waiting: list[tuple[Mapping[str, Any], str | None]] = []
+
+    def add(self, item: dict[str, Any], event: tuple[Mapping[str, Any], str | None] | None) -> None:
+        """Buffer ``item``; ``event`` is the row's (detail, deduplication id), None for an
+        invalid row."""
+        self._writer.add(item)
+        if event is not None:
+            self._waiting.append(event)
+        if len(self._writer) >= WRITE_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered item, then hand their events to the publisher."""
+        self._writer.flush()
+        for detail, deduplication_id in self._waiting:
+            self._publisher.add(ROW_VALIDATED, detail, deduplication_id)
+        self._waiting.clear()

@@ -14,7 +14,6 @@ from prospect_contract.events import (
     DEFAULT_BATCH_MIN_ROWS,
     REALTIME,
     ROW_DELIVERY_FIELD,
-    ROW_VALIDATED,
     UPLOAD_SUMMARIZED,
     RowValidatedDetail,
     SplitStatus,
@@ -23,7 +22,6 @@ from prospect_contract.events import (
     summary_deduplication_id,
 )
 from prospect_contract.rows import (
-    WRITE_BATCH,
     RowWriter,
     csv_text,
     invalid_row_item,
@@ -34,7 +32,7 @@ from .config import DEFAULT_MAX_ROWS
 from .csv_stream import UploadRejected, iter_records
 from .failures import FailureWriter, put_summary, put_upload_failure
 from .objects import ObjectChangedDuringProcessing, iter_object_chunks, object_size
-from .publisher import EventPublisher
+from .publisher import EventPublisher, RowsThenEvents
 from .s3_event import UploadRef, malformed_upload_id
 from .validation import prospect_detail, prospect_values, validate_row
 
@@ -191,16 +189,8 @@ def _publish_rows(ports: SplitterPorts, ref: UploadRef, delivery: str) -> SplitR
     marker = {ROW_DELIVERY_FIELD: BATCH} if delivery == BATCH else {}
     expires_at = int(time.time()) + ports.row_retention_days * 86400
     rows = valid = invalid = 0
-    writer = ports.new_row_writer()
-    waiting: list[tuple[RowValidatedDetail, str]] = []
-
-    def publish_written(publisher: EventPublisher) -> None:
-        writer.flush()
-        for detail, deduplication_id in waiting:
-            publisher.add(ROW_VALIDATED, detail, deduplication_id)
-        waiting.clear()
-
     with ports.new_publisher() as publisher, FailureWriter(ports.failures_table) as failures:
+        ordered = RowsThenEvents(ports.new_row_writer(), publisher)
         chunks = iter_object_chunks(ports.s3, ref)
         try:
             for record in iter_records(chunks, ports.max_upload_bytes):
@@ -210,26 +200,25 @@ def _publish_rows(ports: SplitterPorts, ref: UploadRef, delivery: str) -> SplitR
                 if error is None:
                     valid += 1
                     values = prospect_values(record.fields)
-                    writer.add(valid_row_item(upload_id, number, values, expires_at))
                     detail = prospect_detail(upload_id, number)
-                    waiting.append(
+                    ordered.add(
+                        valid_row_item(upload_id, number, values, expires_at),
                         (
                             cast(RowValidatedDetail, {**detail, **marker}) if marker else detail,
                             row_deduplication_id(upload_id, number),
-                        )
+                        ),
                     )
                 else:
                     invalid += 1
                     text = csv_text(record.fields)
-                    writer.add(
-                        invalid_row_item(upload_id, number, text, error.error_code, expires_at)
+                    ordered.add(
+                        invalid_row_item(upload_id, number, text, error.error_code, expires_at),
+                        None,
                     )
                     failures.row_failure(upload_id, number, error)
-                if len(writer) >= WRITE_BATCH:
-                    publish_written(publisher)
         finally:
             chunks.close()
-        publish_written(publisher)
+        ordered.flush()
         publisher.flush()
         deduplicated = publisher.deduplicated
     return SplitResult(
