@@ -16,21 +16,11 @@ from constructs_lib.local_engine.lambda_faults import (
     stable_content,
 )
 from constructs_lib.local_engine.sqs_queues import Arrival, MappingPoller
-from tests.local_run.local_queues import make_queue
+from tests.local_run.local_queues import make_poller, make_queue
 
 
 def _poller(queue, invoke, pool, tracker, faults=None) -> MappingPoller:
-    return MappingPoller(
-        queue,
-        invoke,
-        name="step",
-        batch_size=1,
-        report_batch_item_failures=True,
-        max_concurrency=2,
-        executor=pool,
-        tracker=tracker,
-        faults=faults,
-    )
+    return make_poller(queue, invoke, pool, tracker, faults=faults)
 
 
 def _event(row: int, event_id: str) -> str:

@@ -12,8 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from constructs_lib.local_engine.sqs_queues import LocalQueues, MappingPoller
-from tests.local_run.local_queues import MINUTE, make_queue
+from constructs_lib.local_engine.sqs_queues import LocalQueues
+from tests.local_run.local_queues import MINUTE, make_poller, make_queue
 
 
 def test_delay_and_visibility_run_on_the_compressed_clock(clock):
@@ -60,16 +60,7 @@ def test_the_poller_never_exceeds_maximum_concurrency_and_settles(clock):
         return {"batchItemFailures": []}
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        poller = MappingPoller(
-            queue,
-            invoke,
-            name="step",
-            batch_size=1,
-            report_batch_item_failures=True,
-            max_concurrency=3,
-            executor=pool,
-            tracker=tracker,
-        )
+        poller = make_poller(queue, invoke, pool, tracker, max_concurrency=3)
         for n in range(30):
             queue.send(f"row {n}")
         assert tracker.wait_idle(10)
@@ -90,16 +81,7 @@ def test_a_reported_item_failure_comes_back_after_the_visibility_timeout(clock):
         return {"batchItemFailures": []}
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        MappingPoller(
-            queue,
-            invoke,
-            name="step",
-            batch_size=1,
-            report_batch_item_failures=True,
-            max_concurrency=2,
-            executor=pool,
-            tracker=tracker,
-        )
+        make_poller(queue, invoke, pool, tracker, max_concurrency=2)
         queue.send("row")
         assert tracker.wait_idle(10)
     assert len(seen) == 2 and seen[1] - seen[0] >= 0.18
@@ -123,16 +105,7 @@ def test_a_message_is_not_received_again_while_its_invocation_outlasts_the_timeo
         return {"batchItemFailures": failures}
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        poller = MappingPoller(
-            queue,
-            invoke,
-            name="step",
-            batch_size=1,
-            report_batch_item_failures=True,
-            max_concurrency=4,
-            executor=pool,
-            tracker=tracker,
-        )
+        poller = make_poller(queue, invoke, pool, tracker, max_concurrency=4)
         queue.send("row")
         time.sleep(0.3)
         assert queue.attributes()["ApproximateNumberOfMessagesNotVisible"] == "1"
@@ -176,15 +149,13 @@ def _window_poller(clock, queue, pool, batches, *, batch_size, window):
         batches.append(len(event["Records"]))
         return {"batchItemFailures": []}
 
-    return MappingPoller(
+    return make_poller(
         queue,
         invoke,
+        pool,
+        tracker,
         name="batch-step",
         batch_size=batch_size,
-        report_batch_item_failures=True,
-        max_concurrency=2,
-        executor=pool,
-        tracker=tracker,
         batching_window_seconds=window,
         scheduler=scheduler,
         seconds_per_minute=MINUTE,
