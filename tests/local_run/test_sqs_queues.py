@@ -167,8 +167,9 @@ def test_a_batching_window_gathers_the_rows_sent_within_it_into_one_invocation(c
     queue = make_queue(clock, "batch-buffer", visibility_timeout=600)
     batches: list[int] = []
     with ThreadPoolExecutor(max_workers=2) as pool:
-        # GIVEN a mapping of batch size 10,000 with a 60 s window (0.2 s locally)
-        _window_poller(clock, queue, pool, batches, batch_size=10_000, window=60)
+        # GIVEN a mapping of batch size 10,000 with the longest window, 300 s (1 s locally;
+        # at 60 s, 0.2 s, a loaded machine sent only 196 of the rows within it)
+        _window_poller(clock, queue, pool, batches, batch_size=10_000, window=300)
         # WHEN 300 rows arrive within the window
         for n in range(300):
             queue.send(f"row {n}")
