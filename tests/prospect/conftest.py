@@ -58,6 +58,11 @@ class ProspectAws:
     def failures_table(self) -> Any:
         return self.session.resource("dynamodb").Table(FAILURES_TABLE)
 
+    @property
+    def rows_table(self) -> Any:
+        """RowsTable: each row's values, as the splitter writes them (issue 18)."""
+        return self.session.resource("dynamodb").Table(ROWS_TABLE)
+
     def put_csv(self, key: str, data: bytes | str, *, size: int | None = -1) -> dict[str, Any]:
         """Upload ``data`` and return the EventBridge S3 "Object Created" event for it.
 
@@ -89,7 +94,7 @@ class ProspectAws:
 
     def rows(self, upload_id: str) -> dict[int, dict[str, Any]]:
         """RowsTable's items of one upload (each row's values), keyed by row number."""
-        table = self.session.resource("dynamodb").Table(ROWS_TABLE)
+        table = self.rows_table
         condition = boto3.dynamodb.conditions.Key("upload_id").eq(upload_id)
         items: dict[int, dict[str, Any]] = {}
         start: dict[str, Any] = {}

@@ -816,11 +816,7 @@ def test_v2_bus_needs_its_arn(monkeypatch, seeded):
 # ------------------------------------------------ row values from RowsTable (issue 18)
 def _expire_row(aws, upload_id: str, row_number: int) -> None:
     """What DynamoDB's TTL does once upload_retention_days have passed."""
-    from .conftest import ROWS_TABLE
-
-    aws.session.resource("dynamodb").Table(ROWS_TABLE).delete_item(
-        Key={"upload_id": upload_id, "row_number": row_number}
-    )
+    aws.rows_table.delete_item(Key={"upload_id": upload_id, "row_number": row_number})
 
 
 def test_failure_records_hold_ids_and_the_page_shows_the_row_from_rows_table(seeded):

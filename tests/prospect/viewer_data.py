@@ -10,6 +10,8 @@ import boto3
 from tests import stack_tables
 from tests.stack_tables import create_stack_table
 
+from .conftest import REGION, ROWS_TABLE
+
 XSS_ROW = '<script>window.__xss = 1</script>,<img src=x onerror="window.__xss=2">,x,Acme,,,'
 
 
@@ -145,7 +147,7 @@ def model_failure(upload_id: str, row_number: int, **overrides: Any) -> dict[str
 def put_all(table: Any, items: list[dict[str, Any]]) -> None:
     """Put failure items as the pipeline keeps them (issue 18): an item's ``raw_row`` goes
     to RowsTable, as the splitter writes the row, and the failure item keeps ids only."""
-    rows = _rows_table(table)
+    rows = boto3.resource("dynamodb", region_name=REGION).Table(ROWS_TABLE)
     with table.batch_writer() as batch, rows.batch_writer() as row_batch:
         for item in items:
             item = dict(item)
@@ -161,16 +163,6 @@ def put_all(table: Any, items: list[dict[str, Any]]) -> None:
                         "expires_at": 2_000_000_000,
                     }
                 )
-
-
-def _rows_table(failures_table: Any) -> Any:
-    from .conftest import ROWS_TABLE
-
-    return (
-        boto3.session.Session(region_name=failures_table.meta.client.meta.region_name)
-        .resource("dynamodb")
-        .Table(ROWS_TABLE)
-    )
 
 
 def quote_heavy_failures(upload_id: str, count: int) -> list[dict[str, Any]]:
