@@ -325,24 +325,6 @@ def measure_batch(rows: int, prompt: str, session: Any, name: str) -> dict[str, 
             "BATCH_MAX_REQUESTS": str(MAPPING_BATCH),
             "BATCH_MAX_WAIT_SECONDS": "300",
         }
-        batch_tokens = dict.fromkeys(("input_tokens", "output_tokens"), 0)
-        batch_tokens.update(cache_creation_input_tokens=0, cache_read_input_tokens=0)
-        answer = api.batches.answer
-
-        answered: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-        def counted(params: dict[str, Any], request_id: str) -> dict[str, Any]:
-            # Once per request: a resumed collection streams the results again.
-            known = answered.get(id(params))
-            if known is not None and known[0] is params:
-                return known[1]
-            body = answer(params, request_id)
-            answered[id(params)] = (params, body)
-            for key in batch_tokens:
-                batch_tokens[key] += int(body["usage"].get(key) or 0)
-            return body
-
-        api.batches.answer = counted
         started = time.monotonic()
         with patched_env(environment), MemoryWatch() as memory:
             step = ModelStep(settings=Settings.from_environment(), boto3_session=session)
@@ -376,7 +358,7 @@ def measure_batch(rows: int, prompt: str, session: Any, name: str) -> dict[str, 
             "ticks": ticks,
             **tokens,
             "model_cost_usd": model_cost(
-                {**tokens, **{f"batch_{k}": v for k, v in batch_tokens.items()}}
+                {**tokens, **{f"batch_{k}": v for k, v in api.batch_tokens.items()}}
             ),
             "wall_s": round(wall, 1),
             "peak_rss_mib": round(memory.peak / 2**20, 1),

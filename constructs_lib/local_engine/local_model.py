@@ -54,6 +54,13 @@ from .message_batches import MessageBatchStore
 
 DEFAULT_LABELS = ("hot", "warm", "cold")
 DEFAULT_MODEL = "claude-haiku-5-5"
+#: The billed token counts of a Message's ``usage``.
+BILLED_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
 TIMEOUT = "timeout"
 TRANSIENT_FAULTS: tuple[int | str, ...] = (429, 529, 500, TIMEOUT)
 PLAN_WEIGHTS = {"transient": 0.6, "persistent": 0.2, "invalid": 0.2}
@@ -293,14 +300,18 @@ class LocalMessagesAPI(LoopbackServer):
         self._ids = itertools.count(1)
         self.batch_errored_rate = batch_errored_rate
         self.batch_expired_rate = batch_expired_rate
-        #: Succeeded (billed) batch requests.
+        #: Succeeded (billed) batch requests, and their tokens (also in the totals above),
+        #: the part billed at the batch discount.
         self.batch_requests = 0
+        self.batch_tokens: dict[str, int] = dict.fromkeys(BILLED_TOKENS, 0)
         #: The Message Batches of this server, processed on the run's clock.
         self.batches = MessageBatchStore(
             self._batch_answer,
             decide=self._batch_decide,
             processing_delay=batch_delay_seconds,
             clock=run_clock,
+            # Answers count billed tokens and depend on the prompt cache's state.
+            answer_once=True,
         )
         self.batches.create_faults = list(batch_create_faults)
 
@@ -315,9 +326,12 @@ class LocalMessagesAPI(LoopbackServer):
 
     def _batch_answer(self, params: dict[str, Any], request_id: str) -> dict[str, Any]:
         answer = self.success_body(params, request_id)
+        usage = answer["usage"]
         with self._lock:
             self.batch_requests += 1
-        self.count_usage(answer["usage"])
+            for name in BILLED_TOKENS:
+                self.batch_tokens[name] += int(usage.get(name) or 0)
+        self.count_usage(usage)
         return answer
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:

@@ -20,7 +20,9 @@ installed SDK (``anthropic.types.messages.MessageBatch``, ``MessageBatchIndividu
 
 Each request's result type comes from ``decide(custom_id, params)``: ``"succeeded"``,
 ``"errored"`` (``api_error``), ``"invalid_request_error"``, ``"api_error"``, ``"expired"`` or
-``"canceled"``. Only ``succeeded`` results are billed (:attr:`billed`, per custom_id in
+``"canceled"``. With ``answer_once`` a succeeded request is answered once, when its results
+are first read, and a later read (a collection that resumes) streams the same Message. Only
+``succeeded`` results are billed (:attr:`billed`, per custom_id in
 :attr:`billed_by_custom_id`), as the API bills.
 
 Create faults (``create_faults``, one entry consumed per create call, then every create
@@ -83,6 +85,9 @@ class StoredBatch:
     outcomes: dict[str, str] = field(default_factory=dict)
     #: Processing delay of this batch (seconds on the store's clock).
     delay: float = 0.0
+    #: custom_id -> the succeeded request's Message, as JSON: made once, when its result is
+    #: first read, and read back by any later read of the results (a resumed collection).
+    answers: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,13 +101,18 @@ class CreateFault:
 class MessageBatchStore:
     """The batches of one server. Thread-safe.
 
-    :param answer: ``(params, request_id) -> Message body`` of a succeeded request.
+    :param answer: ``(params, request_id) -> Message body`` of a succeeded request, called
+        each time its result is read, or once with ``answer_once``.
     :param decide: the result type of each request (see the module docstring). Default: all
         ``succeeded``.
     :param processing_delay: seconds on ``clock`` from creation to the end. Default 0.
     :param clock: seconds since the epoch. Default ``time.time``.
     :param max_requests: requests per batch before a 413. Default 100,000.
     :param max_bytes: create body bytes before a 413. Default 256 MB.
+    :param answer_once: keep each succeeded request's Message when its result is first
+        read, and stream that one on every later read (a collection that resumes), for an
+        ``answer`` that counts what it bills or whose answers change (the local model's
+        prompt cache). It costs the Messages' JSON in memory. Default False.
     """
 
     def __init__(
@@ -114,6 +124,7 @@ class MessageBatchStore:
         clock: Callable[[], float] = time.time,
         max_requests: int = MAX_BATCH_REQUESTS,
         max_bytes: int = MAX_BATCH_BYTES,
+        answer_once: bool = False,
     ) -> None:
         self.answer = answer
         #: The result type of each request; change it between batches.
@@ -123,6 +134,7 @@ class MessageBatchStore:
         self.clock = clock
         self.max_requests = max_requests
         self.max_bytes = max_bytes
+        self.answer_once = answer_once
         #: Faults of the next create calls, consumed in order (see the module docstring).
         self.create_faults: list[int | str] = []
         #: A batch not ended this long after creation ends with every request ``expired``
@@ -140,7 +152,12 @@ class MessageBatchStore:
         #: Results by type, over every ended batch.
         self.result_counts: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._answer_lock = threading.Lock()
         self._ids = itertools.count(1)
+        #: Distinct ``system`` values of the requests held: a batch's requests share one
+        #: system prompt, kept once instead of once a request (10,000 copies of a 24 KB
+        #: prompt are 240 MB).
+        self._systems: list[Any] = []
 
     # -- state -----------------------------------------------------------------------------
     def _settle(self, batch: StoredBatch) -> None:
@@ -238,6 +255,8 @@ class MessageBatchStore:
             ):
                 return 400, None, CreateFault(status=400)
             seen.add(custom_id)
+            if "system" in params:
+                params["system"] = self._shared_system(params["system"])
             parsed.append((custom_id, params))
         with self._lock:
             batch_id = f"msgbatch_fake_{next(self._ids):06d}"
@@ -248,6 +267,15 @@ class MessageBatchStore:
         if fault == "error_after_create":
             return 500, None, CreateFault(status=500)
         return 200, {"batch": batch_id}, None
+
+    def _shared_system(self, system: Any) -> Any:
+        """The held value equal to ``system`` (kept from now on if none is)."""
+        with self._lock:
+            for known in self._systems:
+                if known == system:
+                    return known
+            self._systems.append(system)
+            return system
 
     def find(self, batch_id: str) -> StoredBatch | None:
         """The batch of ``batch_id``, or None."""
@@ -302,7 +330,10 @@ class MessageBatchStore:
         kind = batch.outcomes[custom_id]
         result: dict[str, Any]
         if kind == "succeeded":
-            result = {"type": "succeeded", "message": self.answer(params, request_id)}
+            result = {
+                "type": "succeeded",
+                "message": self._answer_once(custom_id, params, batch, request_id),
+            }
         elif kind in ("errored", "api_error", "invalid_request_error"):
             error_type = "api_error" if kind == "errored" else kind
             result = {
@@ -315,6 +346,23 @@ class MessageBatchStore:
         else:
             result = {"type": kind}
         return {"custom_id": custom_id, "result": result}
+
+    def _answer_once(
+        self, custom_id: str, params: dict[str, Any], batch: StoredBatch, request_id: str
+    ) -> dict[str, Any]:
+        """The Message of a succeeded request: ``answer`` is called once per request (it
+        counts the billed tokens), and every later read of the results gets the same one;
+        without ``answer_once``, ``answer`` is asked every time."""
+        if not self.answer_once:
+            return self.answer(params, request_id)
+        with self._answer_lock:
+            made = batch.answers.get(custom_id)
+            if made is None:
+                message = self.answer(params, request_id)
+                batch.answers[custom_id] = json.dumps(message).encode()
+                return message
+        loaded: dict[str, Any] = json.loads(made)
+        return loaded
 
 
 def route(

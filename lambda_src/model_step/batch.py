@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -93,6 +93,8 @@ CANCEL_AFTER_SECONDS = 24 * 3600 + 1800.0
 ABANDONED_AFTER_SECONDS = 1800.0
 #: Results applied between checkpoints of the stream position.
 CHECKPOINT_EVERY = 50
+#: Result lines read ahead of the collector, whose rows are read with one BatchGetItem.
+ROWS_PAGE = 100
 #: Milliseconds of the invocation kept free when collecting: stop, checkpoint, resume later.
 RESERVE_MILLIS = 30_000
 #: The create body stays under the API's 256 MB with this margin.
@@ -674,11 +676,14 @@ class BatchDelivery:
         """Stream a batch's results from line ``done`` on; ``(finished, applied)``."""
         client = self._clients.get()
         stream = client.messages.batches.results(batch_id)
+        rows: dict[str, Item] = {}
         try:
             finished, position, applied = stream_results(
-                stream,
+                self._with_rows(stream, done, rows),
                 done,
-                lambda line: self._apply(batch_id, line, context, answer_row),
+                lambda line: self._apply(
+                    batch_id, line, rows.pop(str(line.custom_id), None), context, answer_row
+                ),
                 lambda position: self.store.checkpoint(batch_id, position),
                 lambda: _out_of_time(context),
             )
@@ -699,11 +704,40 @@ class BatchDelivery:
             )
         return finished, applied
 
-    def _apply(self, batch_id: str, line: Any, context: Any, answer_row: AnswerRow) -> None:
-        """One result line: the key's outcome through the realtime path, then the row is
-        marked answered (skipped when it already is)."""
+    def _with_rows(self, stream: Iterable[Any], done: int, rows: dict[str, Item]) -> Iterator[Any]:
+        """The lines of ``stream``, read :data:`ROWS_PAGE` at a time: before a page is handed
+        on, the live rows of its lines past ``done`` are put in ``rows`` (one BatchGetItem,
+        not a GetItem a line). Only the collector, under the tick's lease, answers rows, so a
+        row read with its page is still current when its line is applied. A stream that
+        breaks hands on the lines it gave first, so the collection gets as far as it would
+        without reading ahead, then the error is raised."""
+        lines = iter(stream)
+        position = 0
+        while True:
+            page: list[Any] = []
+            broken: Exception | None = None
+            try:
+                for line in lines:
+                    page.append(line)
+                    if len(page) >= ROWS_PAGE:
+                        break
+            except Exception as error:  # the SDK's stream error, whatever its class
+                broken = error
+            rows.update(self.store.rows(_past(page, position, done)))
+            position += len(page)
+            yield from page
+            if broken is not None:
+                raise broken
+            if len(page) < ROWS_PAGE:
+                return
+
+    def _apply(
+        self, batch_id: str, line: Any, row: Item | None, context: Any, answer_row: AnswerRow
+    ) -> None:
+        """One result line whose row (read with its page) is ``row``: the key's outcome
+        through the realtime path, then the row is marked answered (skipped when it already
+        is)."""
         custom_id = str(line.custom_id)
-        row = self.store.row(custom_id)
         if row is None or batch_store.text(row, "state") != "staged":
             return
         result = line.result
@@ -753,6 +787,13 @@ class BatchDelivery:
                 self.store.move_row(custom_id, submission, new)
         if self.store.transition(submission, "created", "done"):
             self.store.close_submission(submission)
+
+
+def _past(page: list[Any], position: int, done: int) -> list[str]:
+    """The custom_ids of the lines of ``page`` (which starts after line ``position``) that
+    come after line ``done``: the ones the collector applies."""
+    skip = max(0, done - position)
+    return [str(line.custom_id) for line in page[skip:]]
 
 
 def _alone(item: Item) -> bool:

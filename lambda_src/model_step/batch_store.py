@@ -5,9 +5,10 @@ TTL attribute): ``IDEMPOTENCY_EXPIRES_AFTER_SECONDS`` plus :data:`BATCH_RETENTIO
 so a row outlives a batch that takes its full 24 h and its collection.
 
 - **row** ``<prefix>#batch-row#<custom_id>``: one staged key. ``event`` (the EventBridge
-  event, JSON: row data, hence the TTL), ``user_message``, ``state`` (``staged`` until the
-  key's outcome is stored and notified, then ``answered``), ``submission`` (the submission
-  that owns it now), ``staged_at``.
+  event, JSON: row data, hence the TTL), ``user_message``, ``state`` (``staged``),
+  ``submission`` (the submission that owns it now), ``staged_at``. Once the key's outcome is
+  stored and notified the row is deleted (:meth:`BatchStore.mark_answered`); a row written
+  ``answered`` by an earlier version reads the same as an absent one.
 - **submission** ``<prefix>#batch-submission#<id>``: a group of rows that is sent as one
   Message Batch. ``state`` ``pending`` → ``creating`` (``started_at``, ``sent_count``: the
   create may be in flight or uncertain) → ``created`` (``batch_ids``) → ``done`` (or
@@ -178,10 +179,6 @@ class BatchStore:
             return False
         return True
 
-    def row(self, custom_id: str) -> Item | None:
-        """The live row of ``custom_id``."""
-        return self._get(self._key(ROW, custom_id))
-
     def rows(self, custom_ids: Iterable[str]) -> Iterator[tuple[str, Item]]:
         """``(custom_id, item)`` of the live rows among ``custom_ids``, 100 reads a call."""
         names = list(dict.fromkeys(custom_ids))
@@ -199,14 +196,11 @@ class BatchStore:
                 keys = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
 
     def mark_answered(self, custom_id: str) -> None:
-        """The key's outcome is stored and notified: the row is done (it keeps its TTL)."""
-        self._client.update_item(
-            TableName=self._table,
-            Key=self._key(ROW, custom_id),
-            UpdateExpression="SET #state = :answered",
-            ExpressionAttributeNames={"#state": "state"},
-            ExpressionAttributeValues={":answered": {"S": "answered"}},
-        )
+        """The key's outcome is stored and notified: the row is done, so it is deleted (its
+        event and user message, row data, go with it). An absent row reads as answered
+        everywhere: a duplicate replays the key's stored record, a collector skips it, and a
+        key whose record has expired is staged afresh."""
+        self._client.delete_item(TableName=self._table, Key=self._key(ROW, custom_id))
 
     # -- submissions -----------------------------------------------------------------------
     def new_submission_id(self) -> str:

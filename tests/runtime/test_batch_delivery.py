@@ -18,7 +18,7 @@ from .batch_rows import (
     stored,
     tick,
 )
-from .conftest import FakeLambdaContext, ShiftedClock
+from .conftest import TABLE, FakeLambdaContext, ShiftedClock, boto3_session
 
 
 def test_rows_go_as_one_batch_and_the_tick_stores_each_answer(
@@ -47,6 +47,43 @@ def test_rows_go_as_one_batch_and_the_tick_stores_each_answer(
             "batch",
             batch_id,
         )
+
+
+def test_the_collector_reads_rows_a_page_at_a_time_and_deletes_each_answered_row(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    """Collection costs no GetItem a result: the rows of up to ROWS_PAGE result lines are
+    read with one BatchGetItem. An answered row is deleted, its row data with it."""
+    import model_step.batch
+
+    monkeypatch.setattr(model_step.batch, "ROWS_PAGE", 4)
+    clock = ShiftedClock(monkeypatch)
+    events = rows(10)
+    calls: list[str] = []
+    counting = False
+
+    def count(model, **_kwargs):
+        if counting:
+            calls.append(model.name)
+
+    # Before the step's clients exist: a client copies the session's handlers when made.
+    session = boto3_session()
+    session.events.register("before-call.dynamodb", count)
+    try:
+        step = staged(make_step, buffer, clock, outcomes, events)
+        clock.shift(61)
+        counting = True
+        assert tick(step)["model_step_batch"]["results"] == 10
+        counting = False
+    finally:
+        session.events.unregister("before-call.dynamodb", count)
+
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+    # 10 lines in pages of 4, 4 and 2: one BatchGetItem each, besides the submission's own.
+    assert calls.count("BatchGetItem") == 3 + 1
+    assert calls.count("GetItem") < 10
+    items = boto3_session().client("dynamodb").scan(TableName=TABLE, ConsistentRead=True)
+    assert not [i for i in items["Items"] if "#batch-row#" in i["id"]["S"]]
 
 
 def ticks_until_done(make_step, outcomes, clock, count: int = 8):

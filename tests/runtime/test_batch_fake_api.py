@@ -166,3 +166,27 @@ def test_the_local_model_kills_around_create(clock):
         with pytest.raises(anthropic.APIConnectionError):
             client.messages.batches.create(requests=[request("a")])
         assert len(local.batches.batches) == 1
+
+
+def test_results_read_again_stream_the_same_answers_billed_and_counted_once(clock):
+    """A collection that resumes reads a batch's results again from the start: the local
+    model answers (and counts the tokens of) each request once, and the second read gets
+    the same Messages. The batch-billed tokens are also kept apart from the totals."""
+    system = [{"type": "text", "text": "rubric " * 2000, "cache_control": {"type": "ephemeral"}}]
+    requests = [request(f"row{n}", f"text {n}") for n in range(12)]
+    for entry in requests:
+        entry["params"]["system"] = system
+    with LocalMessagesAPI(run_clock=clock, batch_delay_seconds=0) as local:
+        client = anthropic.Anthropic(api_key="test", base_url=local.base_url, max_retries=0)
+        batch = client.messages.batches.create(requests=requests)
+        first = [line.model_dump() for line in client.messages.batches.results(batch.id)]
+        tokens = dict(local.batch_tokens)
+        second = [line.model_dump() for line in client.messages.batches.results(batch.id)]
+        held = local.batches.batches[batch.id].requests
+
+    assert second == first and len(first) == 12
+    assert local.batch_requests == 12 == local.batches.billed
+    assert local.batch_tokens == tokens and tokens["input_tokens"] > 0
+    assert tokens["output_tokens"] == local.output_tokens
+    # The 12 requests' system prompts (parsed apart from one body) are held as one value.
+    assert len({id(params["system"]) for _, params in held}) == 1

@@ -58,12 +58,6 @@ LOCAL_API_KEY = "sk-ant-local-run-not-a-real-key"
 SPLIT_RECORD_PREFIX = "prospect-splitter.split_upload#"
 SPLITTER_HANDLER = "prospect_splitter.handler.handler"
 ROW_DETAIL_TYPE = "Prospect Row Validated"
-BILLED_TOKEN_NAMES = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-)
 
 
 def _new_log_file() -> Path:
@@ -98,8 +92,6 @@ class LocalPipeline:
         self.run_bound: RunBound | None = None  # None: --run-timeout was given
         #: With ``--provider bedrock`` and the IAM check: the InvokeModel check.
         self.bedrock_check: BedrockInvokeCheck | None = None
-        #: Tokens of billed Message Batch results (issue 19), as the API names them.
-        self.batch_tokens: dict[str, int] = dict.fromkeys(BILLED_TOKEN_NAMES, 0)
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -219,25 +211,6 @@ class LocalPipeline:
         store.clock = time.time
         store.processing_delay = self.options.batch_delay_seconds * scale
         store.lifetime_seconds = BATCH_LIFETIME_SECONDS * scale
-        # Each request answered once: the local model builds (and counts) a result when its
-        # results stream is read, and a collection that resumes reads the stream again from
-        # the start. Also the batch-billed part of the tokens (priced at the discount).
-        answer, tokens, lock = store.answer, self.batch_tokens, threading.Lock()
-        answered: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-        def counted(params: dict[str, Any], request_id: str) -> dict[str, Any]:
-            with lock:
-                known = answered.get(id(params))
-            if known is not None and known[0] is params:
-                return known[1]
-            body = answer(params, request_id)
-            with lock:
-                answered[id(params)] = (params, body)
-                for name in tokens:
-                    tokens[name] += int((body.get("usage") or {}).get(name) or 0)
-            return body
-
-        store.answer = counted
         store.decide = self._per_occurrence(model)
 
     def _per_occurrence(self, model: LocalMessagesAPI) -> Any:
@@ -473,7 +446,7 @@ class LocalPipeline:
                 "output_tokens": result.output_tokens,
                 "cache_creation_input_tokens": result.cache_creation_input_tokens,
                 "cache_read_input_tokens": result.cache_read_input_tokens,
-                **{f"batch_{name}": count for name, count in self.batch_tokens.items()},
+                **{f"batch_{name}": count for name, count in self._model.batch_tokens.items()},
             }
             price = engine.environment.get("MODEL_PRICE")
             result.cost_usd = upload_cost(billed, price)["cost_usd"]
