@@ -99,6 +99,14 @@ ROWS_PAGE = 100
 RESERVE_MILLIS = 30_000
 #: The create body stays under the API's 256 MB with this margin.
 MAX_CREATE_BYTES = 256 * 1024 * 1024 - 1024 * 1024
+#: Megabytes of the function's memory kept for the runtime itself (Python, boto3, the SDK,
+#: Powertools: about 150 MB resident) when a create body is sized.
+RUNTIME_RESERVE_MB = 160
+#: Bytes of create body per megabyte left: the SDK holds the body about twice while it is
+#: sent (the JSON text and its encoded bytes), and a third share is margin.
+CREATE_BYTES_PER_MB = 2**20 // 3
+#: The least create body an invocation sends, however little memory it has.
+MIN_CREATE_BYTES = 2**20
 #: The most rows one submission holds (its custom_ids must fit one table item).
 SUBMISSION_ROWS = 10_000
 #: The tick's lease (seconds) when the context has no deadline; else the invocation's
@@ -184,8 +192,17 @@ class BatchDelivery:
             settings.expires_after_seconds,
         )
         self._clients = ModelClientProvider(settings, parts.boto3_client)
-        #: The submission id of the invocation in progress (one per invocation).
+        #: The submission the invocation in progress stages its rows into now.
         self.submission_id = self.store.new_submission_id()
+        #: The invocation's submissions before ``submission_id``, oldest first: one is
+        #: closed (and a new id taken) when the next row would take it past
+        #: ``BATCH_MAX_REQUESTS`` or the create bytes the function's memory can send.
+        self._filled: list[str] = []
+        #: Rows, and create bytes (estimated), of ``submission_id`` so far.
+        self._count = 0
+        self._bytes = 0
+        #: Create bytes of a request besides its user message (the system prompt, ...).
+        self._request_bytes: int | None = None
         #: By submission id, the rows written as its own (staged or adopted), whether or not
         #: their staging then completed: a row whose staging failed after the write (the
         #: claim, or the release of the key's record, answered an error) is still owned by
@@ -205,22 +222,60 @@ class BatchDelivery:
         store = self.store
         custom_id = self.custom_id(request)
         event_json = json.dumps(dict(delivery.event), sort_keys=True, default=str)
-        submission = self.submission_id
+        size = self._bytes_of(user_message)
+        submission = self._submission_for(size, delivery.context)
         found = store.stage_row(custom_id, event_json, user_message, submission)
         if found is not None:
             owner = batch_store.text(found, "submission") or ""
-            orphan = owner != submission and store.submission(owner) is None
+            mine = owner == submission or owner in self._filled
+            orphan = not mine and store.submission(owner) is None
             if not (orphan and store.adopt_orphan(custom_id, owner, submission)):
                 raise Staged(custom_id, new=False)
-            self._owned.setdefault(submission, []).append(custom_id)
+            self._own(submission, custom_id, size)
             raise Staged(custom_id, new=True)  # its attempt was claimed when first staged
-        self._owned.setdefault(submission, []).append(custom_id)
+        self._own(submission, custom_id, size)
         claim = self._parts.budget(request).claim()
         delivery.attempts_spent = claim.state.attempts
         if not claim.granted:
             store.mark_answered(custom_id)
             raise StagedDeadLetter(_exhausted(claim))
         raise Staged(custom_id, new=True)
+
+    def _bytes_of(self, user_message: str) -> int:
+        """The create bytes of a request with ``user_message`` (as :meth:`_requests` builds
+        it, serialised as the SDK sends it)."""
+        if self._request_bytes is None:
+            settings = self._parts.settings
+            self._request_bytes = len(
+                json.dumps(
+                    {
+                        "custom_id": custom_id_of(""),
+                        "params": {
+                            "model": settings.model_id,
+                            "max_tokens": settings.max_tokens,
+                            "system": system_blocks(settings),
+                            "messages": [{"role": "user", "content": ""}],
+                        },
+                    }
+                )
+            )
+        return self._request_bytes + len(json.dumps(user_message)) + 2  # ", " between two
+
+    def _submission_for(self, size: int, context: Any) -> str:
+        """The submission a row of ``size`` create bytes joins: the current one, or a new
+        one when the row would take the current one past ``BATCH_MAX_REQUESTS`` (at most
+        :data:`SUBMISSION_ROWS`) or :func:`create_bytes_limit`."""
+        cap = min(self._parts.settings.batch_max_requests, SUBMISSION_ROWS)
+        if self._count and (self._count >= cap or self._bytes + size > create_bytes_limit(context)):
+            self._filled.append(self.submission_id)
+            self.submission_id = self.store.new_submission_id()
+            self._count = self._bytes = 0
+        return self.submission_id
+
+    def _own(self, submission: str, custom_id: str, size: int) -> None:
+        self._owned.setdefault(submission, []).append(custom_id)
+        self._count += 1
+        self._bytes += size
 
     def answer(self, request: dict[str, Any], delivery: Delivery) -> StepResult:
         """The unit of work for a key the collector (or the submitter) answers: the result
@@ -284,23 +339,35 @@ class BatchDelivery:
 
     # -- 2. submit -------------------------------------------------------------------------
     def flush(self, staged: list[StagedRow], context: Any, answer_row: AnswerRow) -> None:
-        """Write this invocation's staged rows as a pending submission (raises if that
-        fails: the caller reports the messages as failures, so nothing is lost), then send
-        it if it is due. A new submission id is taken for the next invocation."""
-        submission = self.submission_id
+        """Write this invocation's staged rows as pending submissions, the filled ones
+        first (raises if a write fails: the caller reports the messages as failures, so
+        nothing is lost), then send each that is due; a filled one is due at once, and is
+        never merged with others (it is full). New ids are taken for the next invocation."""
+        filled, current = self._filled, self.submission_id
+        self._filled = []
         self.submission_id = self.store.new_submission_id()
-        owned = self._owned.pop(submission, [])
-        ids = list(dict.fromkeys([*(row.custom_id for row in staged), *owned]))
-        if not ids:
-            return
-        first = min((row.sent_at for row in staged), default=clock.now())
-        self.store.put_submission(submission, ids, first)
-        if self._due(len(ids), first):
-            try:
-                self.submit(submission, context, answer_row)
-            except Exception:
-                # The submission is durable; the next tick sends or reconciles it.
-                self._parts.logger.exception("batch submit failed; the tick retries it")
+        self._count = self._bytes = 0
+        owned = {submission: self._owned.pop(submission, []) for submission in [*filled, current]}
+        listed = {custom_id for ids in owned.values() for custom_id in ids}
+        # Every staged row is owned; one that is not is listed with the current submission.
+        owned[current].extend(row.custom_id for row in staged if row.custom_id not in listed)
+        sent_at = {row.custom_id: row.sent_at for row in staged}
+        written: list[tuple[str, int, float, bool]] = []
+        for submission, rows in owned.items():
+            ids = list(dict.fromkeys(rows))
+            if not ids:
+                continue
+            first = min((sent_at[i] for i in ids if i in sent_at), default=clock.now())
+            full = submission != current
+            self.store.put_submission(submission, ids, first, mergeable=not full)
+            written.append((submission, len(ids), first, full))
+        for submission, count, first, full in written:
+            if full or self._due(count, first):
+                try:
+                    self.submit(submission, context, answer_row)
+                except Exception:
+                    # The submission is durable; the next tick sends or reconciles it.
+                    self._parts.logger.exception("batch submit failed; the tick retries it")
 
     def _due(self, count: int, first_waited: float) -> bool:
         """Full, or the next tick (a minute away) would send it after ``max_wait``."""
@@ -321,10 +388,13 @@ class BatchDelivery:
             return
         ids = (batch_store.text(item, "custom_ids") or "").split(",")
         requests, events = self._requests(submission, ids)
-        limit = self._parts.settings.batch_max_requests
-        size = sum(len(json.dumps(r)) for r in requests)
-        if len(requests) > limit or size > MAX_CREATE_BYTES:
-            self._split(submission, [r["custom_id"] for r in requests], "pending")
+        parts = _packed(
+            requests, self._parts.settings.batch_max_requests, create_bytes_limit(context)
+        )
+        if len(parts) > 1:
+            # Parts that each fit: a long system prompt is repeated in every request, so
+            # 10,000 requests of a 20 KB prompt are 200 MB, more than 512 MB of memory sends.
+            self._split(submission, [r["custom_id"] for r in requests], "pending", parts)
             return
         if not requests:
             if store.transition(submission, "pending", "done"):
@@ -440,13 +510,16 @@ class BatchDelivery:
         if self.store.transition(submission, "creating", "done"):
             self.store.close_submission(submission)
 
-    def _split(self, submission: str, ids: list[str], from_state: str) -> None:
-        """Replace a submission by halves that are due at once. Crash-safe in this order:
-        the halves are written, the rows move to them one by one (a row has one owner, so
-        it is sent by one of them only), and only then is the original marked ``split``;
-        a crash before that leaves it ``pending``/``creating``, and it splits again."""
+    def _split(
+        self, submission: str, ids: list[str], from_state: str, parts: list[list[str]] | None = None
+    ) -> None:
+        """Replace a submission by ``parts`` (default: the halves of ``ids``) that are due
+        at once. Crash-safe in this order: the parts are written, the rows move to them one
+        by one (a row has one owner, so it is sent by one of them only), and only then is
+        the original marked ``split``; a crash before that leaves it ``pending``/
+        ``creating``, and it splits again."""
         half = max(1, math.ceil(len(ids) / 2))
-        for part in (ids[:half], ids[half:]):
+        for part in parts if parts is not None else [ids[:half], ids[half:]]:
             if not part:
                 continue
             new = self.store.new_submission_id()
@@ -550,7 +623,8 @@ class BatchDelivery:
                 total += count
             if (
                 not any(
-                    self._due(
+                    _alone(item)  # full, or a part of a refused create: due at once
+                    or self._due(
                         int(batch_store.number(item, "count") or 0),
                         batch_store.number(item, "first_waited") or 0.0,
                     )
@@ -789,6 +863,22 @@ class BatchDelivery:
             self.store.close_submission(submission)
 
 
+def _packed(requests: list[dict[str, Any]], most: int, most_bytes: int) -> list[list[str]]:
+    """The custom_ids of ``requests`` in order, in parts of at most ``most`` requests and
+    ``most_bytes`` of create body each (a request bigger than that alone is a part: the
+    API answers it, with a 413 if it must)."""
+    parts: list[list[str]] = [[]]
+    size = 0
+    for request in requests:
+        length = len(json.dumps(request))
+        if parts[-1] and (len(parts[-1]) >= most or size + length > most_bytes):
+            parts.append([])
+            size = 0
+        parts[-1].append(request["custom_id"])
+        size += length
+    return parts
+
+
 def _past(page: list[Any], position: int, done: int) -> list[str]:
     """The custom_ids of the lines of ``page`` (which starts after line ``position``) that
     come after line ``done``: the ones the collector applies."""
@@ -850,6 +940,22 @@ def _retry_after(exc: Any) -> float:
         return max(1.0, float(headers.get("retry-after") or 60))
     except ValueError:
         return 60.0
+
+
+def create_bytes_limit(context: Any) -> int:
+    """The largest create body this invocation sends: :data:`MAX_CREATE_BYTES`, or less
+    when the function's memory (``context.memory_limit_in_mb``) cannot hold it while it is
+    sent: ``(memory - RUNTIME_RESERVE_MB) * CREATE_BYTES_PER_MB``, at least
+    :data:`MIN_CREATE_BYTES`. 512 MB sends up to 117 MB, 1,024 MB the API's whole 256 MB.
+    Without a memory size (a test double), :data:`MAX_CREATE_BYTES`."""
+    try:
+        memory = int(getattr(context, "memory_limit_in_mb", None) or 0)
+    except (TypeError, ValueError):
+        memory = 0
+    if memory <= 0:
+        return MAX_CREATE_BYTES
+    room = (memory - RUNTIME_RESERVE_MB) * CREATE_BYTES_PER_MB
+    return max(MIN_CREATE_BYTES, min(MAX_CREATE_BYTES, room))
 
 
 def out_of_time(context: Any) -> bool:

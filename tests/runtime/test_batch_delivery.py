@@ -429,3 +429,89 @@ def test_pending_submissions_are_merged_into_one_batch_when_due(
     sizes = sorted(len(b.requests) for b in fake_api.batches.batches.values())
     assert sizes == [2, 4]  # merged up to BATCH_MAX_REQUESTS=5: 2+2, then the last 2
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_rows_are_staged_into_submissions_whose_create_body_the_memory_can_send(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    """A long system prompt is repeated in every request: 10,000 requests of a 20 KB
+    prompt are a 200 MB create body, more than a 512 MB function holds while it sends it.
+    So an invocation closes a submission when the next row would take its body past
+    ``create_bytes_limit`` (from ``memory_limit_in_mb``) and stages on into a new one, and
+    each is sent as its own batch: no row is moved, none is sent twice."""
+    import model_step.batch
+
+    clock = ShiftedClock(monkeypatch)
+    events = rows(7)
+    step = make_step(on_outcome=outcomes)
+    request_bytes = step._components().batch._bytes_of("x" * 300)
+    # 1 MB of memory holds about three requests' bodies.
+    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
+    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
+    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * 3.5))
+    small = FakeLambdaContext(memory_limit_in_mb=1)
+    limit = model_step.batch.create_bytes_limit(small)
+    moves: list[dict] = []
+
+    def record_move(params, **_kwargs):
+        if params.get("UpdateExpression") == "SET submission = :new":
+            moves.append(params)
+
+    session = boto3_session()
+    session.events.register("provide-client-params.dynamodb.UpdateItem", record_move)
+    try:
+        step = make_step(on_outcome=outcomes)
+        clock.shift(2)
+        assert step.handle(sqs_batch(buffer, events), small) == {"batchItemFailures": []}
+    finally:
+        session.events.unregister("provide-client-params.dynamodb.UpdateItem", record_move)
+
+    batches = list(fake_api.batches.batches.values())
+    assert [len(b.requests) for b in batches] == [3, 3, 1]
+    for batch in batches:
+        body = sum(len(json.dumps({"custom_id": c, "params": p})) for c, p in batch.requests)
+        assert body <= limit
+    assert moves == []
+    clock.shift(61)
+    tick(step, memory_limit_in_mb=1)
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
+def test_the_create_body_limit_follows_the_function_memory():
+    from model_step.batch import MAX_CREATE_BYTES, create_bytes_limit
+
+    assert create_bytes_limit(FakeLambdaContext(memory_limit_in_mb=512)) == (512 - 160) * (
+        2**20 // 3
+    )
+    assert create_bytes_limit(FakeLambdaContext(memory_limit_in_mb=1024)) == MAX_CREATE_BYTES
+    assert create_bytes_limit(FakeLambdaContext(memory_limit_in_mb=128)) == 2**20
+    assert create_bytes_limit(object()) == MAX_CREATE_BYTES
+
+
+def test_a_pending_submission_too_big_for_the_senders_memory_is_split_to_fit(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    """Staged by a function with more memory (a deploy lowered it, or rows staged before
+    this version): the sender splits the submission into as many parts as its memory
+    needs, at once, instead of halving it over several ticks."""
+    import model_step.batch
+
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")  # staged, not yet due
+    clock = ShiftedClock(monkeypatch)
+    events = rows(7)
+    step = staged(make_step, buffer, clock, outcomes, events)
+    assert fake_api.batches.batches == {}
+    request_bytes = step._components().batch._bytes_of("x" * 300)
+    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
+    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
+    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * 2.5))
+
+    clock.shift(301)
+    tick(step, memory_limit_in_mb=1)  # splits into 4 parts, due at once
+    tick(step, memory_limit_in_mb=1)  # sends them
+
+    assert sorted(len(b.requests) for b in fake_api.batches.batches.values()) == [1, 2, 2, 2]
+    for _ in range(3):
+        clock.shift(61)
+        tick(step, memory_limit_in_mb=1)
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
