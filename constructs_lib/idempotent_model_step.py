@@ -472,7 +472,9 @@ class IdempotentModelStep(Construct):
     :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
         Each model request's total deadline is kept 5 seconds below it; the buffer and
         redrive queues' visibility timeout is 6x it.
-    :param memory_size: 128-10,240 MB, default 512.
+    :param memory_size: 128-10,240 MB, default 512. Under ``ModelDelivery.batch`` it also
+        bounds each Message Batch create body to ``(memory - 160 MB) / 3``: 117 MB at 512,
+        the API's whole 256 MB from 1,024 (a long system prompt is sent once a request).
     :param architecture: default ``X86_64``; wheels are bundled for it.
     :param log_retention: default one month.
     :param api_key_max_age: how long a container reuses the API key before
