@@ -9,14 +9,17 @@ Then, instead of a request:
    the key's budget is claimed, and :class:`Staged` releases the lock. A duplicate finds the
    live row and makes no request. A key whose record is stored (answered in realtime or by an
    earlier batch) never gets here: it replays.
-2. **Submit** (:meth:`BatchDelivery.submit`): at the end of the invocation, its rows become a
-   pending submission, listed in the index, before the queue messages are deleted. It is sent
-   once the next tick would come after ``BATCH_MAX_WAIT_SECONDS`` since its oldest row was
-   enqueued (or when it holds ``BATCH_MAX_REQUESTS``), by that invocation or by a tick.
-   ``pending → creating`` is a conditional write that records ``started_at`` and the
-   request count FIRST; only then is ``messages.batches.create`` called, once (the client
-   has ``max_retries=0``), split so no batch passes ``BATCH_MAX_REQUESTS`` or 256 MB.
-   A tick merges due pending submissions with the other pending ones while they fit.
+2. **Submit** (:meth:`BatchDelivery.submit`): at the end of the invocation, its rows become
+   pending submissions, listed in the index, before the queue messages are deleted: one,
+   or more when a row would have taken the current one past ``BATCH_MAX_REQUESTS`` or the
+   create body the function's memory can send (:func:`create_bytes_limit`); those filled
+   ones are sent at once. Otherwise a submission is sent once the next tick would come
+   after ``BATCH_MAX_WAIT_SECONDS`` since its oldest row was enqueued (or when it holds
+   ``BATCH_MAX_REQUESTS``), by that invocation or by a tick. ``pending → creating`` is a
+   conditional write that records ``started_at`` and the request count FIRST; only then is
+   ``messages.batches.create`` called, once (the client has ``max_retries=0``), split
+   first so no batch passes ``BATCH_MAX_REQUESTS`` or the create body limit. A tick merges
+   due pending submissions with the other pending ones while they fit.
 3. **Reconcile** (tick): a submission left ``creating`` (a kill before, during or after
    ``create``, a timeout, a dropped connection, a 5xx) is reconciled once
    :data:`RECONCILE_AFTER_SECONDS` have passed since ``started_at`` (the create's deadline
@@ -30,10 +33,11 @@ Then, instead of a request:
    ``batches.results`` as a stream (never loaded whole), and every result goes through the
    same path as a realtime answer (stored in the key's record as ``"delivery": "batch"``
    with its ``batch_id``, dead-lettered, or retried), then ``on_outcome`` runs and the row is
-   marked answered. The stream's position is checkpointed every
-   :data:`CHECKPOINT_EVERY` results and when the invocation's time runs short, so a crash
-   halfway resumes there; a result applied twice replays its stored record and a row already
-   answered is skipped, so nothing is lost or repeated. A batch open past
+   deleted. The rows of :data:`ROWS_PAGE` lines are read with one ``BatchGetItem``. The
+   stream's position is checkpointed every :data:`CHECKPOINT_EVERY` results and when the
+   invocation's time runs short, so a crash halfway resumes there; a result applied twice
+   replays its stored record and a row already gone is skipped, so nothing is lost or
+   repeated. A batch open past
    :data:`CANCEL_AFTER_SECONDS` is canceled (its requests end ``canceled``).
 
 Result types: ``succeeded`` → the realtime checks (stop reason, labels, parser) and stored;
@@ -809,8 +813,7 @@ class BatchDelivery:
         self, batch_id: str, line: Any, row: Item | None, context: Any, answer_row: AnswerRow
     ) -> None:
         """One result line whose row (read with its page) is ``row``: the key's outcome
-        through the realtime path, then the row is marked answered (skipped when it already
-        is)."""
+        through the realtime path, then the row is deleted (skipped when it is gone)."""
         custom_id = str(line.custom_id)
         if row is None or batch_store.text(row, "state") != "staged":
             return
@@ -887,7 +890,8 @@ def _past(page: list[Any], position: int, done: int) -> list[str]:
 
 
 def _alone(item: Item) -> bool:
-    """A submission that is sent as it is (a half of a refused create)."""
+    """A submission that is sent as it is, never merged: one an invocation filled (its
+    requests or create bytes), or a part of a split."""
     return item.get("mergeable", {}).get("BOOL") is False
 
 
