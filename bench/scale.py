@@ -186,27 +186,54 @@ def capacity_table(settings: dict[str, Any], seconds_per_call: float = SECONDS_P
     return rows_out
 
 
+#: The classifier's system prompt: sent once in every request of a Message Batch.
+SYSTEM_PROMPT = REPO / "lambda_src/prospect_classifier/system_prompt.md"
+#: Create bytes of a request besides its system prompt: custom_id, model, max_tokens,
+#: cache_control and a row's user message (a Prospect row's is a few hundred bytes).
+REQUEST_OVERHEAD_BYTES = 1_000
+
+
 def batch_settings(cdk_out: Path = REPO / "cdk.out") -> dict[str, Any] | None:
-    """The Message Batches step's settings (issue 19), or None without one in the template."""
+    """The Message Batches step's settings (issue 19), or None without one in the template:
+    its ``BATCH_MAX_REQUESTS``, ``BATCH_MAX_WAIT_SECONDS``, ``MAX_EVENT_AGE_SECONDS`` and
+    memory, and the size of one of its requests (the shipped system prompt, as JSON, plus
+    :data:`REQUEST_OVERHEAD_BYTES`)."""
     template = json.loads((cdk_out / f"{STACK}.template.json").read_text())
     for body in template["Resources"].values():
-        variables = body.get("Properties", {}).get("Environment", {}).get("Variables", {})
+        properties = body.get("Properties", {})
+        variables = properties.get("Environment", {}).get("Variables", {})
         if body["Type"] == "AWS::Lambda::Function" and variables.get("MODEL_DELIVERY") == "batch":
+            prompt = SYSTEM_PROMPT.read_text(encoding="utf-8")
             return {
                 "max_requests": int(variables["BATCH_MAX_REQUESTS"]),
                 "max_wait_seconds": int(variables["BATCH_MAX_WAIT_SECONDS"]),
                 "max_event_age_seconds": int(variables.get("MAX_EVENT_AGE_SECONDS", 86_400)),
+                "memory_mb": int(properties.get("MemorySize", 128)),
+                "request_bytes": len(json.dumps(prompt)) + REQUEST_OVERHEAD_BYTES,
             }
     return None
 
 
+def rows_per_batch(settings: dict[str, Any]) -> int:
+    """Requests in one Message Batch: ``max_requests``, or fewer when their create body
+    would pass what the function's memory sends (``model_step.batch.create_bytes_limit``)."""
+    from model_step.batch import create_bytes_limit
+
+    class _Context:
+        memory_limit_in_mb = settings["memory_mb"]
+
+    by_memory = create_bytes_limit(_Context()) // settings["request_bytes"]
+    return max(1, min(int(settings["max_requests"]), by_memory))
+
+
 def batch_capacity(settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The batch path per size: the Messages limit (RPM) does not apply; each Message Batch
-    of up to ``max_requests`` rows is one create call, and it ends within 24 h (usually
-    within an hour), inside the window a row is held (MAX_EVENT_AGE_SECONDS)."""
+    of up to :func:`rows_per_batch` rows is one create call, and it ends within 24 h
+    (usually within an hour), inside the window a row is held (MAX_EVENT_AGE_SECONDS)."""
     rows_out = []
+    per_batch = rows_per_batch(settings)
     for rows in TABLE_ROWS:
-        batches = -(-rows // settings["max_requests"])
+        batches = -(-rows // per_batch)
         rows_out.append(
             {
                 "rows": rows,
@@ -216,7 +243,7 @@ def batch_capacity(settings: dict[str, Any]) -> list[dict[str, Any]]:
                 "hours_at_most": 24,
                 "fits": True,
                 "advice": f"fits at any RPM tier: {batches} create calls of "
-                f"<= {settings['max_requests']:,} rows; usually within an hour, at most 24 h "
+                f"<= {per_batch:,} rows; usually within an hour, at most 24 h "
                 "(expired rows are sent again within MAX_EVENT_AGE_SECONDS)",
             }
         )
@@ -290,8 +317,10 @@ def run(*, quick: bool = False, out_dir: Path | None = None, sizes: Sequence[int
     batch_table = batch_capacity(batch) if batch else []
     if batch_table:
         print_table(
-            f"The Message Batches path (issue 19): batches of at most {batch['max_requests']:,} "
-            f"rows, sent {batch['max_wait_seconds']} s after their first row waited",
+            f"The Message Batches path (issue 19): batches of at most "
+            f"{rows_per_batch(batch):,} rows (BATCH_MAX_REQUESTS {batch['max_requests']:,}; "
+            f"{batch['request_bytes']:,} bytes a request, {batch['memory_mb']} MB of memory), "
+            f"sent {batch['max_wait_seconds']} s after their first row waited",
             ["rows", "batches", "usual hours", "at most", "fits", "what to do"],
             [
                 [b["rows"], b["batches"], b["hours_usual"], b["hours_at_most"], "yes", b["advice"]]

@@ -119,3 +119,23 @@ def test_cost_refuses_a_bad_size_naming_the_option(argv, message, capsys):
     with pytest.raises(SystemExit):
         cost.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_the_batch_capacity_table_counts_batches_the_memory_can_send():
+    """Issue 19's capacity table: a Message Batch holds BATCH_MAX_REQUESTS rows, or fewer
+    when their create body (the system prompt once a request) is more than the batch
+    step's memory sends (model_step.batch.create_bytes_limit)."""
+    from bench.scale import batch_capacity, rows_per_batch
+
+    settings = {
+        "max_requests": 10_000,
+        "max_wait_seconds": 300,
+        "max_event_age_seconds": 86_400,
+        "memory_mb": 512,
+        "request_bytes": 21_000,
+    }
+    # 512 MB sends (512 - 160) / 3 MB: 5,858 requests of 21,000 bytes.
+    assert rows_per_batch(settings) == (512 - 160) * (2**20 // 3) // 21_000 == 5_858
+    table = {row["rows"]: row["batches"] for row in batch_capacity(settings)}
+    assert table == {10_000: 2, 100_000: 18, 500_000: 86}
+    assert rows_per_batch({**settings, "memory_mb": 1_024, "request_bytes": 2_000}) == 10_000
