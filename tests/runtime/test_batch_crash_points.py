@@ -176,6 +176,39 @@ def test_a_kill_before_the_submission_is_written_loses_no_row(
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
 
 
+def test_a_kill_between_the_submissions_of_one_invocation_sends_each_row_once(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call, monkeypatch
+):
+    """The invocation's memory sends about three requests a batch, so its 7 rows are staged
+    into three submissions; the kill comes after the first is written and before the
+    second. The redelivery finds the first one's rows owned (no request) and adopts the
+    rest, whose owners were never written; each row is sent in one batch."""
+    import model_step.batch
+
+    step, events, delivery = stage(make_step, buffer, clock, outcomes, count=7)
+    request_bytes = step._components().batch._bytes_of("x" * 300)
+    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
+    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
+    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * 3.5))
+    small = {"memory_limit_in_mb": 1}
+    kill_aws_call("PutItem", "batch-submission", skip=1)
+
+    with pytest.raises(LambdaKilled):
+        step.handle(delivery, FakeLambdaContext(**small))
+    step = make_step(on_outcome=outcomes)
+    assert step.handle(delivery, FakeLambdaContext(**small)) == {"batchItemFailures": []}
+
+    step = make_step(on_outcome=outcomes)
+    for _ in range(6):
+        clock.shift(PAST_GRACE)
+        if tick(step, **small)["model_step_batch"]["open"] == 0:
+            break
+
+    sent = [c for b in fake_api.batches.batches.values() for c, _ in b.requests]
+    assert len(sent) == len(set(sent)) == 7
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
 def test_a_kill_before_the_batch_id_is_recorded_adopts_the_batch(
     make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call
 ):
