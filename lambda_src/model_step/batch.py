@@ -249,20 +249,7 @@ class BatchDelivery:
         """The create bytes of a request with ``user_message`` (as :meth:`_requests` builds
         it, serialised as the SDK sends it)."""
         if self._request_bytes is None:
-            settings = self._parts.settings
-            self._request_bytes = len(
-                json.dumps(
-                    {
-                        "custom_id": custom_id_of(""),
-                        "params": {
-                            "model": settings.model_id,
-                            "max_tokens": settings.max_tokens,
-                            "system": system_blocks(settings),
-                            "messages": [{"role": "user", "content": ""}],
-                        },
-                    }
-                )
-            )
+            self._request_bytes = len(json.dumps(self._request(custom_id_of(""), "")))
         return self._request_bytes + len(json.dumps(user_message)) + 2  # ", " between two
 
     def _submission_for(self, size: int, context: Any) -> str:
@@ -432,7 +419,6 @@ class BatchDelivery:
         self, submission: str, ids: list[str]
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The create requests of the rows this submission still owns, and their events."""
-        settings = self._parts.settings
         requests: list[dict[str, Any]] = []
         events: dict[str, str] = {}
         for custom_id, row in self.store.rows(ids):
@@ -441,21 +427,22 @@ class BatchDelivery:
             if batch_store.text(row, "submission") != submission:
                 continue
             events[custom_id] = batch_store.text(row, "event") or "{}"
-            # The realtime request's fields exactly (model_call.ModelCall._send_once).
-            requests.append(
-                {
-                    "custom_id": custom_id,
-                    "params": {
-                        "model": settings.model_id,
-                        "max_tokens": settings.max_tokens,
-                        "system": system_blocks(settings),
-                        "messages": [
-                            {"role": "user", "content": batch_store.text(row, "user_message")}
-                        ],
-                    },
-                }
-            )
+            requests.append(self._request(custom_id, batch_store.text(row, "user_message") or ""))
         return requests, events
+
+    def _request(self, custom_id: str, user_message: str) -> dict[str, Any]:
+        """One create request: the realtime request's fields exactly
+        (model_call.ModelCall._send_once)."""
+        settings = self._parts.settings
+        return {
+            "custom_id": custom_id,
+            "params": {
+                "model": settings.model_id,
+                "max_tokens": settings.max_tokens,
+                "system": system_blocks(settings),
+                "messages": [{"role": "user", "content": user_message}],
+            },
+        }
 
     def _create_failed(
         self,
