@@ -178,6 +178,12 @@ def upload_cost(counters: Mapping[str, int], model_price: str | None) -> dict[st
     return figures
 
 
+def billed_tokens() -> tuple[str, ...]:
+    """The billed token counters of a Message's ``usage``, as the ledger names them
+    (``prospect_contract.cost.BILLED_TOKENS``)."""
+    return tuple(_runtime_cost().BILLED_TOKENS)
+
+
 def _runtime_cost() -> ModuleType:
     name = "constructs_lib._prospect_contract_cost"
     loaded = sys.modules.get(name)

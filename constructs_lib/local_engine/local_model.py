@@ -48,19 +48,13 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from ..model_prices import billed_tokens
 from . import message_batches
 from .loopback import LoopbackServer
 from .message_batches import MessageBatchStore
 
 DEFAULT_LABELS = ("hot", "warm", "cold")
 DEFAULT_MODEL = "claude-haiku-5-5"
-#: The billed token counts of a Message's ``usage``.
-BILLED_TOKENS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-)
 TIMEOUT = "timeout"
 TRANSIENT_FAULTS: tuple[int | str, ...] = (429, 529, 500, TIMEOUT)
 PLAN_WEIGHTS = {"transient": 0.6, "persistent": 0.2, "invalid": 0.2}
@@ -303,7 +297,7 @@ class LocalMessagesAPI(LoopbackServer):
         #: Succeeded (billed) batch requests, and their tokens (also in the totals above),
         #: the part billed at the batch discount.
         self.batch_requests = 0
-        self.batch_tokens: dict[str, int] = dict.fromkeys(BILLED_TOKENS, 0)
+        self.batch_tokens: dict[str, int] = dict.fromkeys(billed_tokens(), 0)
         #: The Message Batches of this server, processed on the run's clock.
         self.batches = MessageBatchStore(
             self._batch_answer,
@@ -329,7 +323,7 @@ class LocalMessagesAPI(LoopbackServer):
         usage = answer["usage"]
         with self._lock:
             self.batch_requests += 1
-            for name in BILLED_TOKENS:
+            for name in self.batch_tokens:
                 self.batch_tokens[name] += int(usage.get(name) or 0)
         self.count_usage(usage)
         return answer
