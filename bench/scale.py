@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO, bench_main, print_table
+from bench.harness import REPO, FakeLambdaContext, bench_main, print_table
 
 HEADER = "email,first_name,last_name,company,title,country,notes"
 #: Full run: the sizes issue 8 asks for. Quick: a smoke run.
@@ -219,10 +219,8 @@ def rows_per_batch(settings: dict[str, Any]) -> int:
     would pass what the function's memory sends (``model_step.batch.create_bytes_limit``)."""
     from model_step.batch import create_bytes_limit
 
-    class _Context:
-        memory_limit_in_mb = settings["memory_mb"]
-
-    by_memory = create_bytes_limit(_Context()) // settings["request_bytes"]
+    context = FakeLambdaContext(memory_limit_in_mb=settings["memory_mb"])
+    by_memory = create_bytes_limit(context) // settings["request_bytes"]
     return max(1, min(int(settings["max_requests"]), by_memory))
 
 
