@@ -129,3 +129,15 @@ def custom_id_for(step, event: dict) -> str:
         fingerprint=parts.fingerprint,
     )
     return custom_id_of(parts.persistence.record_id({"key": key}))
+
+
+def memory_for_requests(step, monkeypatch, requests: float) -> dict:
+    """Make 1 MB of function memory send a create body of about ``requests`` of this
+    step's requests (user messages of 300 characters); the context kwargs that say so."""
+    import model_step.batch
+
+    request_bytes = step._components().batch._bytes_of("x" * 300)
+    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
+    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
+    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * requests))
+    return {"memory_limit_in_mb": 1}

@@ -18,6 +18,7 @@ from .batch_rows import (
     PAST_GRACE,
     LambdaKilled,
     assert_every_key_ends_once,
+    memory_for_requests,
     rows,
     sqs_batch,
     tick,
@@ -183,14 +184,8 @@ def test_a_kill_between_the_submissions_of_one_invocation_sends_each_row_once(
     into three submissions; the kill comes after the first is written and before the
     second. The redelivery finds the first one's rows owned (no request) and adopts the
     rest, whose owners were never written; each row is sent in one batch."""
-    import model_step.batch
-
     step, events, delivery = stage(make_step, buffer, clock, outcomes, count=7)
-    request_bytes = step._components().batch._bytes_of("x" * 300)
-    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
-    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
-    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * 3.5))
-    small = {"memory_limit_in_mb": 1}
+    small = memory_for_requests(step, monkeypatch, 3.5)
     kill_aws_call("PutItem", "batch-submission", skip=1)
 
     with pytest.raises(LambdaKilled):

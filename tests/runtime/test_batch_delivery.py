@@ -13,6 +13,7 @@ from constructs_lib.local_engine.message_batches import CreateFault
 from .batch_rows import (
     assert_every_key_ends_once,
     custom_id_for,
+    memory_for_requests,
     rows,
     sqs_batch,
     stored,
@@ -444,12 +445,7 @@ def test_rows_are_staged_into_submissions_whose_create_body_the_memory_can_send(
     clock = ShiftedClock(monkeypatch)
     events = rows(7)
     step = make_step(on_outcome=outcomes)
-    request_bytes = step._components().batch._bytes_of("x" * 300)
-    # 1 MB of memory holds about three requests' bodies.
-    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
-    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
-    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * 3.5))
-    small = FakeLambdaContext(memory_limit_in_mb=1)
+    small = FakeLambdaContext(**memory_for_requests(step, monkeypatch, 3.5))
     limit = model_step.batch.create_bytes_limit(small)
     moves: list[dict] = []
 
@@ -473,7 +469,7 @@ def test_rows_are_staged_into_submissions_whose_create_body_the_memory_can_send(
         assert body <= limit
     assert moves == []
     clock.shift(61)
-    tick(step, memory_limit_in_mb=1)
+    tick(step, memory_limit_in_mb=1)  # the same 1 MB as `small`
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
 
 
@@ -494,24 +490,20 @@ def test_a_pending_submission_too_big_for_the_senders_memory_is_split_to_fit(
     """Staged by a function with more memory (a deploy lowered it, or rows staged before
     this version): the sender splits the submission into as many parts as its memory
     needs, at once, instead of halving it over several ticks."""
-    import model_step.batch
 
     monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")  # staged, not yet due
     clock = ShiftedClock(monkeypatch)
     events = rows(7)
     step = staged(make_step, buffer, clock, outcomes, events)
     assert fake_api.batches.batches == {}
-    request_bytes = step._components().batch._bytes_of("x" * 300)
-    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
-    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
-    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * 2.5))
+    small = memory_for_requests(step, monkeypatch, 2.5)
 
     clock.shift(301)
-    tick(step, memory_limit_in_mb=1)  # splits into 4 parts, due at once
-    tick(step, memory_limit_in_mb=1)  # sends them
+    tick(step, **small)  # splits into 4 parts, due at once
+    tick(step, **small)  # sends them
 
     assert sorted(len(b.requests) for b in fake_api.batches.batches.values()) == [1, 2, 2, 2]
     for _ in range(3):
         clock.shift(61)
-        tick(step, memory_limit_in_mb=1)
+        tick(step, **small)
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
