@@ -32,8 +32,8 @@ over the run beside the 10,000-row batch run's. moto holds every record in this 
 the resident set grows with the rows it stores; the growth per row at both sizes says
 whether anything else does.
 
-Run: ``python -m bench.cost [--quick] [--rows N] [--scale-rows N]`` (quick: 200 rows, and
-500 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows`` the scale run's (0
+Run: ``python -m bench.cost [--quick] [--rows N] [--scale-rows N]`` (quick: 50 rows, and
+100 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows`` the scale run's (0
 skips it): ``python -m bench.cost --scale-rows 0`` is the 10,000-row realtime vs batch
 comparison alone.
 """
@@ -67,7 +67,7 @@ from constructs_lib.local_engine.local_model import LocalMessagesAPI, estimated_
 from constructs_lib.model_prices import PRICE_TABLE, upload_cost
 
 ROWS = 10_000
-QUICK_ROWS = 200
+QUICK_ROWS = 50
 #: The system prompt's length in the local model's tokens (4 characters a token).
 PROMPT_TOKENS = 6_000
 #: Seconds between two rows on the model's clock: 10,000 rows in about 3 hours, far slower
@@ -244,7 +244,7 @@ def print_report(result: dict[str, Any]) -> None:
 # ------------------------------------------------------- Message Batches delivery (issue 19)
 #: Rows of the batch-only scale run, and its target (wall seconds).
 BATCH_SCALE_ROWS = 100_000
-QUICK_SCALE_ROWS = 500
+QUICK_SCALE_ROWS = 100
 SCALE_TARGET_SECONDS = 20 * 60
 #: The issue's target for batch / realtime token cost.
 BATCH_TARGET_RATIO = 0.51
