@@ -106,14 +106,8 @@ class LambdaFaults:
         None. Decided per create call in the run's order, not per content: a create's body
         names its rows by custom_id, which hashes the upload id, and that differs in every
         run (moto's object version ids), so a seed would reproduce nothing."""
-        rate = self.rates.batch_create_kill_rate
-        if rate <= 0.0:
-            return None
-        with self._lock:
-            occurrence = self._seen[BATCH_CREATE_KILL, ""]
-            self._seen[BATCH_CREATE_KILL, ""] += 1
-        draws = random.Random(f"{self.rates.seed}:{BATCH_CREATE_KILL}:{occurrence}")
-        if draws.random() >= rate:
+        draws = self._strikes(BATCH_CREATE_KILL, self.rates.batch_create_kill_rate, "")
+        if draws is None:
             return None
         point = draws.choice(BATCH_CREATE_KILL_POINTS)
         with self._lock:
@@ -133,16 +127,24 @@ class LambdaFaults:
         return self._decide(THROTTLE, self.rates.throttle_rate, digest.hexdigest())
 
     def _decide(self, kind: str, rate: float, digest: str) -> bool:
-        if rate <= 0.0:
-            return False
-        with self._lock:
-            occurrence = self._seen[kind, digest]
-            self._seen[kind, digest] += 1
-        chosen = random.Random(f"{self.rates.seed}:{kind}:{digest}:{occurrence}").random() < rate
+        chosen = self._strikes(kind, rate, digest) is not None
         if chosen:
             with self._lock:
                 self.injected[kind] += 1
         return chosen
+
+    def _strikes(self, kind: str, rate: float, digest: str) -> random.Random | None:
+        """Count one more occurrence of ``kind`` for ``digest`` and draw whether it strikes:
+        the seeded generator that drew it (for any further choice), or None. An empty
+        ``digest`` keys the draw on the occurrence alone."""
+        if rate <= 0.0:
+            return None
+        with self._lock:
+            occurrence = self._seen[kind, digest]
+            self._seen[kind, digest] += 1
+        parts = [str(self.rates.seed), kind, *([digest] if digest else []), str(occurrence)]
+        draws = random.Random(":".join(parts))
+        return draws if draws.random() < rate else None
 
 
 #: Members of an EventBridge event that differ between copies of the same event.
