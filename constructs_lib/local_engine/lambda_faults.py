@@ -8,6 +8,9 @@
   idempotency record's lock is left to expire at the invocation's (capped) deadline. The
   engine's Lambda treats the invocation as killed: an SQS batch is not deleted and comes back
   after its visibility timeout; an async invocation is a function error and is retried.
+  Under Message Batches the same rate kills a read of a batch's results partway
+  (:meth:`LambdaFaults.kill_in_batch_results`): the collector's next tick resumes
+  from its last checkpoint, and a line it applied before the kill is not applied again.
 - A **throttle** (``throttle_rate``) is a receive that Lambda's SQS poller made without
   invoking the function (the function's concurrency was used up). The batch comes back after
   its visibility timeout with a higher receive count. SQS event source mappings only: an
@@ -46,6 +49,11 @@ THROTTLE = "throttle"
 BATCH_CREATE_KILL = "batch_create_kill"
 #: Where a batch create kill strikes, in the order of the call (see the module docstring).
 BATCH_CREATE_KILL_POINTS = ("before_create", "after_create", "before_batch_id_recorded")
+BATCH_RESULTS_KILL = "batch_results_kill"
+#: A kill in a batch results stream strikes once the invocation has read between 1 and this
+#: many lines: 2.5 of the collector's pages (``model_step.batch.ROWS_PAGE``, 100 lines), so
+#: some kills land before a page's checkpoint and some after one.
+RESULTS_KILL_MAX_LINES = 250
 
 
 class LambdaKilled(BaseException):
@@ -79,7 +87,8 @@ class LambdaFaults:
 
     @property
     def kills(self) -> int:
-        """Invocations killed after their model request was sent."""
+        """Invocations killed after their model request was sent, or partway through a
+        batch results stream."""
         with self._lock:
             return self.injected[KILL]
 
@@ -113,6 +122,19 @@ class LambdaFaults:
         with self._lock:
             self.injected[point] += 1
         return point
+
+    def kill_in_batch_results(self) -> int | None:
+        """The number of lines after which the invocation reading the run's next batch
+        results stream dies, or None: ``kill_rate`` per results read, in the run's order (a
+        results URL names a batch id, which differs in every run)."""
+        draws = self._strikes(BATCH_RESULTS_KILL, self.rates.kill_rate, "")
+        return None if draws is None else draws.randint(1, RESULTS_KILL_MAX_LINES)
+
+    def record_kill(self) -> None:
+        """Count a kill decided earlier that has now struck (a results stream read far
+        enough: a shorter stream ends before its kill, and is not counted)."""
+        with self._lock:
+            self.injected[KILL] += 1
 
     def kill_after_request(self, body: bytes) -> bool:
         """Whether the invocation that just sent a request with ``body`` dies now."""

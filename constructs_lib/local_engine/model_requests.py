@@ -8,8 +8,10 @@ around each handler call) is counted against that key. The answer is then handed
 sees it. Requests from unmarked threads (a test's own client) pass through untouched.
 
 Message Batches calls (``/v1/messages/batches``) pass through uncounted: a batch is billed
-per succeeded result, which the local model counts. ``--kill-rate`` never kills them; a
-``messages.batches.create`` may be killed around instead (``batch_create_kill_rate``, one of
+per succeeded result, which the local model counts. ``--kill-rate`` kills a read of a
+batch's results partway instead (after 1 to :data:`~.lambda_faults.RESULTS_KILL_MAX_LINES`
+lines: the collector resumes from its checkpoint), and a ``messages.batches.create`` may be
+killed around (``batch_create_kill_rate``, one of
 :data:`~.lambda_faults.BATCH_CREATE_KILL_POINTS`): before it is sent, after the model
 answered it, or, through :meth:`ModelRequests.before_aws_call` (a botocore hook the engine
 installs), at the handler's next AWS call, which is the write of the batch id.
@@ -29,6 +31,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+import httpx2
 
 from .lambda_faults import BATCH_CREATE_KILL_POINTS, LambdaFaults, LambdaKilled
 
@@ -86,8 +90,6 @@ class ModelRequests:
     @contextmanager
     def installed(self) -> Iterator[ModelRequests]:
         """Wrap ``httpx2.HTTPTransport.handle_request`` while open."""
-        import httpx2
-
         original = httpx2.HTTPTransport.handle_request
         observer = self
 
@@ -100,6 +102,9 @@ class ModelRequests:
                     original, transport, request
                 )
                 return created
+            if key is not _UNMARKED and _is_results_read(request):
+                read: httpx2.Response = observer._around_results(original, transport, request)
+                return read
             if key is _UNMARKED or _is_batch_call(request):
                 return original(transport, request)
             response: httpx2.Response = observer._observe(original, transport, request, key)
@@ -138,6 +143,14 @@ class ModelRequests:
             _state.kill_at_next_aws_call = True
         return response
 
+    def _around_results(self, original: Any, transport: Any, request: Any) -> Any:
+        """A handler's read of a batch's results, killed partway when ``faults`` says so."""
+        response = original(transport, request)
+        lines = None if self._faults is None else self._faults.kill_in_batch_results()
+        if lines is not None:
+            response.stream = _KilledAfterLines(response.stream, lines, self._faults)
+        return response
+
     def before_aws_call(self, **_: Any) -> None:
         """A botocore ``before-call`` hook: kill the invocation whose batch create answered
         at its next AWS call (the write of the batch id), before the call is made."""
@@ -170,6 +183,41 @@ BATCHES_PATH = "/v1/messages/batches"
 
 def _is_batch_call(request: Any) -> bool:
     return str(request.url.path).startswith(BATCHES_PATH)
+
+
+def _is_results_read(request: Any) -> bool:
+    path = str(request.url.path)
+    return request.method == "GET" and path.startswith(BATCHES_PATH) and path.endswith("/results")
+
+
+class _KilledAfterLines(httpx2.SyncByteStream):
+    """A response body that kills the invocation once it has handed over ``lines`` whole
+    lines (the SDK's line decoder may still hold the last), then dies with nothing cleaned
+    up."""
+
+    def __init__(self, stream: Any, lines: int, faults: LambdaFaults | None) -> None:
+        self._stream = stream
+        self._lines = lines
+        self._faults = faults
+
+    def __iter__(self) -> Iterator[bytes]:
+        left = self._lines
+        for chunk in self._stream:
+            end = -1
+            for _ in range(min(left, chunk.count(b"\n"))):
+                end = chunk.index(b"\n", end + 1)
+                left -= 1
+            if left:
+                yield chunk
+                continue
+            yield chunk[: end + 1]
+            self._stream.close()
+            if self._faults is not None:
+                self._faults.record_kill()
+            raise LambdaKilled(f"killed after reading {self._lines} batch result lines")
+
+    def close(self) -> None:
+        self._stream.close()
 
 
 def _is_batch_create(request: Any) -> bool:

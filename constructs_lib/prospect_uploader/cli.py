@@ -151,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="P",
         help="share of model requests after which Lambda kills the invocation: the model "
-        "answered (and billed) it, the handler never sees the answer; local model only "
-        "(default: 0)",
+        "answered (and billed) it, the handler never sees the answer; under --delivery batch "
+        "also the share of batch results reads killed partway; local model only (default: 0)",
     )
     run.add_argument(
         "--throttle-rate",

@@ -73,6 +73,32 @@ def test_errored_and_expired_results_are_sent_again_and_billed_once(cdk_out: Pat
     assert result.model_requests == result.batch_results["succeeded"] == result.classified
 
 
+def test_a_kill_partway_through_a_results_stream_resumes_and_bills_each_row_once(
+    cdk_out: Path, tmp_path
+):
+    # GIVEN 150 rows by batch, every event delivered twice, and Lambda killing half the
+    # reads of a batch's results partway (seed 3 kills the run's first read, after fewer
+    # lines than its 150: the collector's lease, record locks and checkpoint are left as
+    # the kill found them)
+    result = run_pipeline(
+        RunOptions(
+            csv_path=write_csv(tmp_path / "rows.csv", 150),
+            cdk_out=cdk_out,
+            delivery="batch",
+            duplicates=2,
+            kill_rate=0.5,
+            seed=3,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    _assert_invariants(result)
+    # THEN a later tick resumed the stream: every row labelled once, one billed request each
+    assert result.kills == 1
+    assert (result.valid, result.classified, result.failed) == (150, 150, 0)
+    assert result.model_requests == result.batch_requests == result.valid
+    assert result.batch_results == {"succeeded": 150} and result.max_requests_per_key == 1
+
+
 def test_auto_sends_a_small_upload_realtime(cdk_out: Path, tmp_path):
     # GIVEN the template's auto with batch_min_rows 2,000 and an upload of 12 rows
     result = run_pipeline(

@@ -7,7 +7,12 @@ import json
 import anthropic
 import pytest
 
-from constructs_lib.local_engine.lambda_faults import FaultRates, LambdaFaults, LambdaKilled
+from constructs_lib.local_engine.lambda_faults import (
+    RESULTS_KILL_MAX_LINES,
+    FaultRates,
+    LambdaFaults,
+    LambdaKilled,
+)
 from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
 from constructs_lib.local_engine.model_requests import ModelRequests, record_key_of
 
@@ -64,6 +69,61 @@ def test_a_kill_comes_after_the_model_counted_the_request_and_skips_except_excep
         # THEN the model answered and billed it, and no handler code saw the answer
         assert api.request_count == 1 and api.outcomes["200"] == 1
     assert handled == [] and faults.kills == 1 and requests.billed == {"row 1": 1}
+
+
+def _ended_batch(api: LocalMessagesAPI, requests: int) -> tuple[anthropic.Anthropic, str]:
+    client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
+    params = {"model": "claude-haiku-5-5", "max_tokens": 8}
+    batch = client.messages.batches.create(
+        requests=[
+            {
+                "custom_id": f"row-{n}",
+                "params": {**params, "messages": [{"role": "user", "content": f"row {n}"}]},
+            }
+            for n in range(requests)
+        ]  # fmt: skip
+    )
+    assert client.messages.batches.retrieve(batch.id).processing_status == "ended"
+    return client, batch.id
+
+
+def test_a_kill_in_a_results_stream_strikes_after_its_drawn_lines_and_skips_except_exception():
+    # GIVEN every results read killed partway, 300 results and a handler that catches
+    # every Exception
+    faults = LambdaFaults(FaultRates(kill_rate=1.0, seed=3))
+    lines = LambdaFaults(FaultRates(kill_rate=1.0, seed=3)).kill_in_batch_results()
+    assert lines is not None and 1 <= lines <= RESULTS_KILL_MAX_LINES
+    read: list[str] = []
+    handled = []
+    with LocalMessagesAPI(batch_delay_seconds=0.0) as api:
+        client, batch_id = _ended_batch(api, 300)
+        requests = ModelRequests(faults)
+        with requests.installed(), pytest.raises(LambdaKilled), requests.for_key(None):
+            try:
+                for line in client.messages.batches.results(batch_id):
+                    read.append(line.custom_id)
+            except Exception as exc:
+                handled.append(exc)
+        # THEN the handler read the results in order up to the drawn line (the SDK's line
+        # decoder may still hold the last), and the kill was counted once
+        assert read == [f"row-{n}" for n in range(len(read))]
+        assert lines - 1 <= len(read) <= lines
+        assert handled == [] and faults.kills == 1
+        # AND a read outside an invocation (the next tick is a new one) reads them all
+        assert len(list(client.messages.batches.results(batch_id))) == 300
+
+
+def test_a_results_stream_shorter_than_its_kill_ends_and_counts_no_kill():
+    # GIVEN a kill drawn after more lines than the stream holds (seed 3's first draw)
+    faults = LambdaFaults(FaultRates(kill_rate=1.0, seed=3))
+    drawn = LambdaFaults(FaultRates(kill_rate=1.0, seed=3)).kill_in_batch_results()
+    assert drawn is not None and drawn > 1
+    with LocalMessagesAPI(batch_delay_seconds=0.0) as api:
+        client, batch_id = _ended_batch(api, 1)
+        requests = ModelRequests(faults)
+        with requests.installed(), requests.for_key(None):
+            lines = list(client.messages.batches.results(batch_id))
+    assert [line.custom_id for line in lines] == ["row-0"] and faults.kills == 0
 
 
 def _sqs_event(detail, **extra):

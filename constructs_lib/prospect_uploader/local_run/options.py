@@ -38,7 +38,8 @@ class RunOptions:
     the work: :func:`~constructs_lib.local_engine.run_bound.derive_run_bound`];
     ``rate_limit`` [none]: requests per minute of the run's clock the local model accepts
     (beyond that it answers 429 with ``retry-after``); ``kill_rate`` [0.0]: the share of
-    model requests after which Lambda kills the invocation (local model only);
+    model requests after which Lambda kills the invocation, and of batch results reads it
+    kills partway (local model only);
     ``throttle_rate`` [0.0]: the share of SQS receives Lambda throttles (both seeded by
     ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`); ``provider``
     [anthropic] or ``bedrock``: the provider the stack's classify step was synthesized

@@ -40,7 +40,8 @@ JSON_FIELDS = {
     "billed_requests": "model requests billed (all but 401, 429 and 529 answers)",
     "max_requests_per_key": "the most billed requests one record key got (<= max_attempts)",
     "max_attempts": "the step's attempt budget per key (MAX_ATTEMPTS in the template)",
-    "kills": "invocations killed after their model request was sent (--kill-rate)",
+    "kills": "invocations killed after their model request was sent, or partway through "
+    "a batch results stream (--kill-rate)",
     "throttles": "SQS receives Lambda throttled, never invoked (--throttle-rate)",
     "redriven": "messages SQS moved by a redrive policy, all queues",
     "redriven_by_queue": "the same per queue (construct path): buffer -> redrive -> DLQ",
