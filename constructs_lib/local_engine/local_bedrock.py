@@ -40,6 +40,7 @@ from constructs_lib.testing.sigv4 import SignatureError, check_signature
 
 from .intrinsics import LOCAL_REGION
 from .local_model import TIMEOUT, LocalMessagesAPI
+from .loopback import send_json
 
 #: Fault-plan statuses Bedrock never sends, and the Bedrock error that stands for them.
 BEDROCK_STATUS = {529: 503}
@@ -136,17 +137,6 @@ def _handler_class(api: LocalBedrockRuntime) -> type[BaseHTTPRequestHandler]:
             self._send(status, {"message": message}, error_headers(error_type, request_id))
 
         def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            for name, value in headers.items():
-                if value:
-                    self.send_header(name, value)
-            self.end_headers()
-            try:
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # The client gave up (its own timeout); nothing to do.
+            send_json(self, status, payload, headers)
 
     return Handler

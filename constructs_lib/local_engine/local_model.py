@@ -50,7 +50,7 @@ from typing import Any
 
 from ..model_prices import billed_tokens
 from . import message_batches
-from .loopback import LoopbackServer
+from .loopback import LoopbackServer, send_json
 from .message_batches import MessageBatchStore
 
 DEFAULT_LABELS = ("hot", "warm", "cold")
@@ -507,18 +507,6 @@ def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
         ) -> None:
             if not request_id:
                 api.count_rejected(status)
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            if request_id:
-                self.send_header("request-id", request_id)
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            try:
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # The client gave up (its own timeout); nothing to do.
+            send_json(self, status, payload, {"request-id": request_id, **(headers or {})})
 
     return Handler

@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+
+
+def send_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    payload: Any,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer ``payload`` as JSON with ``status`` and ``headers`` (an empty value is left
+    out). A client that already gave up (its own timeout) is not an error."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    for name, value in (headers or {}).items():
+        if value:
+            handler.send_header(name, value)
+    handler.end_headers()
+    try:
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
 
 
 class _QuietServer(ThreadingHTTPServer):
