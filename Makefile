@@ -20,7 +20,7 @@ UV_VERSION := 0.13.9
 # Three pytest workers, one test file each at a time (module-scoped synths stay shared).
 # On 2 cores the local runs spend half their wall time waiting on their run's clock, so a
 # third worker fills it: the suite took 581 s with 2 workers, 480 s with 3, 460 s with 4
-# (same machine, one after another). PYTEST_WORKERS=0 runs it in one process.
+# (same machine, one after another, browser tests skipped). PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 3
 
 UV_STAMP := $(VENV)/.uv
