@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,17 +29,21 @@ def _assert_invariants(result: RunResult) -> None:
     assert not failing, failing
 
 
-def test_batch_delivery_bills_one_request_per_row_at_two_copies(cdk_out: Path, tmp_path):
-    # GIVEN 20 rows sent by batch, every event delivered twice (and the split run twice)
-    result = run_pipeline(
+def _run(cdk_out: Path, tmp_path: Path, rows: int, **options: Any) -> RunResult:
+    """A local run of ``rows`` generated rows on ``cdk_out`` with ``options``."""
+    return run_pipeline(
         RunOptions(
-            csv_path=write_csv(tmp_path / "rows.csv", 20),
+            csv_path=write_csv(tmp_path / "rows.csv", rows),
             cdk_out=cdk_out,
-            duplicates=2,
-            delivery="batch",
             log_file=tmp_path / "handlers.log",
+            **options,
         )
     )
+
+
+def test_batch_delivery_bills_one_request_per_row_at_two_copies(cdk_out: Path, tmp_path):
+    # GIVEN 20 rows sent by batch, every event delivered twice (and the split run twice)
+    result = _run(cdk_out, tmp_path, 20, duplicates=2, delivery="batch")
     _assert_invariants(result)
     # THEN every row is classified by one billed batch request, none realtime
     assert result.delivery == "batch"
@@ -54,16 +59,14 @@ def test_batch_delivery_bills_one_request_per_row_at_two_copies(cdk_out: Path, t
 def test_errored_and_expired_results_are_sent_again_and_billed_once(cdk_out: Path, tmp_path):
     # GIVEN a local model whose batches answer about a third of the requests errored
     # (api_error, retried within the key's budget) or expired (not billed, resubmitted)
-    result = run_pipeline(
-        RunOptions(
-            csv_path=write_csv(tmp_path / "rows.csv", 20),
-            cdk_out=cdk_out,
-            delivery="batch",
-            batch_errored_rate=0.15,
-            batch_expired_rate=0.15,
-            seed=4,
-            log_file=tmp_path / "handlers.log",
-        )
+    result = _run(
+        cdk_out,
+        tmp_path,
+        20,
+        delivery="batch",
+        batch_errored_rate=0.15,
+        batch_expired_rate=0.15,
+        seed=4,
     )
     # THEN rows came back in later batches, and each row ended once, billed at most once
     assert result.batches >= 2 and result.batch_requests > result.valid
@@ -80,17 +83,7 @@ def test_a_kill_partway_through_a_results_stream_resumes_and_bills_each_row_once
     # reads of a batch's results partway (seed 3 kills the run's first read, after fewer
     # lines than its 150: the collector's lease, record locks and checkpoint are left as
     # the kill found them)
-    result = run_pipeline(
-        RunOptions(
-            csv_path=write_csv(tmp_path / "rows.csv", 150),
-            cdk_out=cdk_out,
-            delivery="batch",
-            duplicates=2,
-            kill_rate=0.5,
-            seed=3,
-            log_file=tmp_path / "handlers.log",
-        )
-    )
+    result = _run(cdk_out, tmp_path, 150, delivery="batch", duplicates=2, kill_rate=0.5, seed=3)
     _assert_invariants(result)
     # THEN a later tick resumed the stream: every row labelled once, one billed request each
     assert result.kills == 1
@@ -101,14 +94,7 @@ def test_a_kill_partway_through_a_results_stream_resumes_and_bills_each_row_once
 
 def test_auto_sends_a_small_upload_realtime(cdk_out: Path, tmp_path):
     # GIVEN the template's auto with batch_min_rows 2,000 and an upload of 12 rows
-    result = run_pipeline(
-        RunOptions(
-            csv_path=write_csv(tmp_path / "rows.csv", 12),
-            cdk_out=cdk_out,
-            delivery="auto",
-            log_file=tmp_path / "handlers.log",
-        )
-    )
+    result = _run(cdk_out, tmp_path, 12, delivery="auto")
     _assert_invariants(result)
     # THEN no batch was created: every row went realtime
     assert (result.batches, result.batch_requests, result.model_requests) == (0, 0, 12)
@@ -138,14 +124,7 @@ def test_json_reports_batches_and_batch_requests(cdk_out: Path, tmp_path, capsys
 
 def test_delivery_batch_needs_the_batch_step(realtime_cdk_out: Path, tmp_path):
     with pytest.raises(UsageError, match="--delivery batch needs a Message Batches step"):
-        run_pipeline(
-            RunOptions(
-                csv_path=write_csv(tmp_path / "rows.csv", 2),
-                cdk_out=realtime_cdk_out,
-                delivery="batch",
-                log_file=tmp_path / "handlers.log",
-            )
-        )
+        _run(realtime_cdk_out, tmp_path, 2, delivery="batch")
 
 
 def test_a_bad_delivery_is_a_usage_error(tmp_path):
