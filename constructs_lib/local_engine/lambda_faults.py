@@ -10,7 +10,7 @@
   after its visibility timeout; an async invocation is a function error and is retried.
   Under Message Batches the same rate kills a read of a batch's results partway
   (:meth:`LambdaFaults.kill_in_batch_results`): the collector's next tick resumes
-  from its last checkpoint, and a line it applied before the kill is not applied again.
+  from its last checkpoint, and a line applied before the kill bills nothing more.
 - A **throttle** (``throttle_rate``) is a receive that Lambda's SQS poller made without
   invoking the function (the function's concurrency was used up). The batch comes back after
   its visibility timeout with a higher receive count. SQS event source mappings only: an
@@ -126,7 +126,7 @@ class LambdaFaults:
     def kill_in_batch_results(self) -> int | None:
         """The number of lines after which the invocation reading the run's next batch
         results stream dies, or None: ``kill_rate`` per results read, in the run's order (a
-        results URL names a batch id, which differs in every run)."""
+        read has no body to key the draw on, and a resumed read asks for the same URL)."""
         draws = self._strikes(BATCH_RESULTS_KILL, self.rates.kill_rate, "")
         return None if draws is None else draws.randint(1, RESULTS_KILL_MAX_LINES)
 

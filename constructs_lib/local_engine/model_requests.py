@@ -203,13 +203,14 @@ class _KilledAfterLines(httpx2.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         left = self._lines
         for chunk in self._stream:
-            end = -1
-            for _ in range(min(left, chunk.count(b"\n"))):
-                end = chunk.index(b"\n", end + 1)
-                left -= 1
-            if left:
+            newlines = chunk.count(b"\n")
+            if newlines < left:
+                left -= newlines
                 yield chunk
                 continue
+            end = -1
+            for _ in range(left):
+                end = chunk.index(b"\n", end + 1)
             yield chunk[: end + 1]
             self._stream.close()
             if self._faults is not None:

@@ -81,7 +81,7 @@ def _ended_batch(api: LocalMessagesAPI, requests: int) -> tuple[anthropic.Anthro
                 "params": {**params, "messages": [{"role": "user", "content": f"row {n}"}]},
             }
             for n in range(requests)
-        ]  # fmt: skip
+        ]
     )
     assert client.messages.batches.retrieve(batch.id).processing_status == "ended"
     return client, batch.id
