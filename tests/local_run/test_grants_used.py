@@ -269,7 +269,7 @@ def _archived_object_reads_fail() -> Iterator[None]:
 
 
 @contextmanager
-def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[None]:
+def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[dict[str, Any]]:
     """Two DynamoDB faults of ``ClassifyBatch``'s staging, after the IAM check evaluated the
     call (open it after the pipeline):
 
@@ -279,7 +279,10 @@ def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[None]:
       item failure whose retry is spaced (its attempt was claimed);
     - the first listing of a submission in the index fails (the SDK's retries exhausted),
       so it is never written: the rows staged under it are owned by a submission that never
-      existed, and their redeliveries adopt them."""
+      existed, and their redeliveries adopt them.
+
+    Yields what fired: ``released`` (the records whose release answered a 500) and
+    ``refused`` (the index listing that failed)."""
     released: set[str] = set()
     refused: list[str] = []
     dynamodb = pipeline.engine.aws.client("dynamodb")
@@ -314,8 +317,12 @@ def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[None]:
         dynamodb.delete_item(TableName=params["TableName"], Key=params["Key"])
         return error(500, "InternalServerError")
 
-    with before_call_hooks("grants-test.staging", answer):
-        yield
+    # The steps' clients come from one process-wide session, which a tick of the schedule may
+    # have created before these hooks (the engine's schedule starts with the pipeline): the
+    # hooks go on it too, or on a loaded machine no staging fault fires.
+    components = pipeline.engine.runtime.module("model_step.components")
+    with before_call_hooks("grants-test.staging", answer, components.shared_session()):
+        yield {"released": released, "refused": refused}
 
 
 def _move_first_to_redrive(pipeline: LocalPipeline, step: str) -> None:
@@ -447,8 +454,11 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             faults = _batch_staging_faults(pipeline)
         else:
             faults = nullcontext()
-        with faults:
+        with faults as fired:
             result = pipeline.run()
+        if fired is not None:
+            # Each fault fired (else the grants it exercises would look unused).
+            assert fired["released"] and fired["refused"], fired
         iam = pipeline.engine.iam
         assert iam is not None
         if denied is not None:
