@@ -92,6 +92,39 @@ def test_a_kill_partway_through_a_results_stream_resumes_and_bills_each_row_once
     assert result.batch_results == {"succeeded": 150} and result.max_requests_per_key == 1
 
 
+def test_every_batch_fault_at_once_loses_no_row_and_bills_each_key_at_most_once(
+    cdk_out: Path, tmp_path
+):
+    # GIVEN 80 rows by batch with every fault of the batch path at once: each event
+    # delivered twice, Lambda throttling receives and killing results reads partway, kills
+    # around creates, and batches answering errored (api_error) and expired results
+    result = _run(
+        cdk_out,
+        tmp_path,
+        80,
+        delivery="batch",
+        duplicates=2,
+        kill_rate=0.9,
+        throttle_rate=0.3,
+        batch_create_kill_rate=0.3,
+        batch_errored_rate=0.1,
+        batch_expired_rate=0.1,
+        seed=13,
+        # A throttled receive waits out the buffer's visibility timeout (5,400 s of the run's
+        # clock): 22.5 s here instead of 90 s at the default run-minute of 1 s.
+        seconds_per_minute=0.25,
+    )
+    # THEN every per-key invariant holds: each row ends once, labelled or as a recorded
+    # failure, and no key is billed twice (which faults fire, and how often, depends on how
+    # the rows fell into receives and batches: seed 13 gave 1 results-read kill, 1 create
+    # kill and 0-2 throttles over three runs)
+    _assert_invariants(result)
+    assert result.classified + result.failed == result.valid == 80, result
+    assert result.max_requests_per_key == 1 and result.model_requests == result.classified
+    assert result.batch_results.get("api_error", 0) + result.batch_results.get("expired", 0) > 0
+    assert result.batch_requests > result.valid  # errored and expired rows went again
+
+
 def test_auto_sends_a_small_upload_realtime(cdk_out: Path, tmp_path):
     # GIVEN the template's auto with batch_min_rows 2,000 and an upload of 12 rows
     result = _run(cdk_out, tmp_path, 12, delivery="auto")
