@@ -10,7 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from bench import cold_start, cost, duplicates, dynamodb_calls, scale, splitter, synth
+from bench import (
+    batch_memory,
+    cold_start,
+    cost,
+    duplicates,
+    dynamodb_calls,
+    scale,
+    splitter,
+    synth,
+)
 from bench.harness import parse_args, write_results
 
 BENCHMARKS = {
@@ -18,6 +27,7 @@ BENCHMARKS = {
     "duplicates": duplicates.run,
     "cold_start": cold_start.run,
     "cost": cost.run,
+    "batch_memory": batch_memory.run,
     "synth": synth.run,
     "splitter": splitter.run,
     "scale": scale.run,

@@ -45,7 +45,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -305,10 +305,19 @@ def sqs_records(events: list[dict], sent_ms: int) -> dict[str, Any]:
     }
 
 
-def measure_batch(rows: int, prompt: str, session: Any, name: str) -> dict[str, Any]:
+def measure_batch(
+    rows: int,
+    prompt: str,
+    session: Any,
+    name: str,
+    on_settled: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Classify ``rows`` rows through the real runtime under ``MODEL_DELIVERY=batch``: SQS
     batches of :data:`MAPPING_BATCH` rows whose first row waited past ``max_wait``, then
-    ticks until no submission is open. Billed requests, tokens, cost, wall time, memory."""
+    ticks until no submission is open. Billed requests, tokens, cost, wall time, memory.
+    ``on_settled`` [None] is called once every row is answered, while the step, moto's
+    items and the local model are all still alive (``bench.batch_memory`` takes its
+    snapshot there)."""
     from model_step import ModelStep, Settings
 
     clock = VirtualClock()
@@ -341,6 +350,8 @@ def measure_batch(rows: int, prompt: str, session: Any, name: str) -> dict[str, 
             while step._components().batch.store.open_submissions():  # type: ignore[union-attr]
                 step.handle(TICK, FakeLambdaContext())
                 ticks += 1
+            if on_settled is not None:
+                on_settled()
         wall = time.monotonic() - started
         billed = api.batches.billed
         tokens = {

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from bench import cold_start, cost, duplicates, dynamodb_calls, splitter, synth
+from bench import batch_memory, cold_start, cost, duplicates, dynamodb_calls, splitter, synth
 
 
 def _run_quick(module, tmp_path, capsys) -> dict:
@@ -61,6 +61,35 @@ def test_cost(tmp_path, capsys):
     scale = result["batch_scale"]
     assert scale["rows"] == cost.QUICK_SCALE_ROWS == scale["batch_requests"]
     assert {"peak_rss_mib", "rss_growth_mib", "wall_s"} <= set(scale)
+
+
+@pytest.mark.moto
+def test_batch_memory(tmp_path, capsys):
+    result = _run_quick(batch_memory, tmp_path, capsys)
+    small, large = result["rows"]
+    assert (small, large) == batch_memory.QUICK_ROWS
+    owners = [name for name, _ in batch_memory.OWNERS] + [batch_memory.OTHER]
+    assert set(result["kib_per_row"]) == set(owners)
+    held = result["bytes"]
+    assert set(held[str(small)]) == set(held[str(large)]) == set(owners)
+    # moto keeps two items a row answered (its record and its budget): it grows
+    assert held[str(large)]["moto"] > held[str(small)]["moto"]
+
+
+def test_batch_memory_charges_an_allocation_to_its_innermost_owner():
+    moto = "/venv/site-packages/moto/dynamodb/models/table.py"
+    json_module = "/usr/lib/python3.11/json/decoder.py"
+    runtime = "/repo/lambda_src/model_step/batch.py"
+    botocore = "/venv/site-packages/botocore/parsers.py"
+    assert batch_memory.owner_of([json_module, moto, botocore, runtime]) == "moto"
+    assert batch_memory.owner_of([botocore, runtime]) == "SDKs"
+    assert batch_memory.owner_of([json_module, runtime]) == "runtime"
+    assert batch_memory.owner_of([json_module]) == batch_memory.OTHER
+
+
+def test_batch_memory_refuses_sizes_out_of_order(tmp_path):
+    with pytest.raises(SystemExit, match="--rows needs SMALL < LARGE, got 9 3"):
+        batch_memory.main(["--rows", "9", "3", "--out", str(tmp_path)])
 
 
 @pytest.mark.moto
