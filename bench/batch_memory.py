@@ -37,8 +37,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cost import _positive, measure_batch, system_prompt
-from bench.harness import bench_main, create_idempotency_table, mocked_aws, print_table
+from bench.cost import measure_batch, system_prompt
+from bench.harness import (
+    bench_main,
+    create_idempotency_table,
+    mocked_aws,
+    positive_int,
+    print_table,
+)
 
 ROWS = (50, 200)
 QUICK_ROWS = (4, 12)
@@ -51,7 +57,7 @@ WARM_UP_ROWS = 5
 OWNERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("moto", ("/moto/",)),
     ("local model", ("/constructs_lib/local_engine/local_model",)),
-    ("runtime", ("/lambda_src/model_step/", "/model_step/")),
+    ("runtime", ("/model_step/",)),  # lambda_src/model_step, or a staged copy of it
     (
         "SDKs",
         (
@@ -67,6 +73,8 @@ OWNERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bench", ("/bench/",)),
 )
 OTHER = "other"
+#: Every owner an allocation can be charged to, in report order.
+OWNER_NAMES = (*(name for name, _ in OWNERS), OTHER)
 
 
 def owner_of(filenames: Sequence[str]) -> str:
@@ -80,7 +88,7 @@ def owner_of(filenames: Sequence[str]) -> str:
 
 def by_owner(snapshot: tracemalloc.Snapshot) -> dict[str, int]:
     """Bytes still allocated in ``snapshot``, per owner (every owner listed, 0 if none)."""
-    totals = dict.fromkeys([name for name, _ in OWNERS] + [OTHER], 0)
+    totals = dict.fromkeys(OWNER_NAMES, 0)
     for stat in snapshot.statistics("traceback"):
         # A tracemalloc Traceback runs from the oldest frame to the most recent.
         names = [frame.filename for frame in reversed(stat.traceback)]
@@ -159,7 +167,7 @@ def print_report(result: dict[str, Any]) -> None:
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows",
-        type=_positive,
+        type=positive_int,
         nargs=2,
         metavar=("SMALL", "LARGE"),
         default=None,

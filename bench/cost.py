@@ -57,7 +57,9 @@ from bench.harness import (
     create_queue,
     make_event,
     mocked_aws,
+    non_negative_int,
     patched_env,
+    positive_int,
     print_table,
     run_sequential,
     shipped_prompt,
@@ -448,34 +450,17 @@ def print_delivery_report(result: dict[str, Any]) -> None:
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows",
-        type=_positive,
+        type=positive_int,
         default=None,
         help=f"rows of the cache and delivery comparison (default {ROWS:,}; quick {QUICK_ROWS})",
     )
     parser.add_argument(
         "--scale-rows",
-        type=_non_negative,
+        type=non_negative_int,
         default=None,
         help=f"rows of the batch scale run (default {BATCH_SCALE_ROWS:,}; quick "
         f"{QUICK_SCALE_ROWS}; 0 skips it)",
     )
-
-
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1, got 0")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from exc
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -353,6 +353,25 @@ def parse_args(
     return parser.parse_args(argv)
 
 
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 1 (the error names the value)."""
+    value = non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1, got 0")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An ``argparse`` type: a whole number of 0 or more (the error names the value)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from exc
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def bench_main(
     name: str,
     description: str,
