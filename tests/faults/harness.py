@@ -174,6 +174,8 @@ class LambdaContext:
         return max(0, int((self.deadline - self.clock.now()) * 1000))
 
 
+#: The header that names the poll a model request came from (see :meth:`FaultLab.on_send`).
+SEND_HEADER = "x-fault-lab-send"
 #: What the fake Messages API does with one request.
 API_BEHAVIOURS = ("ok", "500", "429", "529", "disconnect", "slow", "400", "lukewarm")
 #: Answers that are not billed: the provider did not serve the request.
@@ -260,6 +262,9 @@ class FaultLab:
         self._fault = Fault()
         self._point = 0
         self._scope: Scope | None = None
+        #: By send number (the ``SEND_HEADER`` of the request), the scope and fault of the
+        #: poll that sent it: the server may read a request after that poll ended.
+        self._sends: dict[str, tuple[Scope, Fault]] = {}
         self.prefix = prefix
         self.dlq_url, self.dlq_arn = self._queue(f"{prefix}-dlq")
         self.redrive_url, self.redrive_arn = self._queue(
@@ -500,23 +505,37 @@ class FaultLab:
                 operation,
             )
 
-    def on_request(self) -> Any:
-        """The fake API's script: attribute the request and answer as the fault says."""
+    def on_send(self, headers: Any) -> None:
+        """Called in the invocation's thread as the runtime sends a model request: tag it with
+        the poll that sends it, and note it if the key's result is already stored. Both are
+        decided here, not when the server reads it: on a loaded machine the server can read a
+        request after the client gave up on it and the lab moved on to the next poll."""
         scope = self._scope
-        behaviour = self._fault.api
+        if scope is None:
+            return
+        send = str(len(self._sends) + 1)
+        self._sends[send] = (scope, self._fault)
+        headers[SEND_HEADER] = send
+        stored = self.stored(scope)
+        if stored is not None:
+            self.observed.requests_after_stored.append(scope)
+            self.observed.notes.append(
+                f"request for {scope} sent at +{self.clock.offset:.0f} s, after a result "
+                f"stored at {stored.get('completed_at')} ({stored.get('status')}), fault "
+                f"{self._fault}"
+            )
+
+    def on_request(self, index: int) -> Any:
+        """The fake API's script: count request ``index`` against the poll that sent it and
+        answer as that poll's fault says."""
+        send = self.api.requests[index].headers.get(SEND_HEADER)
+        scope, fault = self._sends.get(send or "", (self._scope, self._fault))
         if scope is not None:
-            stored = self.stored(scope)
-            if stored is not None:
-                self.observed.requests_after_stored.append(scope)
-                self.observed.notes.append(
-                    f"request for {scope} at +{self.clock.offset:.0f} s, after a result stored "
-                    f"at {stored.get('completed_at')} ({stored.get('status')}), fault {self._fault}"
-                )
-            if behaviour in UNBILLED:
+            if fault.api in UNBILLED:
                 self.observed.unbilled[scope] += 1
             else:
                 self.observed.requests[scope] += 1
-        return _reply(behaviour)
+        return _reply(fault.api)
 
     def _on_outcome(self, event: dict[str, Any], outcome: dict[str, Any]) -> None:
         scope = _scope_of(json.dumps(event))
@@ -554,6 +573,7 @@ def installed_hooks(lab_of: Callable[[], FaultLab | None], session: boto3.sessio
         lab = lab_of()
         if lab is not None:
             lab.hook_point("before", "model")
+            lab.on_send(request.headers)
         response = real(transport, request)
         if lab is not None:
             lab.hook_point("after", "model")
