@@ -32,15 +32,22 @@ def check_int_range(owner: str, prop: str, value: int, low: int, high: int) -> N
 def check_duration_range(
     owner: str, prop: str, value: Duration, low: Duration, high: Duration
 ) -> None:
-    """Raise unless ``low <= value <= high``, comparing whole seconds."""
+    """Raise unless ``value`` is a ``Duration`` of whole seconds with ``low <= value <=
+    high`` (unresolved tokens are skipped). A fraction of a second (``Duration.millis(500)``)
+    is refused here, by name, rather than by CDK's own ``to_seconds()`` later."""
+    span = f"between {low.to_human_string()} and {high.to_human_string()}"
+    if not isinstance(value, Duration):
+        raise PropValidationError(f"{owner}: {prop} must be a Duration {span}, got {value!r}")
     if value.is_unresolved():
         return
-    seconds = value.to_seconds()
-    if not low.to_seconds() <= seconds <= high.to_seconds():
+    millis = value.to_milliseconds()
+    if millis % 1000:
         raise PropValidationError(
-            f"{owner}: {prop} must be between {low.to_human_string()} and "
-            f"{high.to_human_string()}, got {value.to_human_string()}"
+            f"{owner}: {prop} must be a whole number of seconds {span}, got "
+            f"{value.to_human_string()}"
         )
+    if not low.to_milliseconds() <= millis <= high.to_milliseconds():
+        raise PropValidationError(f"{owner}: {prop} must be {span}, got {value.to_human_string()}")
 
 
 def check_non_empty(owner: str, prop: str, value: str) -> None:

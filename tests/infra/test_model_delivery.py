@@ -145,11 +145,48 @@ def test_an_alarm_fires_when_a_batch_stays_open_past_24_hours(batch_template):
             {"max_wait": Duration.hours(2)},
             "max_wait must be between 1 second and 1 hour, got 2 hours",
         ),
+        (
+            {"max_wait": Duration.millis(500)},
+            "max_wait must be a whole number of seconds between 1 second and 1 hour, got "
+            "500 millis",
+        ),
+        (
+            {"max_wait": Duration.millis(1500)},
+            "max_wait must be a whole number of seconds between 1 second and 1 hour, got "
+            "1 second 500 millis",
+        ),
+        ({"max_wait": 300}, "max_wait must be a Duration between 1 second and 1 hour, got 300"),
+        (
+            {"max_requests": 10.5},
+            "max_requests must be an integer between 1 and 100000, got 10.5",
+        ),
+        (
+            {"max_requests": "10000"},
+            "max_requests must be an integer between 1 and 100000, got '10000'",
+        ),
     ],
 )
 def test_a_bad_batch_value_fails_naming_the_prop_value_and_range(kwargs, message):
     with pytest.raises(PropValidationError, match=message):
         ModelDelivery.batch(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "max_wait, max_requests",
+    [
+        (Duration.seconds(1), 1),
+        (Duration.hours(1), 100_000),
+        (Duration.minutes(60), 100_000),
+        (Duration.millis(2000), 50_000),
+    ],
+)
+def test_the_edges_of_both_ranges_are_accepted(max_wait, max_requests):
+    delivery = ModelDelivery.batch(max_wait=max_wait, max_requests=max_requests)
+    assert delivery.is_batch
+    assert delivery.max_requests == max_requests
+    assert delivery.max_wait is not None
+    assert delivery.max_wait.to_seconds() == max_wait.to_seconds()
+    assert delivery.mapping_batch_size == min(max_requests, 10_000)
 
 
 def test_bedrock_with_batch_delivery_is_refused_naming_both_props():
