@@ -151,6 +151,47 @@ def test_uploads_list_shows_status_counts_and_tokens(page):
     assert alpha.locator("td.cost").inner_text() == "unknown"
 
 
+def test_a_batch_upload_shows_its_rows_waiting_in_batch_and_its_batches(aws, page):
+    """Issue 19: a Message Batches upload's row says how many of its valid rows are still
+    waiting in batch (neither classified nor failed) and how many batches answered; once
+    it completes, none wait. A realtime upload says only its delivery."""
+    from .viewer_data import put_all, upload_item
+
+    batch = dict(delivery="batch", batch_requests=1_490, batch_input_tokens=90_000)
+    put_all(
+        aws.session.resource("dynamodb").Table(UPLOADS_TABLE),
+        [
+            upload_item(
+                "epsilon", "classifying", "2026-11-29T09:40:00.000Z", rows=2_600, valid=2_500,
+                invalid=100, classified={"warm": 1_480}, failed={"BatchExpired": 10},
+                classified_total=1_480, failed_total=10, model_requests=1_490,
+                batch_ids={"msgbatch_01", "msgbatch_02"}, **batch,
+            ),
+            upload_item(
+                "zeta", "completed", "2026-11-29T09:50:00.000Z", rows=2_000, valid=2_000,
+                classified={"cold": 2_000}, classified_total=2_000, model_requests=2_000,
+                batch_ids={"msgbatch_03"}, **batch,
+            ),
+            upload_item(
+                "eta", "classifying", "2026-11-29T09:55:00.000Z", rows=10, valid=10,
+                delivery="realtime",
+            ),
+        ],
+    )  # fmt: skip
+    page.reload()
+    page.wait_for_selector("body[data-loaded]")
+    expect(page.locator("#uploads tr")).to_have_count(7)
+    header = page.locator("#uploads-table thead").inner_text()
+    assert "Delivery (waiting in batch / batches)" in header
+
+    def delivery(upload_id: str) -> str:
+        return page.locator(f"#uploads tr[data-upload-id='{upload_id}'] td.delivery").inner_text()
+
+    assert delivery("epsilon") == "batch (1010 waiting in batch / 2 batches)"
+    assert delivery("zeta") == "batch (0 waiting in batch / 1 batches)"
+    assert delivery("eta") == "realtime"
+
+
 def test_clicking_an_upload_shows_its_failures_and_filters_by_kind_and_code(page):
     page.click("#uploads tr[data-upload-id='alpha'] button.open-upload")
     expect(_rows(page)).to_have_count(3)
