@@ -175,6 +175,75 @@ def test_an_invalid_request_result_is_a_stored_coded_dead_letter_on_the_dlq(
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
 
 
+def _refusing_parser(text: str) -> dict:
+    if text != "warm":
+        raise ValueError("not the answer's JSON")
+    return {"label": text}
+
+
+@pytest.mark.parametrize(
+    ("text", "stop_reason", "labels", "parser", "code"),
+    [
+        ("Lukewarm, probably", "end_turn", "hot,warm,cold", None, "LabelNotAllowed"),
+        ("The answer is", "max_tokens", None, None, "MaxTokensReached"),
+        ("", "refusal", None, None, "ModelRefused"),
+        ("warm", "tool_use", None, None, "IncompleteAnswer"),
+        ("{not json", "end_turn", None, _refusing_parser, "InvalidAnswer"),
+    ],
+)
+def test_a_succeeded_result_meets_the_realtime_label_stop_reason_and_parser_checks(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch, text, stop_reason, labels,
+    parser, code,
+):  # fmt: skip
+    """A ``succeeded`` batch result is billed, so it is answered as a billed realtime answer
+    is: a label outside ALLOWED_LABELS, an incomplete stop reason or a parser's refusal is
+    a stored dead letter with the realtime code, on the DLQ, never a success and never sent
+    again; the other row of the batch is labelled."""
+    if labels:
+        monkeypatch.setenv("ALLOWED_LABELS", labels)
+    clock = ShiftedClock(monkeypatch)
+    events = rows(2)
+    bad = custom_id_for(make_step(), events[0])
+    # The store asks for each request's result type, then for a succeeded one's Message.
+    params_of: dict[str, dict] = {}
+    decide = fake_api.batches.decide
+
+    def remember(custom_id, params):
+        params_of[custom_id] = params
+        return decide(custom_id, params)
+
+    def answer(params, request_id):
+        if params is params_of[bad]:
+            return fake_api._success_body(text, params, stop_reason)
+        return fake_api._success_body("warm", params)
+
+    fake_api.batches.decide, fake_api.batches.answer = remember, answer
+
+    def parsing_step(**kwargs):
+        return make_step(parse_answer=parser, **kwargs)
+
+    staged(parsing_step, buffer, clock, outcomes, events)
+    step = ticks_until_done(parsing_step, outcomes, clock)
+    # A duplicate of both rows after the batch replays the stored outcomes.
+    step.handle(sqs_batch(buffer, events), FakeLambdaContext())
+
+    refused = stored(batch_env, step, events[0])
+    assert (refused.status, refused.error_code, refused.delivery) == (
+        "dead_lettered",
+        code,
+        "batch",
+    )
+    assert refused.batch_id in fake_api.batches.batches
+    labelled = stored(batch_env, step, events[1])
+    assert (labelled.status, labelled.delivery) == ("completed", "batch")
+    [dead] = batch_env.dead_letters()
+    assert dead["body"]["detail"] == events[0]["detail"]
+    assert dead["attributes"]["ERROR_CODE"] == code
+    assert fake_api.batches.create_calls == 1
+    assert fake_api.batches.billed == 2
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
 def test_an_api_error_result_is_resubmitted_within_the_attempt_budget(
     make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
 ):
