@@ -167,4 +167,9 @@ def test_the_batch_capacity_table_counts_batches_the_memory_can_send():
     assert rows_per_batch(settings) == (512 - 160) * (2**20 // 3) // 21_000 == 5_858
     table = {row["rows"]: row["batches"] for row in batch_capacity(settings)}
     assert table == {10_000: 2, 100_000: 18, 500_000: 86}
+    assert all(row["fits"] for row in batch_capacity(settings))
+    # A row held only 30 minutes cannot wait the usual hour of a batch.
+    short = batch_capacity({**settings, "max_event_age_seconds": 1_800})
+    assert not any(row["fits"] for row in short)
+    assert short[1]["advice"].startswith("does not fit")
     assert rows_per_batch({**settings, "memory_mb": 1_024, "request_bytes": 2_000}) == 10_000
