@@ -111,8 +111,9 @@ RUNTIME_RESERVE_MB = 160
 CREATE_BYTES_PER_MB = 2**20 // 3
 #: The least create body an invocation sends, however little memory it has.
 MIN_CREATE_BYTES = 2**20
-#: The most rows one submission holds (its custom_ids must fit one table item).
-SUBMISSION_ROWS = 10_000
+#: The most rows one submission holds: the API's most requests a batch (a submission of
+#: more than ``batch_store.IDS_PER_ITEM`` keeps its custom_ids in parts).
+SUBMISSION_ROWS = 100_000
 #: The tick's lease (seconds) when the context has no deadline; else the invocation's
 #: remaining time, so a killed tick's lease ends with it.
 LEASE_SECONDS = 900.0
@@ -377,7 +378,7 @@ class BatchDelivery:
         not_before = batch_store.number(item, "not_before") or 0.0
         if clock.now() < not_before:
             return
-        ids = (batch_store.text(item, "custom_ids") or "").split(",")
+        ids = store.custom_ids(submission, item)
         requests, events = self._requests(submission, ids)
         parts = _packed(
             requests, self._parts.settings.batch_max_requests, create_bytes_limit(context)
@@ -525,7 +526,7 @@ class BatchDelivery:
         """A submission that sends nothing more (``split`` or ``done``) still owning staged
         rows (a crash between its steps): they go into a new pending submission (no batch
         was sent for them by it, so no attempt is claimed), then it leaves the index."""
-        ids = (batch_store.text(item, "custom_ids") or "").split(",")
+        ids = self.store.custom_ids(submission, item)
         owned = [
             custom_id
             for custom_id, row in self.store.rows(ids)
@@ -643,14 +644,13 @@ class BatchDelivery:
             [(only, _)] = locked
             store.transition(only, "merging", "pending")
             return only
-        ids: list[str] = []
-        for _, item in locked:
-            ids.extend((batch_store.text(item, "custom_ids") or "").split(","))
+        listed = {sid: store.custom_ids(sid, item) for sid, item in locked}
+        ids = [custom_id for sid, _ in locked for custom_id in listed[sid]]
         first = min(batch_store.number(item, "first_waited") or 0.0 for _, item in locked)
         merged = store.new_submission_id()
         store.put_submission(merged, list(dict.fromkeys(ids)), first)
-        for sid, item in locked:
-            for custom_id in (batch_store.text(item, "custom_ids") or "").split(","):
+        for sid, _item in locked:
+            for custom_id in listed[sid]:
                 store.move_row(custom_id, sid, merged)
             if store.transition(sid, "merging", "done"):
                 store.close_submission(sid)
@@ -832,7 +832,7 @@ class BatchDelivery:
         """Every batch of the submission is collected: its rows still staged (expired,
         canceled, retried, or in no batch at all) claim a new attempt and go into a new
         pending submission; then this one is done."""
-        ids = (batch_store.text(item, "custom_ids") or "").split(",")
+        ids = self.store.custom_ids(submission, item)
         again: list[str] = []
         for custom_id, row in self.store.rows(ids):
             if batch_store.text(row, "state") != "staged":

@@ -13,7 +13,10 @@ so a row outlives a batch that takes its full 24 h and its collection.
   Message Batch. ``state`` ``pending`` → ``creating`` (``started_at``, ``sent_count``: the
   create may be in flight or uncertain) → ``created`` (``batch_ids``) → ``done`` (or
   ``merging`` / ``split`` into others); ``custom_ids`` (comma-separated), ``first_waited``,
-  ``not_before``, ``mergeable`` (False for the halves of a refused create).
+  ``not_before``, ``mergeable`` (False for the halves of a refused create). A submission
+  of more than :data:`IDS_PER_ITEM` rows keeps its custom_ids in ``parts`` items
+  ``<prefix>#batch-submission#<id>#part#<n>`` (``custom_ids``), written before it and
+  never changed, and holds ``parts`` (their number) instead.
 - **batch** ``<prefix>#batch#<batch id>``: a created or adopted batch: ``submissions``
   (string set), ``created_at``, ``lines_done`` (the results-stream checkpoint),
   ``collected``.
@@ -40,6 +43,9 @@ INDEX = "#batch-index"
 LEASE = "#batch-lease"
 #: Extra lifetime of the batch items over the record expiry: a batch's 24 h plus a day.
 BATCH_RETENTION_SECONDS = 2 * 86_400
+#: custom_ids one item lists: 34 bytes each with its comma, 340 KB of DynamoDB's 400 KB.
+IDS_PER_ITEM = 10_000
+PART = "#part#"
 _BATCH_GET = 100
 
 Item = dict[str, Any]
@@ -216,10 +222,11 @@ class BatchStore:
         *,
         mergeable: bool = True,
     ) -> None:
-        """List a submission in the index, then write it pending. In this order: a crash
-        between the two leaves an index entry without an item (the tick drops it, and the
-        rows, whose owner does not exist, are adopted by their redelivery), never an item
-        no tick can find."""
+        """List a submission in the index, then write its parts (more than
+        :data:`IDS_PER_ITEM` rows), then write it pending. In this order: a crash before the
+        last write leaves an index entry without an item (the tick drops it, and the rows,
+        whose owner does not exist, are adopted by their redelivery), never an item no tick
+        can find or one whose rows cannot be read."""
         self._client.update_item(
             TableName=self._table,
             Key=self._key(INDEX),
@@ -227,18 +234,46 @@ class BatchStore:
             ExpressionAttributeNames={"#open": "open"},
             ExpressionAttributeValues={":one": {"SS": [submission]}, ":exp": self._expiration()},
         )
+        listed: Item = {"custom_ids": {"S": ",".join(custom_ids)}}
+        if len(custom_ids) > IDS_PER_ITEM:
+            parts = range(0, len(custom_ids), IDS_PER_ITEM)
+            for number, start in enumerate(parts):
+                self._client.put_item(
+                    TableName=self._table,
+                    Item={
+                        **self._key(SUBMISSION, f"{submission}{PART}{number}"),
+                        "custom_ids": {"S": ",".join(custom_ids[start : start + IDS_PER_ITEM])},
+                        "expiration": self._expiration(),
+                    },
+                )
+            listed = {"parts": {"N": str(len(parts))}}
         self._client.put_item(
             TableName=self._table,
             Item={
                 **self._key(SUBMISSION, submission),
                 "state": {"S": "pending"},
-                "custom_ids": {"S": ",".join(custom_ids)},
+                **listed,
                 "count": {"N": str(len(custom_ids))},
                 "first_waited": {"N": f"{first_waited:.3f}"},
                 "mergeable": {"BOOL": mergeable},
                 "expiration": self._expiration(),
             },
         )
+
+    def custom_ids(self, submission: str, item: Item) -> list[str]:
+        """The custom_ids a submission lists, in order: from its item, or from its parts
+        (consistent reads; they were written before the item and never change)."""
+        parts = _n(item, "parts")
+        if parts is None:
+            listed = _s(item, "custom_ids") or ""
+            return listed.split(",") if listed else []
+        ids: list[str] = []
+        for number in range(int(parts)):
+            part = self._get(self._key(SUBMISSION, f"{submission}{PART}{number}"))
+            if part is None:  # written before the item, with the same lifetime
+                raise RuntimeError(f"submission {submission} has lost part {number}")
+            ids.extend((_s(part, "custom_ids") or "").split(","))
+        return ids
 
     def submission(self, submission: str) -> Item | None:
         """The live submission item."""

@@ -305,6 +305,30 @@ def test_a_kill_halfway_through_a_merge_sends_each_row_once(
     assert sum(len(b.requests) for b in fake_api.batches.batches.values()) == 6
 
 
+def test_a_kill_while_a_submissions_parts_are_written_sends_each_row_once(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, kill_aws_call, monkeypatch
+):
+    """A submission longer than one item is written index, parts, item: a kill after its
+    first part leaves an index entry without an item, whose rows (owner absent) the
+    redelivery adopts."""
+    import model_step.batch_store
+
+    monkeypatch.setattr(model_step.batch_store, "IDS_PER_ITEM", 2)
+    events = rows(5)
+    delivery = sqs_batch(buffer, events)
+    kill_aws_call("PutItem", "#part#", skip=1)
+    clock.shift(2)
+
+    with pytest.raises(LambdaKilled):
+        make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
+    assert fake_api.batches.create_calls == 0
+    make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())  # the redelivery
+
+    step = run_until_done(make_step, clock, outcomes)
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+    assert sorted(len(b.requests) for b in fake_api.batches.batches.values()) == [5]
+
+
 def test_a_staging_that_fails_after_its_row_was_written_is_still_sent(
     make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch
 ):

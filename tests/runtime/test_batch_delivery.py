@@ -501,6 +501,43 @@ def test_pending_submissions_are_merged_into_one_batch_when_due(
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
 
 
+def test_a_merged_submission_longer_than_one_item_lists_its_rows_in_parts(
+    make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
+):
+    """``max_requests`` above 10,000: a batch's custom_ids are more than one table item
+    holds (400 KB), so the submission lists them in part items (here 3 ids a part) and is
+    still sent as ONE batch of every row."""
+    import model_step.batch_store
+
+    monkeypatch.setattr(model_step.batch_store, "IDS_PER_ITEM", 3)
+    monkeypatch.setenv("BATCH_MAX_WAIT_SECONDS", "300")
+    monkeypatch.setenv("BATCH_MAX_REQUESTS", "20")
+    clock = ShiftedClock(monkeypatch)
+    events = rows(8)
+    step = make_step(on_outcome=outcomes)
+    for start in (0, 4):  # two buffer deliveries of 4, merged into one of 8 at the tick
+        step.handle(sqs_batch(buffer, events[start : start + 4]), FakeLambdaContext())
+    assert fake_api.batches.create_calls == 0
+
+    clock.shift(250)
+    step = ticks_until_done(make_step, outcomes, clock)
+
+    [batch] = fake_api.batches.batches.values()
+    assert len(batch.requests) == 8
+    assert sorted(custom_id for custom_id, _ in batch.requests) == sorted(
+        custom_id_for(step, event) for event in events
+    )
+    items = boto3_session().client("dynamodb").scan(TableName=TABLE, ConsistentRead=True)
+    parts: dict[str, int] = {}
+    for item in items["Items"]:
+        if "#part#" in item["id"]["S"]:
+            submission = item["id"]["S"].split("#part#")[0]
+            parts[submission] = parts.get(submission, 0) + 1
+    # Each delivery's 4 rows in 2 parts (3 + 1), the merged 8 in 3 (3 + 3 + 2).
+    assert sorted(parts.values()) == [2, 2, 3]
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
 def test_rows_are_staged_into_submissions_whose_create_body_the_memory_can_send(
     make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
 ):
