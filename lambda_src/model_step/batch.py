@@ -37,8 +37,9 @@ Then, instead of a request:
    stream's position is checkpointed every :data:`CHECKPOINT_EVERY` results and when the
    invocation's time runs short, so a crash halfway resumes there; a result applied twice
    replays its stored record and a row already gone is skipped, so nothing is lost or
-   repeated. A batch open past
-   :data:`CANCEL_AFTER_SECONDS` is canceled (its requests end ``canceled``).
+   repeated. A batch this step created that is open past
+   :data:`CANCEL_AFTER_SECONDS` is canceled (its requests end ``canceled``); an adopted
+   one is only reported (it may be another workload's on the same API key).
 
 Result types: ``succeeded`` → the realtime checks (stop reason, labels, parser) and stored;
 ``errored`` ``invalid_request_error`` → a stored dead letter with code
@@ -687,7 +688,7 @@ class BatchDelivery:
                 + counts.expired
             )
             if created <= high and total == count:
-                self.store.record_batch(batch.id, submission, created)
+                self.store.record_batch(batch.id, submission, created, adopted=True)
                 adopted.append(batch.id)
         self._parts.logger.info(
             "uncertain Message Batch create reconciled",
@@ -719,10 +720,19 @@ class BatchDelivery:
                 all_collected = False
                 oldest = max(oldest, age)
                 if age >= CANCEL_AFTER_SECONDS and batch.processing_status == "in_progress":
-                    client.messages.batches.cancel(batch_id)
-                    self._parts.logger.warning(
-                        "Message Batch open past its 24 h canceled", extra={"batch_id": batch_id}
-                    )
+                    if self.store.adopted(record):
+                        # It may be another workload's batch on the same API key: it is
+                        # left alone, and its age keeps OldestOpenBatchAlarm firing.
+                        self._parts.logger.warning(
+                            "adopted Message Batch open past its 24 h: not canceled",
+                            extra={"batch_id": batch_id},
+                        )
+                    else:
+                        client.messages.batches.cancel(batch_id)
+                        self._parts.logger.warning(
+                            "Message Batch open past its 24 h canceled",
+                            extra={"batch_id": batch_id},
+                        )
                 continue
             done = int(batch_store.number(record, "lines_done") or 0)
             finished, count = self._read_results(batch_id, done, context, answer_row)

@@ -19,7 +19,7 @@ so a row outlives a batch that takes its full 24 h and its collection.
   never changed, and holds ``parts`` (their number) instead.
 - **batch** ``<prefix>#batch#<batch id>``: a created or adopted batch: ``submissions``
   (string set), ``created_at``, ``lines_done`` (the results-stream checkpoint),
-  ``collected``.
+  ``collected``, ``adopted`` (found by a reconciliation, not answered by a create).
 - **index** ``<prefix>#batch-index``: ``open``, the string set of submissions not done.
 - **lease** ``<prefix>#batch-lease``: one tick at a time reconciles and collects.
 """
@@ -327,22 +327,37 @@ class BatchStore:
         )
 
     # -- batches ---------------------------------------------------------------------------
-    def record_batch(self, batch_id: str, submission: str, created_at: float) -> None:
-        """Record that ``submission`` owns (created or adopted) ``batch_id``."""
+    def record_batch(
+        self, batch_id: str, submission: str, created_at: float, *, adopted: bool = False
+    ) -> None:
+        """Record that ``submission`` owns ``batch_id``: created it (the create answered),
+        or ``adopted`` it [False] when reconciling an uncertain create. An adopted batch
+        may be another workload's on the same API key (nothing in a batch names who made
+        it), so it is marked, and never canceled (:meth:`adopted`)."""
+        expression = (
+            "ADD submissions :one SET created_at = if_not_exists(created_at, :created), "
+            "lines_done = if_not_exists(lines_done, :zero), expiration = :exp"
+        )
+        values: Item = {
+            ":one": {"SS": [submission]},
+            ":created": {"N": f"{created_at:.3f}"},
+            ":zero": {"N": "0"},
+            ":exp": self._expiration(),
+        }
+        if adopted:
+            expression += ", adopted = :yes"
+            values[":yes"] = {"BOOL": True}
         self._client.update_item(
             TableName=self._table,
             Key=self._key(BATCH, batch_id),
-            UpdateExpression=(
-                "ADD submissions :one SET created_at = if_not_exists(created_at, :created), "
-                "lines_done = if_not_exists(lines_done, :zero), expiration = :exp"
-            ),
-            ExpressionAttributeValues={
-                ":one": {"SS": [submission]},
-                ":created": {"N": f"{created_at:.3f}"},
-                ":zero": {"N": "0"},
-                ":exp": self._expiration(),
-            },
+            UpdateExpression=expression,
+            ExpressionAttributeValues=values,
         )
+
+    @staticmethod
+    def adopted(record: Item) -> bool:
+        """The batch item says its batch was adopted by a reconciliation."""
+        return bool(record.get("adopted", {}).get("BOOL"))
 
     def batch(self, batch_id: str) -> Item | None:
         """The live batch item."""

@@ -101,6 +101,45 @@ def stage(make_step, buffer, clock, outcomes, count: int = 4):
     return step, events, sqs_batch(buffer, events)
 
 
+def test_an_adopted_batch_open_past_24_hours_is_alarmed_never_canceled(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch, capsys
+):
+    """A batch found by reconciliation may be another workload's on the same API key: when
+    it stays open past 24.5 h, the tick leaves it alone and keeps reporting its age (the
+    alarm fires); once it ends, its results are collected as any batch's."""
+    import json
+
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "200000")
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "200000")
+    step, events, delivery = stage(make_step, buffer, clock, outcomes, count=2)
+    fake_api.batches.processing_delay = 10**9
+    fake_api.batches.lifetime_seconds = 10**9  # stuck open: the API never ends it
+    fake_api.batches.create_faults = ["disconnect_after_create"]  # created, answer lost
+    step.handle(delivery, FakeLambdaContext())
+    clock.shift(PAST_GRACE)
+    tick(make_step(on_outcome=outcomes))  # reconciled: the batch is adopted
+    [batch] = fake_api.batches.batches.values()
+
+    clock.shift(24.6 * 3600)
+    capsys.readouterr()
+    tick(make_step(on_outcome=outcomes))
+
+    assert batch.cancel_initiated_at is None
+    printed = capsys.readouterr().out
+    assert "adopted Message Batch open past its 24 h: not canceled" in printed
+    ages = [
+        json.loads(line)["OldestOpenBatchAgeSeconds"][0]
+        for line in printed.splitlines()
+        if "OldestOpenBatchAgeSeconds" in line
+    ]
+    assert ages and ages[-1] >= 86_400  # OldestOpenBatchAlarm's threshold
+    batch.delay = 0.0  # it ends at last: its results are collected like any batch's
+    step = run_until_done(make_step, clock, outcomes)
+    assert fake_api.batches.create_calls == 1  # the lost create's batch answered every row
+    assert fake_api.batches.result_counts == {"succeeded": 2}
+    assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
+
+
 def test_a_kill_before_create_is_sent_submits_once_after_the_grace(
     make_step, fake_api, batch_env, buffer, outcomes, clock, kill_create
 ):
