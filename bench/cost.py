@@ -26,26 +26,34 @@ schedule tick (``{"model_step_batch": "tick"}``) until every row is answered. Ag
 cached realtime run above (the construct's default), per delivery: billed requests per row,
 model token cost (input, output, cache writes and reads, at the price table's batch
 discount for batch requests) per 1,000 rows as a ratio to realtime (target <= 0.51), and
-wall time. Then ``BATCH_SCALE_ROWS`` (100,000) rows in batch mode alone: wall time against
-the 20-minute target, and the process's peak resident memory (VmRSS sampled every 0.2 s)
-over the run beside the 10,000-row batch run's. moto holds every record in this process, so
-the resident set grows with the rows it stores; the growth per row at both sizes says
-whether anything else does.
+wall time. Then ``BATCH_SCALE_ROWS`` (100,000) rows in batch mode alone, shared out
+between ``SCALE_WORKERS`` (2) worker processes that run at once, one a core, as the
+buffer queue's mapping runs invocations side by side: each stages, submits and collects
+its share through its own step on its own fresh moto and local model (the shares have no
+key in common; moto serves one process's calls one at a time, so a second core can only
+help with a second moto). Wall time against the 20-minute target, each worker's time per
+row beside the 10,000-row batch run's (near 1.00: the cost of a row does not grow with the
+upload), and each worker's peak resident memory (VmRSS sampled every 0.2 s) beside the
+10,000-row run's. moto holds every record in its process, so the resident set grows with
+the rows it stores; the growth per row at both sizes says whether anything else does.
 
-Run: ``python -m bench.cost [--quick] [--rows N] [--scale-rows N]`` (quick: 50 rows, and
-100 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows`` the scale run's (0
-skips it): ``python -m bench.cost --scale-rows 0`` is the 10,000-row realtime vs batch
-comparison alone.
+Run: ``python -m bench.cost [--quick] [--rows N] [--scale-rows N] [--scale-workers N]``
+(quick: 50 rows, and 100 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows``
+the scale run's (0 skips it), ``--scale-workers`` its processes (1: in this process alone):
+``python -m bench.cost --scale-rows 0`` is the 10,000-row realtime vs batch comparison
+alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +78,9 @@ from constructs_lib.model_prices import PRICE_TABLE, upload_cost
 
 ROWS = 10_000
 QUICK_ROWS = 50
+#: Worker processes of the batch scale run: one per core of the 2-core machine its target
+#: names.
+SCALE_WORKERS = 2
 #: The system prompt's length in the local model's tokens (4 characters a token).
 PROMPT_TOKENS = 6_000
 #: Seconds between two rows on the model's clock: 10,000 rows in about 3 hours, far slower
@@ -178,9 +189,11 @@ def run(
     out_dir: Path | None = None,
     rows: int | None = None,
     scale_rows: int | None = None,
+    scale_workers: int = SCALE_WORKERS,
 ) -> dict[str, Any]:
-    """The cache and delivery comparison at ``rows`` rows [10,000; 200 quick], then the batch
-    scale run at ``scale_rows`` [100,000; 500 quick; 0 skips it]."""
+    """The cache and delivery comparison at ``rows`` rows [10,000; 50 quick], then the batch
+    scale run at ``scale_rows`` [100,000; 100 quick; 0 skips it] in ``scale_workers``
+    worker processes [2]."""
     rows = rows or (QUICK_ROWS if quick else ROWS)
     if scale_rows is None:
         scale_rows = QUICK_SCALE_ROWS if quick else BATCH_SCALE_ROWS
@@ -190,12 +203,7 @@ def run(
         baseline = measure("off", rows, prompt, session)
         cached = measure("5m", rows, prompt, session)
         batch = measure_batch(rows, prompt, session, "batch")
-    scale: dict[str, Any] | None = None
-    if scale_rows:
-        with mocked_aws() as session:
-            # A fresh moto: the scale run's records are the only ones it holds.
-            create_idempotency_table(session)
-            scale = measure_batch(scale_rows, prompt, session, "scale")
+    scale = measure_scale(scale_rows, prompt, scale_workers) if scale_rows else None
     prefix = estimated_tokens(prompt)
     # The rows' own tokens (their user messages): what the cached run billed uncached. They
     # are the same under any caching, so the minimum differs from the run only in writes.
@@ -381,6 +389,56 @@ def measure_batch(
         }
 
 
+def scale_worker(rows: int, prompt: str, name: str) -> dict[str, Any]:
+    """One worker of the scale run: ``rows`` rows by batch through a step of its own, on a
+    fresh moto (its records are the only ones it holds) and a local model of its own."""
+    with mocked_aws() as session:
+        create_idempotency_table(session)
+        return measure_batch(rows, prompt, session, name)
+
+
+def measure_scale(rows: int, prompt: str, workers: int = SCALE_WORKERS) -> dict[str, Any]:
+    """``rows`` rows by batch, shared out between ``workers`` processes [2] that run at once,
+    as the buffer queue's mapping runs invocations side by side. Each worker stages,
+    submits and collects its share through its own ``ModelStep``, moto and local model
+    (:func:`scale_worker`): the shares have no key in common, and DynamoDB serves each key
+    on its own, so what one share's step does never waits on the other's. A single worker
+    runs in this process. The figures are the shares' sums; ``wall_s`` is from the first
+    worker's start to the last one's end, and memory is per worker (each process holds its
+    own moto)."""
+    workers = min(workers, rows)
+    shares = [rows // workers + (1 if index < rows % workers else 0) for index in range(workers)]
+    names = [f"scale-{index}" for index in range(workers)]
+    started = time.monotonic()
+    if workers == 1:
+        parts = [scale_worker(rows, prompt, names[0])]
+    else:
+        context = multiprocessing.get_context("spawn")  # no moto or thread state inherited
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            parts = list(pool.map(scale_worker, shares, [prompt] * workers, names))
+    wall = time.monotonic() - started
+    summed = ("requests", "realtime_requests", "batch_requests", "batches", "ticks")
+    tokens = ("input_tokens", "output_tokens", "cache_creation_input_tokens")
+    tokens += ("cache_read_input_tokens",)
+    growth = sum(part["rss_growth_mib"] for part in parts)
+    return {
+        "rows": rows,
+        "workers": workers,
+        **{name: sum(part[name] for part in parts) for name in summed + tokens},
+        "model_cost_usd": sum(part["model_cost_usd"] for part in parts),
+        "wall_s": round(wall, 1),
+        "seconds_per_row": round(wall / rows, 4),
+        # The slowest worker's own time per row of its share: the same figure as a one-process
+        # run's seconds_per_row, so the two sizes compare.
+        "worker_seconds_per_row": max(part["seconds_per_row"] for part in parts),
+        "peak_rss_mib": max(part["peak_rss_mib"] for part in parts),
+        "peak_rss_mib_all_workers": round(sum(part["peak_rss_mib"] for part in parts), 1),
+        "rss_growth_mib": round(growth, 1),
+        "rss_growth_kib_per_row": round(growth * 1024 / rows, 2),
+        "per_worker": parts,
+    }
+
+
 def delivery_figures(realtime: dict[str, Any], batch: dict[str, Any], rows: int) -> dict:
     """Per delivery: billed requests per row, token cost per 1,000 rows and its ratio to
     realtime, wall time."""
@@ -434,16 +492,22 @@ def print_delivery_report(result: dict[str, Any]) -> None:
         print("batch at scale: skipped (--scale-rows 0)")
         return
     within = "within" if scale["wall_s"] <= SCALE_TARGET_SECONDS else "NOT within"
+    share = scale["rows"] // scale["workers"]
     print(
         f"batch at scale: {scale['rows']:,} rows in {scale['wall_s']} s ({within} the "
-        f"{SCALE_TARGET_SECONDS // 60}-minute target), {scale['batches']} batches, "
-        f"{scale['requests'] / scale['rows']:.2f} billed requests per row; peak RSS "
-        f"{scale['peak_rss_mib']} MiB (growth {scale['rss_growth_mib']} MiB; "
-        f"{small['rows']:,} rows: {small['peak_rss_mib']} MiB, growth "
-        f"{small['rss_growth_mib']} MiB): {scale['rss_growth_kib_per_row']} KiB a row at "
-        f"scale, {small['rss_growth_kib_per_row']} at {small['rows']:,} (moto keeps every "
-        "record in this process; the runtime streams results, see "
-        "tests/runtime/test_batch_memory.py)"
+        f"{SCALE_TARGET_SECONDS // 60}-minute target) by {scale['workers']} worker "
+        f"process(es) at once, each about {share:,} rows through its own step, moto and "
+        f"local model; {scale['batches']} batches, "
+        f"{scale['requests'] / scale['rows']:.2f} billed requests per row. Per row of a "
+        f"worker's share: {scale['worker_seconds_per_row']} s, "
+        f"{scale['worker_seconds_per_row'] / small['seconds_per_row']:.2f} x the "
+        f"{small['rows']:,}-row run's {small['seconds_per_row']} s. Peak RSS of a worker "
+        f"{scale['peak_rss_mib']} MiB, all workers {scale['peak_rss_mib_all_workers']} MiB "
+        f"(growth {scale['rss_growth_mib']} MiB; {small['rows']:,} rows: "
+        f"{small['peak_rss_mib']} MiB, growth {small['rss_growth_mib']} MiB): "
+        f"{scale['rss_growth_kib_per_row']} KiB a row at scale, "
+        f"{small['rss_growth_kib_per_row']} at {small['rows']:,} (moto keeps every record "
+        "in its process; the runtime streams results, see tests/runtime/test_batch_memory.py)"
     )
 
 
@@ -460,6 +524,12 @@ def _options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"rows of the batch scale run (default {BATCH_SCALE_ROWS:,}; quick "
         f"{QUICK_SCALE_ROWS}; 0 skips it)",
+    )
+    parser.add_argument(
+        "--scale-workers",
+        type=positive_int,
+        default=SCALE_WORKERS,
+        help=f"worker processes of the batch scale run (default {SCALE_WORKERS}, one a core)",
     )
 
 

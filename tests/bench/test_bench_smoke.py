@@ -60,7 +60,11 @@ def test_cost(tmp_path, capsys):
     assert figures["batch"]["realtime_requests"] == 0 and figures["batch"]["batches"] >= 1
     scale = result["batch_scale"]
     assert scale["rows"] == cost.QUICK_SCALE_ROWS == scale["batch_requests"]
-    assert {"peak_rss_mib", "rss_growth_mib", "wall_s"} <= set(scale)
+    assert {"peak_rss_mib", "rss_growth_mib", "wall_s", "worker_seconds_per_row"} <= set(scale)
+    # Two worker processes, each its share of the rows through its own step.
+    assert scale["workers"] == cost.SCALE_WORKERS == 2
+    assert [part["rows"] for part in scale["per_worker"]] == [50, 50]
+    assert [part["batch_requests"] for part in scale["per_worker"]] == [50, 50]
 
 
 @pytest.mark.moto
@@ -136,12 +140,21 @@ def test_cost_sizes_come_from_its_options_and_a_zero_scale_skips_the_scale_run(t
     assert result["batch_scale"] is None and "skipped (--scale-rows 0)" in printed
 
 
+@pytest.mark.moto
+def test_one_scale_worker_runs_the_scale_run_in_this_process(tmp_path, capsys):
+    cost.main(["--rows", "5", "--scale-rows", "7", "--scale-workers", "1", "--out", str(tmp_path)])
+    scale = json.loads((tmp_path / "results.json").read_text())["cost"]["batch_scale"]
+    assert (scale["workers"], scale["rows"], scale["batch_requests"]) == (1, 7, 7)
+    assert "by 1 worker process(es)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--rows", "0"], "must be at least 1, got 0"),
         (["--scale-rows", "-1"], "must be 0 or more, got -1"),
         (["--rows", "many"], "must be a whole number, got 'many'"),
+        (["--scale-workers", "0"], "must be at least 1, got 0"),
     ],
 )
 def test_cost_refuses_a_bad_size_naming_the_option(argv, message, capsys):
