@@ -256,22 +256,37 @@ class _RecordingHandler(logging.Handler):
         self.buffer.write(json.dumps(fields, default=str) + "\n")
 
 
+class _NotTheService(logging.Filter):
+    """Passes records of every logger but the step's own (``model-step`` and below)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "model-step" or record.name.startswith("model-step."))
+
+
 @pytest.fixture
 def log_capture() -> Iterator[StringIO]:
     """Capture what any logger emits at INFO+ and the step's Powertools logger at DEBUG+, with
-    all structured extras. The Powertools logger propagates to root, so root is enough."""
+    all structured extras. The step's records are taken on its own logger, not from root:
+    under xdist they did not always reach root (seen: none at all in a worker that had run
+    other batch tests first), so what was captured depended on test order, and a test
+    asserting an absence passed on an empty capture. Root's copy of them is filtered out,
+    so each record is written once."""
     buffer = StringIO()
-    handler = _RecordingHandler(buffer)
     root = logging.getLogger()
     service = logging.getLogger("model-step")
+    others = _RecordingHandler(buffer)
+    others.addFilter(_NotTheService())
+    own = _RecordingHandler(buffer)
     previous = root.level, service.level
-    root.addHandler(handler)
+    root.addHandler(others)
+    service.addHandler(own)
     root.setLevel(logging.INFO)
     service.setLevel(logging.DEBUG)
     try:
         yield buffer
     finally:
-        root.removeHandler(handler)
+        root.removeHandler(others)
+        service.removeHandler(own)
         root.setLevel(previous[0])
         service.setLevel(previous[1])
 

@@ -407,6 +407,8 @@ def test_no_row_value_or_model_text_is_logged(
     ticks_until_done(make_step, outcomes, clock)
 
     logged = log_capture.getvalue()
+    assert "the row waits in a Message Batch" in logged  # the capture saw the step's logs
+    assert "Message Batch collected" in logged
     assert "ada1@example.com" not in logged
     assert "Analytical Engines" not in logged
     assert "warm-secret-answer" not in logged
