@@ -245,7 +245,7 @@ def _quoting_parser(text: str) -> dict:
     ("parser", "code"), [(None, "LabelNotAllowed"), (_quoting_parser, "InvalidAnswer")]
 )
 def test_an_answer_quoting_a_row_value_reaches_no_log_and_no_dead_letter_attribute(
-    make_step, fake_api, model_env, monkeypatch, capsys, parser, code
+    make_step, fake_api, model_env, monkeypatch, log_capture, parser, code
 ):
     # GIVEN an answer that repeats the row's email (the notes asked for it)
     if parser is None:
@@ -260,4 +260,6 @@ def test_an_answer_quoting_a_row_value_reaches_no_log_and_no_dead_letter_attribu
     assert f"answer of {len(ANSWER_MARKER)} characters" in result["error_message"]
     [message] = model_env.dead_letters()
     assert ANSWER_MARKER not in json.dumps(message["attributes"])
-    assert ANSWER_MARKER not in capsys.readouterr().out
+    logged = log_capture.getvalue()
+    assert "non-retryable failure sent to dead-letter queue" in logged  # the logs were seen
+    assert ANSWER_MARKER not in logged
