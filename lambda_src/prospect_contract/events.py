@@ -153,6 +153,8 @@ class UploadCompletedDetail(TypedDict):
     batch_output_tokens: int
     batch_cache_creation_input_tokens: int
     batch_cache_read_input_tokens: int
+    #: The four batch token counters above, summed (as the viewer shows them).
+    batch_tokens: int
     batches: int
     #: Dollars (``prospect_contract.cost``); null when the model has no price.
     cost_usd: float | None

@@ -132,7 +132,7 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         # Message Batches (issue 19): none here, and this split recorded no delivery.
         "delivery": None, "batch_requests": 0, "batch_input_tokens": 0,
         "batch_output_tokens": 0, "batch_cache_creation_input_tokens": 0,
-        "batch_cache_read_input_tokens": 0, "batches": 0,
+        "batch_cache_read_input_tokens": 0, "batch_tokens": 0, "batches": 0,
         # No MODEL_PRICE: the cost is unknown, never a guess.
         "cost_usd": None, "saved_by_replays_usd": None, "saved_by_cache_usd": None,
         "saved_by_batch_usd": None,
@@ -462,6 +462,7 @@ def test_batch_answers_count_batch_requests_tokens_and_batches_at_half_price(aws
     assert detail["delivery"] == "batch"
     assert (detail["model_requests"], detail["batch_requests"], detail["batches"]) == (3, 3, 2)
     assert (detail["batch_input_tokens"], detail["batch_output_tokens"]) == (400, 8)
+    assert detail["batch_tokens"] == 408
     assert (detail["input_tokens"], detail["output_tokens"]) == (400, 8)
     # AND the cost is half the realtime price: (400 x $1 + 8 x $5) / 1e6 = $0.00044 realtime
     assert detail["saved_by_batch_usd"] == 0.00022
