@@ -958,6 +958,11 @@ class ProspectUploaderStack(Stack):
                         "failed_by_error_code": field("$.detail.failed"),
                         "classified": field("$.detail.classified_total"),
                         "missing": field("$.detail.missing"),
+                        # Message Batches (issue 19): how the rows went, and what it billed.
+                        "delivery": field("$.detail.delivery"),
+                        "batch_requests": field("$.detail.batch_requests"),
+                        "batch_tokens": field("$.detail.batch_tokens"),
+                        "batches": field("$.detail.batches"),
                     }
                 ),
                 self.failure_queue,

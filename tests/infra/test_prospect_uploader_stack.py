@@ -321,6 +321,22 @@ def test_one_summary_mail_per_upload_with_invalid_failed_or_missing_rows(raw):
     assert target["DeadLetterConfig"]["Arn"] == {
         "Fn::GetAtt": [by_path(raw, "FailureQueue/Resource")[0], "Arn"]
     }
+    # The mail is the summary: its counts, and (issue 19) how the rows were delivered,
+    # the requests and tokens billed as Message Batch requests and the batches.
+    paths = target["InputTransformer"]["InputPathsMap"]
+    filled = target["InputTransformer"]["InputTemplate"]
+    for name in paths:
+        filled = filled.replace(f"<{name}>", json.dumps(paths[name]))
+    mail = json.loads(filled)
+    assert {
+        name: mail[name] for name in ("delivery", "batch_requests", "batch_tokens", "batches")
+    } == {
+        "delivery": "$.detail.delivery",
+        "batch_requests": "$.detail.batch_requests",
+        "batch_tokens": "$.detail.batch_tokens",
+        "batches": "$.detail.batches",
+    }
+    assert (mail["failed"], mail["missing"]) == ("$.detail.failed_total", "$.detail.missing")
 
 
 def test_rejected_uploads_are_still_mailed(raw):
