@@ -51,6 +51,12 @@ REPLAYED_TOKENS = tuple(f"replayed_{name}" for name in BILLED_TOKENS)
 COST_FIELDS = ("cost_usd", "saved_by_replays_usd", "saved_by_cache_usd", "saved_by_batch_usd")
 
 
+def batch_token_total(counters: Mapping[str, Any]) -> int:
+    """The tokens billed as Message Batch requests: the four :data:`BATCH_TOKENS` counters
+    of an upload summed (a missing or null one counts 0)."""
+    return sum(int(counters.get(name) or 0) for name in BATCH_TOKENS)
+
+
 @dataclass(frozen=True)
 class Price:
     """US dollars per million tokens."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prospect_contract.cost import Price, upload_cost
+from prospect_contract.cost import Price, batch_token_total, upload_cost
 
 from .store import plain
 
@@ -66,7 +66,7 @@ def upload_view(item: dict[str, Any], price: Price | None = None) -> dict[str, A
     view["tokens_billed"] = sum(t for t in tokens if isinstance(t, int | float))
     counters = {name: plain(item.get(name) or 0) for name in _COST_INPUTS}
     view.update(upload_cost(counters, price))
-    view["batch_tokens"] = sum(int(counters[name] or 0) for name in _COST_INPUTS[8:])
+    view["batch_tokens"] = batch_token_total(counters)
     view["batches"] = len(item.get("batch_ids") or ())
     view["waiting_in_batch"] = waiting_in_batch(item)
     return view

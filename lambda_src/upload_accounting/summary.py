@@ -8,7 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, cast
 
-from prospect_contract.cost import BATCH_TOKENS, Price, upload_cost
+from prospect_contract.cost import Price, batch_token_total, upload_cost
 from prospect_contract.events import UPLOAD_COUNTERS, UploadCompletedDetail
 
 SPLIT_COUNTS = ("rows", "valid", "invalid")
@@ -43,7 +43,7 @@ def summary_detail(item: dict[str, Any], price: Price | None = None) -> UploadCo
         detail[name] = _plain(item.get(name) or 0)
     # Message Batches delivery (issue 19).
     detail["delivery"] = _plain(item.get("delivery"))
-    detail["batch_tokens"] = sum(int(detail[name]) for name in BATCH_TOKENS)
+    detail["batch_tokens"] = batch_token_total(detail)
     detail["batches"] = len(item.get(BATCH_IDS) or ())
     detail.update(upload_cost(detail, price))
     detail["missing"] = _plain(item.get("missing"))
