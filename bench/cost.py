@@ -417,15 +417,23 @@ def measure_scale(rows: int, prompt: str, workers: int = SCALE_WORKERS) -> dict[
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             parts = list(pool.map(scale_worker, shares, [prompt] * workers, names))
     wall = time.monotonic() - started
-    summed = ("requests", "realtime_requests", "batch_requests", "batches", "ticks")
-    tokens = ("input_tokens", "output_tokens", "cache_creation_input_tokens")
-    tokens += ("cache_read_input_tokens",)
+    summed = (
+        "requests",
+        "realtime_requests",
+        "batch_requests",
+        "batches",
+        "ticks",
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+        "model_cost_usd",
+    )
     growth = sum(part["rss_growth_mib"] for part in parts)
     return {
         "rows": rows,
         "workers": workers,
-        **{name: sum(part[name] for part in parts) for name in summed + tokens},
-        "model_cost_usd": sum(part["model_cost_usd"] for part in parts),
+        **{name: sum(part[name] for part in parts) for name in summed},
         "wall_s": round(wall, 1),
         "seconds_per_row": round(wall / rows, 4),
         # The slowest worker's own time per row of its share: the same figure as a one-process

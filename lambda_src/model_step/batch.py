@@ -646,12 +646,12 @@ class BatchDelivery:
             store.transition(only, "merging", "pending")
             return only
         listed = {sid: store.custom_ids(sid, item) for sid, item in locked}
-        ids = [custom_id for sid, _ in locked for custom_id in listed[sid]]
+        ids = [custom_id for ids_of_source in listed.values() for custom_id in ids_of_source]
         first = min(batch_store.number(item, "first_waited") or 0.0 for _, item in locked)
         merged = store.new_submission_id()
         store.put_submission(merged, list(dict.fromkeys(ids)), first)
-        for sid, _item in locked:
-            for custom_id in listed[sid]:
+        for sid, ids_of_source in listed.items():
+            for custom_id in ids_of_source:
                 store.move_row(custom_id, sid, merged)
             if store.transition(sid, "merging", "done"):
                 store.close_submission(sid)

@@ -64,6 +64,12 @@ def _s(item: Item, name: str) -> str | None:
     return None if value is None else str(value.get("S"))
 
 
+def _listed(item: Item) -> list[str]:
+    """The comma-separated ``custom_ids`` of a submission or part item (none when empty)."""
+    text = _s(item, "custom_ids") or ""
+    return text.split(",") if text else []
+
+
 def _n(item: Item, name: str) -> float | None:
     value = item.get(name)
     return None if value is None else float(value["N"])
@@ -234,7 +240,7 @@ class BatchStore:
             ExpressionAttributeNames={"#open": "open"},
             ExpressionAttributeValues={":one": {"SS": [submission]}, ":exp": self._expiration()},
         )
-        listed: Item = {"custom_ids": {"S": ",".join(custom_ids)}}
+        listed: Item
         if len(custom_ids) > IDS_PER_ITEM:
             parts = range(0, len(custom_ids), IDS_PER_ITEM)
             for number, start in enumerate(parts):
@@ -247,6 +253,8 @@ class BatchStore:
                     },
                 )
             listed = {"parts": {"N": str(len(parts))}}
+        else:
+            listed = {"custom_ids": {"S": ",".join(custom_ids)}}
         self._client.put_item(
             TableName=self._table,
             Item={
@@ -265,14 +273,13 @@ class BatchStore:
         (consistent reads; they were written before the item and never change)."""
         parts = _n(item, "parts")
         if parts is None:
-            listed = _s(item, "custom_ids") or ""
-            return listed.split(",") if listed else []
+            return _listed(item)
         ids: list[str] = []
         for number in range(int(parts)):
             part = self._get(self._key(SUBMISSION, f"{submission}{PART}{number}"))
             if part is None:  # written before the item, with the same lifetime
                 raise RuntimeError(f"submission {submission} has lost part {number}")
-            ids.extend((_s(part, "custom_ids") or "").split(","))
+            ids.extend(_listed(part))
         return ids
 
     def submission(self, submission: str) -> Item | None:
