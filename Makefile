@@ -120,9 +120,12 @@ test-unit: setup
 	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.pytest_cache/pycache \
 		$(BIN)/python -m pytest -q -p no:xdist --unit
 
+# The import-cycle check counts type-only (TYPE_CHECKING) and deferred imports too:
+# scripts/import_cycles.py over lambda_src/ and constructs_lib/.
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m scripts.import_cycles
 	$(MYPY)
 
 # The props and environment tables in docs/ (generated from the code; tests/docs fails when
