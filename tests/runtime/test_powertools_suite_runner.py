@@ -53,14 +53,8 @@ def _checkout(root: Path) -> Path:
 
 def _run(checkout: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "scripts.powertools_idempotency_suite", str(checkout)]
-    return subprocess.run(
-        [*command, *flags, "--", "-s"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    options = {"capture_output": True, "text": True, "check": False, "timeout": 300}
+    return subprocess.run([*command, *flags, "--", "-s"], cwd=ROOT, **options)
 
 
 def test_the_suite_builds_our_layer_from_unchanged_files(tmp_path):
