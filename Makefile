@@ -33,7 +33,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 	$(CURDIR)/$(CHECKOV_VENV)/bin/checkov --skip-download --framework cloudformation
 
-.PHONY: setup synth test test-unit soak lint typecheck typecheck-runtime checkov docs demo \
+.PHONY: setup synth test test-loaded test-unit soak lint typecheck typecheck-runtime checkov docs demo \
 	demo-faults bench deploy-local mutate lock dist clean
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
@@ -99,6 +99,16 @@ test: setup cdk.out/manifest.json
 	$(BIN)/python -m scripts.deploy_local && \
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile || status=$$?; \
 	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; rm -f $$log; exit $$status
+
+# `make test` with two CPU hogs beside it: no test may depend on the machine's speed (issue
+# 35). Each hog is a busy loop of this venv's Python; both stop when the tests end, pass or
+# fail, and the status is make test's.
+test-loaded: setup cdk.out/manifest.json
+	@$(BIN)/python -c "while True: pass" & first=$$!; \
+	$(BIN)/python -c "while True: pass" & second=$$!; \
+	trap 'kill $$first $$second' EXIT; \
+	echo "two CPU hogs running beside make test: $$first $$second"; \
+	$(MAKE) --no-print-directory test
 
 # The long run of the property-based fault schedules (tests/faults): 10,000 random schedules
 # (5,000 in each of the two modules) against the real handler, moto and the fake Messages API.
