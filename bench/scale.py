@@ -95,6 +95,10 @@ def measure(rows: int, rate_limit: int, seconds_per_minute: float, work: Path) -
         "model_requests": result.model_requests,
         "rate_limited": result.rate_limited,
         "requests_per_row": billed / result.valid if result.valid else None,
+        # Attempts a loaded machine ended late (a request that failed in transport, an
+        # attempt past its deadline): each may bill once more, so these alone can raise
+        # requests_per_row above 1.
+        "late_attempts": result.late_attempts,
         "run_minutes": result.run_minutes,
         "rows_per_run_minute": per_minute,
         "throughput_fraction": per_minute / rate_limit,

@@ -3,23 +3,87 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
-from constructs import Construct
+from constructs import Construct, Node
 
 from . import defaults
 from ._validation import PropValidationError, check_duration_range
-
-if TYPE_CHECKING:
-    from .idempotent_model_step import IdempotentModelStep
 
 #: CloudWatch dashboards are 24 grid units wide; three graphs of 8 fill a row.
 _GRAPH_WIDTH = 8
 _GRAPH_HEIGHT = 6
 #: The period range a graph allows here: a minute (the queues' resolution) to a day.
 PERIOD_RANGE = (Duration.minutes(1), Duration.days(1))
+
+
+class DashboardStep(Protocol):
+    """What a dashboard row reads of a step: its construct path, its alarms and the metrics
+    it graphs. ``IdempotentModelStep`` is one; so is any construct of yours with these.
+
+    A protocol here, not an import of ``IdempotentModelStep``: the step builds its own
+    dashboard (``dashboard=True``), so the dashboard module must not depend on the step's.
+    """
+
+    @property
+    def node(self) -> Node:
+        """The construct's node (the row's title is its path)."""
+        ...
+
+    @property
+    def alarms(self) -> Sequence[cloudwatch.IAlarm]:
+        """The alarms whose states the row shows."""
+        ...
+
+    def metric_model_requests(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Billed model requests."""
+        ...
+
+    def metric_duplicates_suppressed(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Deliveries answered from a stored outcome."""
+        ...
+
+    def metric_rate_limited(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Rate-limited model requests."""
+        ...
+
+    def metric_transient_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Failures a retry may fix."""
+        ...
+
+    def metric_non_retryable_failures(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Failures dead-lettered at once."""
+        ...
+
+    def metric_dead_letter_visible(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Messages waiting in the dead-letter queue."""
+        ...
+
+    def metric_buffer_depth(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Rows waiting in the buffer queue."""
+        ...
+
+    def metric_buffer_age(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Age of the oldest buffered row, in seconds."""
+        ...
+
+    def metric_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens of billed answers."""
+        ...
+
+    def metric_output_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Output tokens of billed answers."""
+        ...
+
+    def metric_cache_write_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens written to the prompt cache."""
+        ...
+
+    def metric_cache_read_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Input tokens read from the prompt cache."""
+        ...
 
 
 class ModelStepDashboard(Construct):
@@ -44,7 +108,8 @@ class ModelStepDashboard(Construct):
 
         ModelStepDashboard(self, "Dashboard", steps=[classify, outreach])
 
-    :param steps: the steps to show, at least one; each gets its own row.
+    :param steps: the steps to show (``IdempotentModelStep`` or any :class:`DashboardStep`),
+        at least one; each gets its own row. Required.
     :param period: the period of every graph, 1 minute to 1 day, default 5 minutes.
     :param dashboard_name: default: none, CloudFormation generates a unique name.
 
@@ -56,7 +121,7 @@ class ModelStepDashboard(Construct):
         scope: Construct,
         id: str,
         *,
-        steps: Sequence[IdempotentModelStep],
+        steps: Sequence[DashboardStep],
         period: Duration = defaults.DEFAULT_DASHBOARD_PERIOD,
         dashboard_name: str | None = None,
     ) -> None:
@@ -82,7 +147,7 @@ class ModelStepDashboard(Construct):
         self.dashboard.add_widgets(*widgets)
 
 
-def step_widgets(step: IdempotentModelStep, period: Duration) -> list[cloudwatch.IWidget]:
+def step_widgets(step: DashboardStep, period: Duration) -> list[cloudwatch.IWidget]:
     """The widgets of one step's row: requests, queues, tokens, then its alarms' states."""
     path = step.node.path
     return [
@@ -126,4 +191,4 @@ def step_widgets(step: IdempotentModelStep, period: Duration) -> list[cloudwatch
     ]
 
 
-__all__ = ["ModelStepDashboard", "step_widgets"]
+__all__ = ["DashboardStep", "ModelStepDashboard", "step_widgets"]

@@ -97,6 +97,28 @@ def item_needs(item: pytest.Item) -> set[str]:
     return needs
 
 
+#: Markers of tests that take long on their own (a whole local run, bundling with pip, a
+#: minute of CPU), and folders whose files do (generated fault schedules, benchmarks).
+LONG_MARKERS = frozenset({"slow", "long", "bundling"})
+LONG_FOLDERS = ("faults", "bench")
+
+
+def _long_files_first(items: list[pytest.Item]) -> None:
+    """Put the files with a long test first, each file's tests in their order.
+
+    ``make test`` hands whole files to its workers (``--dist loadfile``) in this order. A
+    long file started last keeps one worker busy after the others have finished; started
+    first, the short files fill the other workers meanwhile. Most long files are local runs
+    that wait on their run's clock, which leaves CPU to the others."""
+    long_files = {
+        Path(str(item.fspath))
+        for item in items
+        if LONG_MARKERS & {mark.name for mark in item.iter_markers()}
+        or Path(str(item.fspath)).parent.name in LONG_FOLDERS
+    }
+    items.sort(key=lambda item: Path(str(item.fspath)) not in long_files)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     disagree = []
     for item in items:
@@ -114,6 +136,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests/needs.py's static reading finds needs the collected tests lack:\n"
             + "\n".join(disagree)
         )
+    _long_files_first(items)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -674,7 +674,10 @@ class LocalEngine:
                 function.stats.attempts += 1
             try:
                 with identity.acting_as(function.spec.logical_id), function.scope(event):
-                    result = function.handler(event, context)
+                    try:
+                        result = function.handler(event, context)
+                    finally:
+                        function.count_overrun(context)
             except LambdaKilled:
                 with function.stats.lock:
                     function.stats.kills += 1

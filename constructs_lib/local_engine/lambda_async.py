@@ -302,7 +302,7 @@ class AsyncFunction:
             self._count_error(error, context)
             self._after_error(invocation, error)
             return
-        self._count_overrun(context)
+        self.count_overrun(context)
         with self.stats.lock:
             self.stats.succeeded += 1
         self._settle(invocation, succeeded=True)
@@ -358,12 +358,14 @@ class AsyncFunction:
             self._tracker.end()
 
     def _count_error(self, error: Exception, context: LambdaContext) -> None:
-        self._count_overrun(context)
+        self.count_overrun(context)
         with self.stats.lock:
             name = type(error).__name__
             self.stats.errors[name] = self.stats.errors.get(name, 0) + 1
 
-    def _count_overrun(self, context: LambdaContext) -> None:
+    def count_overrun(self, context: LambdaContext) -> None:
+        """Count an attempt that ended past ``context``'s deadline: Lambda would have killed
+        it, and its lock may have expired under it (a loaded machine's, never injected)."""
         if context.get_remaining_time_in_millis() <= 0:
             with self.stats.lock:
                 self.stats.overruns += 1

@@ -18,7 +18,10 @@ installs), at the handler's next AWS call, which is the write of the batch id.
 
 *Billed* follows the runtime's rule: every request that reached the model is billed, except
 401, 429 and 529 answers. A request that timed out or lost its connection after it was sent
-is billed: the model may have done the work.
+is billed: the model may have done the work. Those requests are also counted apart
+(:attr:`ModelRequests.transport_errors`): on a loaded machine an answer can arrive after the
+model call's deadline, so the request fails in transport and its retry is billed again, a
+second billed request that only the machine's speed caused.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class ModelRequests:
         self.billed: Counter[str] = Counter()  # record key -> billed requests
         self.sent = 0
         self.statuses: Counter[str] = Counter()  # "200", "429", ..., "error"
+        self.broken_answers = 0  # billed answers whose body failed or was dropped part-read
         self._answer_ms: list[float] = []
         self._lock = threading.Lock()
 
@@ -67,6 +71,18 @@ class ModelRequests:
         finally:
             _state.key = previous
             _state.kill_at_next_aws_call = False
+
+    @property
+    def transport_errors(self) -> int:
+        """Billed requests that failed in transport: before their answer's headers (a
+        timeout, a lost connection) or while its body was read (the model call's deadline
+        cut it). Each is retried, so each may add one billed request to its key."""
+        with self._lock:
+            return self.statuses["error"] + self.broken_answers
+
+    def _count_broken_answer(self) -> None:
+        with self._lock:
+            self.broken_answers += 1
 
     @property
     def max_billed_per_key(self) -> int:
@@ -124,8 +140,11 @@ class ModelRequests:
             self._count(key, None, None)
             self._maybe_kill(request, None)
             raise
-        self._count(key, int(response.status_code), (time.monotonic() - started) * 1000)
+        status = int(response.status_code)
+        self._count(key, status, (time.monotonic() - started) * 1000)
         self._maybe_kill(request, response)
+        if status not in UNBILLED_STATUSES:
+            response.stream = _WatchedBody(response.stream, self._count_broken_answer)
         return response
 
     def _around_batch_create(self, original: Any, transport: Any, request: Any) -> Any:
@@ -218,6 +237,33 @@ class _KilledAfterLines(httpx2.SyncByteStream):
             raise LambdaKilled(f"killed after reading {self._lines} batch result lines")
 
     def close(self) -> None:
+        self._stream.close()
+
+
+class _WatchedBody(httpx2.SyncByteStream):
+    """An answer's body that reports, once, when it fails or is closed before its end."""
+
+    def __init__(self, stream: Any, broken: Any) -> None:
+        self._stream = stream
+        self._broken = broken
+        self._settled = False
+
+    def _settle(self, whole: bool) -> None:
+        if not self._settled:
+            self._settled = True
+            if not whole:
+                self._broken()
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._stream
+        except BaseException:
+            self._settle(whole=False)
+            raise
+        self._settle(whole=True)
+
+    def close(self) -> None:
+        self._settle(whole=False)  # no-op when the body was read to its end
         self._stream.close()
 
 

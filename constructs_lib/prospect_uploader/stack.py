@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -593,42 +593,22 @@ class ProspectUploaderStack(Stack):
 
     def _grant_splitter(self) -> None:
         """Read uploads, publish rows and summaries, write failures, keys and the ledger."""
-        # python_function always creates the role.
-        splitter_role = cast(iam.IRole, self.splitter.role)
         # UploadBucket is versioned, so every S3 event names a version and the splitter
         # reads (GetObject and HeadObject) with VersionId: s3:GetObjectVersion. Plain
         # s3:GetObject would serve only an unversioned read, which never happens.
-        splitter_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObjectVersion"],
-                resources=[self.upload_bucket.arn_for_objects("*")],
-            )
+        self._allow(
+            self.splitter, ["s3:GetObjectVersion"], [self.upload_bucket.arn_for_objects("*")]
         )
         # Without ListBucket S3 answers a deleted object with 403 (retried) instead
         # of 404 (recorded as ObjectNotFound, no retry).
-        splitter_role.add_to_principal_policy(
-            iam.PolicyStatement(
-                actions=["s3:ListBucket"], resources=[self.upload_bucket.bucket_arn]
-            )
-        )
+        self._allow(self.splitter, ["s3:ListBucket"], [self.upload_bucket.bucket_arn])
         if isinstance(self.row_bus, EventBusV2):
             self.row_bus.grant_put_events_to(
                 self.splitter, sources=[EVENT_SOURCE], detail_types=[ROW_VALIDATED]
             )
             # On ProspectBus: its summary, and the completion event its ledger publishes
             # when the split is the last thing an upload waited for.
-            self.splitter.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["events:PutEvents"],
-                    resources=[self.bus.event_bus_arn],
-                    conditions={
-                        "StringEquals": {
-                            "events:source": EVENT_SOURCE,
-                            "events:detail-type": [UPLOAD_SUMMARIZED, UPLOAD_COMPLETED],
-                        }
-                    },
-                )
-            )
+            self._allow_put_events(self.splitter, self.bus, UPLOAD_SUMMARIZED, UPLOAD_COMPLETED)
         else:
             self.bus.grant_put_events_to(self.splitter)
         self.failures_table.grant(self.splitter, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
@@ -649,6 +629,8 @@ class ProspectUploaderStack(Stack):
         # The splitter may publish the completion event already; no second PutEvents grant.
         self._grant_ledger(self.splitter, LEDGER_SPLIT, publish=False)
         upload_cfn = cast(s3.CfnBucket, self.upload_bucket.node.default_child)
+        # python_function always creates the role.
+        splitter_role = cast(iam.IRole, self.splitter.role)
         Validations.of(splitter_role).acknowledge(
             Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::<{self.resolve(upload_cfn.logical_id)}.Arn>/*]",
@@ -801,11 +783,8 @@ class ProspectUploaderStack(Stack):
             environment=self._ledger_environment(),
         )
         self._grant_ledger(self.sweeper, LEDGER_SWEEP)
-        self.sweeper.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:Query"],
-                resources=[f"{self.uploads_table.table_arn}/index/OpenUploads"],
-            )
+        self._allow(
+            self.sweeper, ["dynamodb:Query"], [f"{self.uploads_table.table_arn}/index/OpenUploads"]
         )
         # A fixed-rate rule, not one EventBridge Scheduler schedule per upload: the
         # deadline is a day long, so 15 minutes late is close enough, and there are no
@@ -870,28 +849,21 @@ class ProspectUploaderStack(Stack):
         self.rows_table.grant(self.viewer, "dynamodb:BatchGetItem", "dynamodb:GetItem")
         # The viewer only ever scans UploadsTable (its uploads page). The table, not its
         # index: table.grant would add index/* as well.
-        self.viewer.add_to_role_policy(
-            iam.PolicyStatement(actions=["dynamodb:Scan"], resources=[self.uploads_table.table_arn])
-        )
-        self.viewer.add_to_role_policy(
-            iam.PolicyStatement(
-                actions=["dynamodb:UpdateItem"],
-                resources=[self.failures_table.table_arn],
-                conditions={
-                    "ForAllValues:StringEquals": {
-                        "dynamodb:Attributes": [
-                            "upload_id",
-                            "failure_id",
-                            *VIEWER_UPDATABLE_ATTRIBUTES,
-                        ]
-                    },
-                    # ALL_OLD/ALL_NEW would hand back attributes not listed; UPDATED_* return
-                    # only the listed ones it changed.
-                    "StringEqualsIfExists": {
-                        "dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]
-                    },
+        self._allow(self.viewer, ["dynamodb:Scan"], [self.uploads_table.table_arn])
+        self._allow(
+            self.viewer,
+            ["dynamodb:UpdateItem"],
+            [self.failures_table.table_arn],
+            {
+                "ForAllValues:StringEquals": {
+                    "dynamodb:Attributes": ["upload_id", "failure_id", *VIEWER_UPDATABLE_ATTRIBUTES]
                 },
-            )
+                # ALL_OLD/ALL_NEW would hand back attributes not listed; UPDATED_* return
+                # only the listed ones it changed.
+                "StringEqualsIfExists": {
+                    "dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]
+                },
+            },
         )
         # Retry re-publishes one kind of event only: a validated row, as the splitter sent it.
         if isinstance(self.row_bus, EventBusV2):
@@ -899,18 +871,7 @@ class ProspectUploaderStack(Stack):
                 self.viewer, sources=[EVENT_SOURCE], detail_types=[ROW_VALIDATED]
             )
         else:
-            self.viewer.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["events:PutEvents"],
-                    resources=[self.bus.event_bus_arn],
-                    conditions={
-                        "StringEquals": {
-                            "events:source": EVENT_SOURCE,
-                            "events:detail-type": ROW_VALIDATED,
-                        }
-                    },
-                )
-            )
+            self._allow_put_events(self.viewer, self.bus, ROW_VALIDATED)
 
     def _upload_alerts(self) -> None:
         """The rules that mail upload summaries to the alert topic.
@@ -1173,28 +1134,43 @@ class ProspectUploaderStack(Stack):
         publishing the completion event."""
         uploads, rows = access
         # Table ARNs only: table.grant would add the sweeper's index (index/*) too.
-        function.add_to_role_policy(
-            iam.PolicyStatement(actions=list(uploads), resources=[self.uploads_table.table_arn])
-        )
+        self._allow(function, uploads, [self.uploads_table.table_arn])
         if rows:
-            function.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=list(rows), resources=[self.upload_rows_table.table_arn]
-                )
-            )
+            self._allow(function, rows, [self.upload_rows_table.table_arn])
         if publish:
-            function.add_to_role_policy(
-                iam.PolicyStatement(
-                    actions=["events:PutEvents"],
-                    resources=[self.bus.event_bus_arn],
-                    conditions={
-                        "StringEquals": {
-                            "events:source": EVENT_SOURCE,
-                            "events:detail-type": UPLOAD_COMPLETED,
-                        }
-                    },
-                )
+            self._allow_put_events(function, self.bus, UPLOAD_COMPLETED)
+
+    @staticmethod
+    def _allow(
+        function: lambda_.IFunction,
+        actions: Sequence[str],
+        resources: Sequence[str],
+        conditions: Mapping[str, Any] | None = None,
+    ) -> None:
+        """One statement in ``function``'s role: ``actions`` on exactly ``resources`` (no
+        index or object wildcard a ``grant_*`` would add), under ``conditions`` (default
+        none). Every grant of the stack's own functions that no L2 ``grant`` fits."""
+        function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=list(actions), resources=list(resources), conditions=conditions
             )
+        )
+
+    @classmethod
+    def _allow_put_events(
+        cls, function: lambda_.IFunction, bus: events.IEventBus, *detail_types: str
+    ) -> None:
+        """PutEvents on classic ``bus`` of this pipeline's source and ``detail_types`` only
+        (one is written as a string, several as a list)."""
+        detail_type: str | list[str] = (
+            detail_types[0] if len(detail_types) == 1 else list(detail_types)
+        )
+        cls._allow(
+            function,
+            ["events:PutEvents"],
+            [bus.event_bus_arn],
+            {"StringEquals": {"events:source": EVENT_SOURCE, "events:detail-type": detail_type}},
+        )
 
     def _pipeline_alarms(self) -> list[cloudwatch.Alarm]:
         """Alarms on the parts outside the classify step; missing data is healthy."""

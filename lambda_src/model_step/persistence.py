@@ -30,6 +30,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
     STATUS_CONSTANTS,
     DataRecord,
 )
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from .tracing import NO_TRACING, STORE_PREFIX, StepTracer
@@ -46,12 +47,51 @@ def stored_form(result: Any) -> str:
 
 class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
     """``DynamoDBPersistenceLayer`` whose releases are conditional on the caller's own lock
-    and whose failed ``save_success`` releases that lock. See the module docstring."""
+    and whose failed ``save_success`` releases that lock. See the module docstring.
+
+    A drop-in: it takes every constructor argument of the parent, positionally or by name,
+    and Powertools' own idempotency suite runs against it
+    (``scripts/powertools_idempotency_suite.py``, docs/testing.md)."""
 
     def __init__(
-        self, *, table_name: str, boto3_client: Any, tracer: StepTracer = NO_TRACING
+        self,
+        table_name: str,
+        key_attr: str = "id",
+        static_pk_value: str | None = None,
+        sort_key_attr: str | None = None,
+        expiry_attr: str = "expiration",
+        in_progress_expiry_attr: str = "in_progress_expiration",
+        status_attr: str = "status",
+        data_attr: str = "data",
+        validation_key_attr: str = "validation",
+        boto_config: Config | None = None,
+        boto3_session: Any = None,
+        boto3_client: Any = None,
+        *,
+        tracer: StepTracer = NO_TRACING,
     ) -> None:
-        super().__init__(table_name=table_name, boto3_client=boto3_client)
+        """Every argument of Powertools' ``DynamoDBPersistenceLayer`` (3.37), in its order,
+        with its defaults: ``table_name`` is required; ``key_attr`` ``"id"``,
+        ``static_pk_value`` and ``sort_key_attr`` None, ``expiry_attr`` ``"expiration"``,
+        ``in_progress_expiry_attr`` ``"in_progress_expiration"``, ``status_attr``
+        ``"status"``, ``data_attr`` ``"data"``, ``validation_key_attr`` ``"validation"``,
+        ``boto_config``, ``boto3_session`` and ``boto3_client`` None (the client is then made
+        from the session or a new one, with ``boto_config``). Keyword-only beyond them:
+        ``tracer``, default no tracing, traces each store call (:mod:`.tracing`)."""
+        super().__init__(
+            table_name=table_name,
+            key_attr=key_attr,
+            static_pk_value=static_pk_value,
+            sort_key_attr=sort_key_attr,
+            expiry_attr=expiry_attr,
+            in_progress_expiry_attr=in_progress_expiry_attr,
+            status_attr=status_attr,
+            data_attr=data_attr,
+            validation_key_attr=validation_key_attr,
+            boto_config=boto_config,
+            boto3_session=boto3_session,
+            boto3_client=boto3_client,
+        )
         self._tracer = tracer
         # Locks this thread holds, by record id: an invocation runs on one thread, and two
         # threads of one process (the local run) can hold locks of one record in turn.

@@ -11,6 +11,7 @@ import pytest
 
 from constructs_lib.prospect_uploader.cli import main
 
+from .billing import assert_billed
 from .conftest import REPO
 
 HEADER = "email,first_name,last_name,company,title,country,notes\n"
@@ -24,6 +25,8 @@ JSON_KEYS = {
     "model_requests",
     "deliveries",
     "labels",
+    "model_transport_errors",
+    "overruns",
 }
 
 
@@ -65,7 +68,9 @@ def test_cli_subprocess_json_and_summary(cdk_out, tmp_path):
     document = json.loads(lines[-1])
     assert JSON_KEYS <= set(document)
     assert document["rows"] == 3 and document["valid"] == 2 and document["invalid"] == 1
-    assert document["classified"] == document["model_requests"] == 2
+    assert document["classified"] == 2
+    late = document["model_transport_errors"] + document["overruns"]
+    assert_billed(document["model_requests"], 2, late, "model_requests")
     assert document["deliveries"] == 4
     assert set(document["labels"]) == {"hot", "warm", "cold"}
     summary = "\n".join(lines[:-1])

@@ -15,6 +15,8 @@ from constructs_lib.prospect_uploader.local_run import (
     run_pipeline,
 )
 
+from .billing import assert_one_billed_request_per_row
+
 
 def _assert_invariants(result: RunResult) -> None:
     failing = [check for check in check_invariants(result) if not check.ok]
@@ -64,7 +66,7 @@ def test_throttles_alone_cost_no_request(cdk_out: Path, tmp_path):
         )
     )
     # THEN a throttle is not an attempt: still one billed request per row, none failed
+    # (exactly, unless a loaded machine timed a request out after the model counted it)
     _assert_invariants(result)
     assert result.throttles > 0 and result.kills == 0
-    assert result.failed == 0 and result.billed_requests == result.valid
-    assert result.max_requests_per_key == 1
+    assert_one_billed_request_per_row(result)

@@ -112,6 +112,18 @@ RUN_TIMEOUT_SECONDS = 300.0
 #: Paths run at once, each in its own process (see ``unused``): they mostly wait, so more
 #: than the machine's 2 cores; each run's CPU share stays far inside its bounds.
 PATH_PROCESSES = 4
+#: What every path imports, loaded once by the fork server its processes are forked from
+#: (about 4 s of CPU a process when each imported them itself).
+FORK_SERVER_PRELOAD = (
+    "constructs_lib.prospect_uploader.local_run.pipeline",
+    "constructs_lib.local_engine.engine",
+    "anthropic",
+    "aws_lambda_powertools.utilities.idempotency",
+    "boto3",
+    "moto",
+    *(f"moto.{service}.models" for service in ("dynamodb", "events", "iam", "s3", "sns", "sqs")),
+    "moto.secretsmanager.models",
+)
 #: The paths whose subscribers may not send to the buffer queues.
 UNREACHABLE = ("unreachable", "batch-unreachable")
 PATHS = ("clean", "refused", *PATH_OPTIONS)
@@ -487,12 +499,15 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
 def unused(cdk_out: Path, tmp_path_factory) -> dict[str, set[str]]:
     """Per function, the grants no path used.
 
-    Each path runs in a fresh (spawned) process of its own, :data:`PATH_PROCESSES` at a time:
-    a path spends most of its wall time waiting on its run's clock (about 30 s of CPU over
-    the ten paths against nearly 3 minutes of wall time one after another), and a process
-    of its own gives it a moto, a model and IAM hooks no other path touches. An assertion
-    failing in a path fails the fixture with that path's traceback."""
-    context = multiprocessing.get_context("spawn")
+    The paths run in :data:`PATH_PROCESSES` processes at a time: a path spends most of its
+    wall time waiting on its run's clock (about 30 s of CPU over the ten paths against nearly
+    3 minutes of wall time one after another), and a process gives it a moto, a model and
+    IAM hooks no other path touches at once. The processes are forked from a fork server
+    that imported this module and :data:`FORK_SERVER_PRELOAD` once (spawned, each imported
+    them again); the server forks from a single thread, never from this threaded test
+    process. An assertion failing in a path fails the fixture with that path's traceback."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, *FORK_SERVER_PRELOAD])
     with ProcessPoolExecutor(PATH_PROCESSES, mp_context=context) as pool:
         futures = [
             pool.submit(_unused, cdk_out, tmp_path_factory.mktemp(path), path) for path in PATHS

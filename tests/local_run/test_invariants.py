@@ -66,3 +66,25 @@ def test_without_faults_throttles_still_mean_one_request_per_row():
 def test_more_billed_requests_than_the_budgets_allow_fails():
     failing = _failing(_healthy(billed_requests=31))
     assert "billed <= MAX_ATTEMPTS x valid" in failing
+
+
+def test_late_attempts_are_the_only_extra_requests_allowed():
+    # GIVEN a run without faults in which two requests failed in transport after the model
+    # counted them (a loaded machine answers late): each was billed, and its retry too
+    calm = _healthy(
+        faults_enabled=False, classified=10, failed=0, dlq=0, model_requests=12, throttles=40
+    )
+    late = replace(calm, model_transport_errors=2)
+    # THEN the bounds that hold under any timing pass, and the exact checks are not made
+    assert _failing(late) == {}
+    assert {check.name for check in check_invariants(late)} >= {
+        "failed x MAX_ATTEMPTS <= late attempts",
+        "model_requests - rate_limited <= valid + late attempts",
+    }
+    # BUT a request beyond them is a broken key, and so is a row failed with attempts left
+    assert list(_failing(replace(late, model_requests=13))) == [
+        "model_requests - rate_limited <= valid + late attempts"
+    ]
+    failed = replace(late, classified=9, failed=1, dlq=1)
+    assert list(_failing(failed)) == ["failed x MAX_ATTEMPTS <= late attempts"]
+    assert _failing(replace(failed, model_transport_errors=2, overruns=1)) == {}

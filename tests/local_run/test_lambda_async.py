@@ -109,3 +109,36 @@ def test_input_transformer_renders_cdk_text_templates():
 
     event = {"detail": {"upload_id": 'a"b', "invalid": 3}}
     assert render_input(event, Target()) == 'Upload a"b had 3 invalid rows'
+
+
+def test_an_attempt_past_its_deadline_is_counted_as_an_overrun_pass_or_fail(world):
+    # GIVEN a context that reports 0.05 s, and handlers that sleep 0.1 s (longer on any
+    # machine: a load only stretches a sleep), one returning and one raising
+    import time
+
+    executor, scheduler, tracker = world
+    spec = FunctionSpec("Fn", "S/Fn/Resource", "m.handler", {}, retry_attempts=0)
+
+    def slow(event, context):
+        time.sleep(0.1)
+        if event.get("fail"):
+            raise RuntimeError("late and failed")
+
+    function = AsyncFunction(
+        spec,
+        slow,
+        function_identity("fn"),
+        executor=executor,
+        scheduler=scheduler,
+        tracker=tracker,
+        settings=AsyncSettings(seconds_per_minute=0.01, timeout_cap_seconds=0.05),
+        on_failure=None,
+    )
+    # WHEN both run THEN both are overruns (Lambda would have killed them), and a quick
+    # attempt is not
+    function.invoke({"fail": False})
+    function.invoke({"fail": True})
+    assert tracker.wait_idle(10)
+    assert function.stats.overruns == 2
+    function.count_overrun(function.context("quick"))
+    assert function.stats.overruns == 2

@@ -151,3 +151,25 @@ def test_the_record_key_follows_the_model_steps_key():
     # A batch of several records, or no detail, has no single key
     two = {"Records": _sqs_event({})["Records"] * 2}
     assert record_key_of(two, KEY) is None and record_key_of({"x": 1}, KEY) is None
+
+
+def test_an_answer_cut_while_its_body_streams_is_a_transport_error_counted_once():
+    # GIVEN a model whose first answer's body arrives in pieces 1 s apart, and a client that
+    # waits at most 0.3 s for a read (as the model call's deadline cuts a late answer)
+    from constructs_lib.testing import FakeMessagesAPI, Reply
+
+    with (
+        FakeMessagesAPI([Reply(chunks=3, chunk_delay=1.0), 200]) as api,
+        ModelRequests().installed() as requests,
+    ):
+        client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
+        ask = {"model": "claude-haiku-5-5", "max_tokens": 8, "messages": [{"role": "user"}]}
+        ask["messages"][0]["content"] = "row one"
+        with requests.for_key("row 1"):
+            # WHEN the first answer is cut after its headers, and the retry is answered whole
+            with pytest.raises(anthropic.APITimeoutError):
+                client.messages.create(**ask, timeout=0.3)
+            client.messages.create(**ask, timeout=5.0)
+    # THEN both were billed to the key, and the cut one alone counts as failed in transport
+    assert requests.billed == {"row 1": 2} and requests.statuses == {"200": 2}
+    assert requests.transport_errors == 1

@@ -197,14 +197,15 @@ def test_a_50_mib_file_of_newlines_is_rejected_as_too_many_blank_lines_within_a_
     event = aws.put_csv("newlines.csv", "\n" * (50 * 1024 * 1024))
 
     # WHEN the splitter handles it
-    started = time.perf_counter()
+    started = time.process_time()
     result = handler(event, lambda_context)
-    seconds = time.perf_counter() - started
+    seconds = time.process_time() - started
 
-    # THEN it is a recorded rejection with its own code, decided within a second
+    # THEN it is a recorded rejection with its own code, decided within a second of CPU (this
+    # process's own, which no other load on the machine stretches)
     item = _assert_rejected(aws, result, "TooManyBlankLines")
     assert f"more than {MAX_BLANK_LINES} blank lines" in item["reason"]
-    assert seconds < 1.0, f"took {seconds:.2f} s"
+    assert seconds < 1.0, f"took {seconds:.2f} CPU seconds"
 
 
 def test_blank_lines_within_the_budget_are_skipped_and_numbered_nowhere(aws, lambda_context):

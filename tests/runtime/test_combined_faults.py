@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 import unicodedata
 from collections.abc import Iterator
 
@@ -265,13 +264,11 @@ def test_5_a_slow_chunked_answer_ends_at_the_total_deadline(
     step = make_step(on_outcome=outcomes)
     step.handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())  # warm: SDK loaded
 
-    started = time.monotonic()
     with pytest.raises(Exception, match="timed out"):
         step.handle(make_event(), FakeLambdaContext())
-    elapsed = time.monotonic() - started
 
-    # Cut at the deadline (1 s), far from the answer's 4.5 s, whatever the machine's load.
-    assert elapsed < 3.0, f"the request ran {elapsed:.2f} s against a 1 s deadline"
+    # Cut by the total deadline, whatever the machine's load: no read ever waited the 1 s
+    # per-read timeout, so only the total deadline could stop the answer (its own code).
     assert outcomes.seen[-1][1]["error_code"] == "ModelDeadlineExceeded"
     budget = [b for b in model_env.budgets().values() if "last_error" in b][0]
     assert budget["attempts"]["N"] == "1"  # it was billed: the attempt stays spent
@@ -281,15 +278,15 @@ def test_5_the_deadline_ends_before_the_lambda_deadline_minus_the_margin(
     make_step, fake_api, monkeypatch
 ):
     monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "60")
-    fake_api.script = [200, Reply(chunks=12, chunk_delay=0.5)]
+    # Six pieces 0.5 s apart: the answer takes at least 2.5 s on any machine (a load only
+    # stretches it), longer than the 1.5 s deadline and shorter than the 4.5 s Lambda
+    # deadline. A deadline without the 3 s margin would let it finish: no wall clock needed.
+    fake_api.script = [200, Reply(chunks=6, chunk_delay=0.5)]
     step = make_step()
     step.handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())  # warm: SDK loaded
 
-    started = time.monotonic()
     with pytest.raises(Exception, match="timed out"):
         step.handle(make_event(), FakeLambdaContext(remaining_millis=4_500))  # 4.5 - 3 s
-    # Cut at 1.5 s (the Lambda deadline minus the 3 s margin), far from the answer's 5.5 s.
-    assert time.monotonic() - started < 3.5
 
 
 # -- 6. A parsed value the store cannot serialise is a stored InvalidAnswer --------------------

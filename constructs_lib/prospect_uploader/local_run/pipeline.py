@@ -401,6 +401,8 @@ class LocalPipeline:
         result.run_timeout_s = round(engine.settings.run_timeout_seconds, 1)
         requests = engine.model_requests
         result.billed_requests = sum(requests.billed.values())
+        result.model_transport_errors = requests.transport_errors
+        result.overruns = sum(stats[step.display_name]["overruns"] for step in steps)
         result.max_requests_per_key = requests.max_billed_per_key
         result.model_answer_ms = requests.answer_ms()
         result.kills = engine.faults.kills

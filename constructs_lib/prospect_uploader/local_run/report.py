@@ -38,6 +38,9 @@ JSON_FIELDS = {
     "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
     "denied": "of those, denied (the handler got AccessDenied)",
     "billed_requests": "model requests billed (all but 401, 429 and 529 answers)",
+    "model_transport_errors": "of those, requests that failed in transport after they were "
+    "sent (timed out client-side, connection lost, answer cut by the deadline): billed, retried",
+    "overruns": "model-step attempts that ended past their Lambda deadline (a loaded machine)",
     "max_requests_per_key": "the most billed requests one record key got (<= max_attempts)",
     "max_attempts": "the step's attempt budget per key (MAX_ATTEMPTS in the template)",
     "kills": "invocations killed after their model request was sent, or partway through "
@@ -94,6 +97,8 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "aws_calls": result.aws_calls,
         "denied": result.denied,
         "billed_requests": result.billed_requests,
+        "model_transport_errors": result.model_transport_errors,
+        "overruns": result.overruns,
         "max_requests_per_key": result.max_requests_per_key,
         "max_attempts": result.max_attempts,
         "kills": result.kills,

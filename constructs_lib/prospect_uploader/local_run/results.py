@@ -49,6 +49,15 @@ class RunResult:
     retry_attempts: int = 0  # the step's attempt budget (MAX_ATTEMPTS) minus one
     # Billed model requests (not 401/429/529) per record key, counted where they are sent.
     billed_requests: int = 0
+    # Of those, requests that failed in transport after they were sent (a client-side
+    # timeout, a lost connection, an answer cut by the call's deadline): billed, since the
+    # model may have done the work, and retried. Timing alone can add them (a loaded
+    # machine answers late).
+    model_transport_errors: int = 0
+    # Model-step attempts that ended past their Lambda deadline: Lambda would have killed
+    # them, and a copy may have taken their expired lock and billed again. Never injected:
+    # a loaded machine's.
+    overruns: int = 0
     max_requests_per_key: int = 0
     model_answer_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, max
     # Lambda faults injected (--kill-rate, --throttle-rate) and what SQS did about them.
@@ -100,6 +109,12 @@ class RunResult:
     batch_results: dict[str, int] = field(default_factory=dict)  # by result type
     # Kills around a batch create (--batch-create-kill-rate), by kill point.
     batch_create_kills: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def late_attempts(self) -> int:
+        """Attempts that only the machine's speed ended early (requests that failed in
+        transport, attempts past their deadline): each may add one billed request."""
+        return self.model_transport_errors + self.overruns
 
     @property
     def max_attempts(self) -> int:
