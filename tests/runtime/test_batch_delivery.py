@@ -379,12 +379,11 @@ def test_a_request_the_create_rejects_is_isolated_and_dead_lettered(
     poisoned = custom_id_for(step, events[2])
     real_create = fake_api.batches.create
 
-    def create(raw: bytes):
+    def create(raw: bytes, workspace: str):
         if poisoned.encode() in raw:
-            with fake_api.batches._lock:
-                fake_api.batches.create_calls += 1
+            fake_api.batches.fault("create")  # counted as a create call
             return 400, None, CreateFault(status=400)
-        return real_create(raw)
+        return real_create(raw, workspace)
 
     fake_api.batches.create = create
 
