@@ -9,10 +9,10 @@ released). ``hand_off`` is the DLQ send, under a record of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import buffer_queue, clock
-from .batch import StagedDeadLetter
+from .batch_staging import StagedDeadLetter
 from .budget import AttemptBudget, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
@@ -24,10 +24,8 @@ from .errors import (
 )
 from .model_call import error_code
 from .outcome import DeadLetteredResult, StepResult, as_provider
+from .step_parts import StepParts
 from .tracing import MODEL_CALL
-
-if TYPE_CHECKING:
-    from .components import StepComponents
 
 #: Times a row that the buffer queue gave up on is put back while its key has budget left.
 REDRIVE_REQUEUES = 2
@@ -36,7 +34,7 @@ REDRIVE_REQUEUES = 2
 class UnitOfWork:
     """The step's work inside the idempotency records (one per container)."""
 
-    def __init__(self, parts: StepComponents) -> None:
+    def __init__(self, parts: StepParts) -> None:
         self._parts = parts
 
     def complete(self, *, request: dict[str, Any], delivery: Delivery) -> StepResult:
