@@ -39,7 +39,7 @@ from .batch_ledger import BatchLedger
 from .batch_limits import create_bytes_limit, out_of_time
 from .batch_results import Tally
 from .batch_staging import BatchStaging, Staged, StagedDeadLetter, StagedRow
-from .batch_store import BATCH_RETENTION_SECONDS, BatchStore, Item, number, submission_made_at, text
+from .batch_store import BatchStore, Item, number, submission_made_at, text
 from .batch_submit import BatchSubmitter
 from .batch_table import flag, strings
 from .client import ModelClientProvider
@@ -82,7 +82,11 @@ class BatchDelivery:
         settings = parts.settings
         dynamodb = parts.boto3_client("dynamodb")
         table, prefix = settings.idempotency_table_name, settings.record_prefix
-        lifetime = settings.expires_after_seconds + BATCH_RETENTION_SECONDS
+        # Every batch item lives the key's memory lifetime after its last write: the runtime
+        # refuses one shorter than MAX_EVENT_AGE_SECONDS plus a batch's whole hold
+        # (model_step.lifetime.BATCH_HORIZON_SECONDS), so a row outlives every batch that can
+        # still answer it.
+        lifetime = settings.expires_after_seconds
         self.store = BatchStore(dynamodb, table, prefix, lifetime)
         self.ledger = BatchLedger(dynamodb, table, prefix, lifetime)
         self.provider = AnthropicBatches(
@@ -129,7 +133,7 @@ class BatchDelivery:
             opened = [(sid, self.store.submission(sid)) for sid in self.store.open_submissions()]
             oldest = self._oldest_open(opened)
             waiting = self._settle_each(opened, context, answer_row, tally, summary)
-            self._housekeeping(context, tally, answer_row)
+            self._isolated_housekeeping(context, tally, answer_row)
             if not out_of_time(context):
                 summary["submitted"] = self.submitter.submit_pending(waiting, context, answer_row)
             summary["open"] = len(self.store.open_submissions())
@@ -188,6 +192,9 @@ class BatchDelivery:
         state = text(item, "state")
         if state == "creating":
             started = number(item, "started_at") or clock.now()
+            if clock.now() - started >= batch_limits.LOST_OPEN_SECONDS:
+                self.collector.lose_uncertain(submission, item, context, answer_row, tally)
+                return 0
             if clock.now() - started < batch_limits.RECONCILE_AFTER_SECONDS:
                 return 0
             self.submitter.reconcile(submission, item, context, answer_row)
@@ -198,15 +205,18 @@ class BatchDelivery:
             self.submitter.rehome(submission, item)
         return 0
 
-    def _housekeeping(self, context: Any, tally: Tally, answer_row: AnswerRow) -> None:
-        """Deletes that failed before, and lost batches looked at again, each isolated."""
-        steps: list[Callable[[], None]] = [
-            lambda: self.collector.delete_collected(context, tally),
-            lambda: self.collector.poll_late(context, answer_row, tally),
+    def _isolated_housekeeping(self, context: Any, tally: Tally, answer_row: AnswerRow) -> None:
+        """Deletes that failed before, and lost batches looked at again, each isolated: one
+        that fails is logged, and the next tick tries again."""
+        steps: list[Callable[[list[str], list[str]], None]] = [
+            lambda deleting, late: self.collector.delete_collected(deleting, context, tally),
+            lambda deleting, late: self.collector.poll_late(late, context, answer_row, tally),
         ]
+        lists: tuple[list[str], list[str]] | None = None
         for step in steps:
             try:
-                step()
+                lists = lists or self.ledger.ledger()
+                step(*lists)
             except Exception as exc:
                 self._parts.logger.exception(
                     "batch housekeeping failed; the next tick tries again",
@@ -225,6 +235,8 @@ class BatchDelivery:
             state = text(item, "state")
             if state == "creating":
                 oldest = max(oldest, now - (number(item, "started_at") or now))
+            if state == "pending":  # creates refused since then (a key problem, say)
+                oldest = max(oldest, now - (number(item, "refused_since") or now))
             if state != "created":
                 continue
             for batch_id in strings(item, "batch_ids"):

@@ -65,19 +65,36 @@ class BatchCollector:
             record = self._ledger.batch(batch_id) or {}
             if flag(record, "collected"):
                 continue
-            if (number(record, "retry_at") or 0.0) > clock.now():
-                all_done = False  # its own schedule: tried again later
-                continue
-            try:
-                done = self._collect_batch(
-                    batch_id, record, submission, item, context, answer_row, tally
-                )
-            except BatchCallFailed as failure:
-                self._failed(batch_id, failure, tally)
-                done = False
-            all_done = all_done and done
+            done = self._collect_one(batch_id, record, submission, item, context, answer_row, tally)
+            all_done = done and all_done
         if all_done and not batch_limits.out_of_time(context):
             self._resubmit_leftovers(submission, item, context, answer_row)
+
+    def _collect_one(
+        self,
+        batch_id: str,
+        record: Item,
+        submission: str,
+        item: Item,
+        context: Any,
+        answer_row: AnswerRow,
+        tally: Tally,
+    ) -> bool:
+        """One uncollected batch, on its own schedule: True once it is done with."""
+        created = number(record, "created_at") or clock.now()
+        if clock.now() - created >= batch_limits.LOST_OPEN_SECONDS:
+            # Not collected in its time, whatever the reason (open, canceled and never
+            # ended, unknown, failing): decided from the stored time, no call needed.
+            return self._lose(batch_id, record, submission, item, context, answer_row, tally)
+        if (number(record, "retry_at") or 0.0) > clock.now():
+            return False  # tried again later
+        try:
+            return self._collect_batch(
+                batch_id, record, submission, item, context, answer_row, tally
+            )
+        except BatchCallFailed as failure:
+            self._failed(batch_id, failure, tally)
+            return False
 
     def _collect_batch(
         self,
@@ -103,8 +120,6 @@ class BatchCollector:
         self._ledger.note_seen(record, batch_id)
         if status.phase != "ended":
             age = clock.now() - status.created_at
-            if age >= batch_limits.LOST_OPEN_SECONDS:
-                return self._lose(batch_id, record, submission, item, context, answer_row, tally)
             if age >= batch_limits.CANCEL_AFTER_SECONDS and status.phase == "open":
                 self._cancel_stuck(batch_id, record)
             return False
@@ -160,6 +175,39 @@ class BatchCollector:
         """The batch is lost: each row it holds uses its claim (resubmitted, or a dead
         letter ``BatchLost``); then it is marked lost. A row that fails keeps the batch as
         it is, and the next tick tries again (rows done already are skipped)."""
+        if not self._lose_rows(submission, item, batch_id, context, answer_row):
+            return False
+        self._ledger.lose(batch_id, number(record, "created_at") or clock.now())
+        tally.lost += 1
+        self._parts.logger.warning("batch lost: its rows went back", extra={"batch_id": batch_id})
+        return True
+
+    def lose_uncertain(
+        self, submission: str, item: Item, context: Any, answer_row: AnswerRow, tally: Tally
+    ) -> None:
+        """An uncertain create that no reconciliation settled in
+        :data:`~.batch_limits.LOST_OPEN_SECONDS` (the provider's list keeps failing): its
+        rows are settled as a lost batch's, then the submission is collected with no batch,
+        so they go again."""
+        if not self._lose_rows(submission, item, None, context, answer_row):
+            return
+        if self._store.transition(submission, "creating", "created", batch_ids=[]):
+            tally.lost += 1
+            self._parts.logger.warning(
+                "uncertain batch create lost: its rows went back",
+                extra={"submission": submission},
+            )
+
+    def _lose_rows(
+        self,
+        submission: str,
+        item: Item,
+        batch_id: str | None,
+        context: Any,
+        answer_row: AnswerRow,
+    ) -> bool:
+        """Each waiting row of the submission whose claim is unused uses it as a lost
+        batch's (:func:`.batch_answer.answer`); False when one of them failed."""
         done = True
         for custom_id, row in self._store.rows(self._store.custom_ids(submission, item)):
             if text(row, "state") != "staged" or text(row, "submission") != submission:
@@ -176,18 +224,12 @@ class BatchCollector:
                     extra={"batch_id": batch_id, "error_type": error_code(exc)},
                 )
                 done = False
-        if not done:
-            return False
-        self._ledger.lose(batch_id, number(record, "created_at") or clock.now())
-        tally.lost += 1
-        self._parts.logger.warning("batch lost: its rows went back", extra={"batch_id": batch_id})
-        return True
+        return done
 
-    def poll_late(self, context: Any, answer_row: AnswerRow, tally: Tally) -> None:
+    def poll_late(self, late: list[str], context: Any, answer_row: AnswerRow, tally: Tally) -> None:
         """Look at each lost batch again: once it has ended, its billed answers are stored
         (where their rows still wait), and it is deleted; given up once its results would
         be archived."""
-        _deleting, late = self._ledger.ledger()
         for batch_id in late:
             if batch_limits.out_of_time(context):
                 return
@@ -228,10 +270,9 @@ class BatchCollector:
         self._ledger.deleted(batch_id)
         tally.deleted += 1
 
-    def delete_collected(self, context: Any, tally: Tally) -> None:
+    def delete_collected(self, deleting: list[str], context: Any, tally: Tally) -> None:
         """Delete the collected batches whose delete failed before (until their results
         would be archived at the provider anyway)."""
-        deleting, _late = self._ledger.ledger()
         for batch_id in deleting:
             if batch_limits.out_of_time(context):
                 return

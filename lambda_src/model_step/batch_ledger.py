@@ -95,9 +95,14 @@ class BatchLedger(TableItems):
         return retry_at
 
     def defer(self, batch_id: str, until: float) -> None:
-        """Look at the batch again no sooner than ``until``."""
-        self._update(
-            self._key(BATCH, batch_id), "SET retry_at = :at", {":at": {"N": f"{until:.3f}"}}
+        """Look at the batch again no sooner than ``until`` (its lifetime unchanged: a lost
+        batch's is set by :meth:`lose`)."""
+        self._client.update_item(
+            TableName=self._table,
+            Key=self._key(BATCH, batch_id),
+            UpdateExpression="SET retry_at = :at",
+            ConditionExpression="attribute_exists(id)",
+            ExpressionAttributeValues={":at": {"N": f"{until:.3f}"}},
         )
 
     def note_missing(self, batch_id: str) -> float:
@@ -123,7 +128,7 @@ class BatchLedger(TableItems):
     def lose(self, batch_id: str, created_at: float) -> None:
         """The batch is lost: done for its submission, and listed as late (looked at until
         its results would be archived, so the item is kept that long)."""
-        keep = created_at + batch_limits.RESULTS_KEPT_SECONDS + batch_limits.LATE_POLL_SECONDS
+        keep = created_at + batch_limits.RESULTS_KEPT_SECONDS
         self._client.update_item(
             TableName=self._table,
             Key=self._key(BATCH, batch_id),

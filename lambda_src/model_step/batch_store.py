@@ -46,8 +46,6 @@ from .batch_table import (
 
 __all__ = ["BatchStore", "Item", "custom_id_of", "number", "submission_made_at", "text"]
 
-#: Extra lifetime of the batch items over the key's memory: a batch's 24 h plus a day.
-BATCH_RETENTION_SECONDS = 2 * 86_400
 ROW = "#batch-row#"
 SUBMISSION = "#batch-submission#"
 INDEX = "#batch-index"

@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from . import batch_limits, clock
-from .batch_answer import AnswerRow, BatchAnswer
+from .batch_answer import RATE_LIMIT_EXHAUSTED, AnswerRow, BatchAnswer
 from .batch_ledger import BatchLedger
 from .batch_provider import BatchProvider, CreateRefused, CreateUncertain
 from .batch_staging import StagedRow, Staging
@@ -118,13 +118,15 @@ class BatchSubmitter:
             submission, "pending", "creating", started_at=clock.now(), sent_count=len(requests)
         ):
             return  # another invocation is sending it
-        self._create(submission, requests, events, context, answer_row)
+        refused_since = number(item, "refused_since")
+        self._create(submission, requests, events, refused_since, context, answer_row)
 
     def _create(
         self,
         submission: str,
         requests: list[Request],
         events: dict[str, str],
+        refused_since: float | None,
         context: Any,
         answer_row: AnswerRow,
     ) -> None:
@@ -140,8 +142,7 @@ class BatchSubmitter:
             )
             return
         except CreateRefused as refused:
-            self._refused(submission, [custom_id for custom_id, _ in requests], refused)
-            self._answer_refused(submission, events, refused, context, answer_row)
+            self._refused(submission, events, refused, refused_since, context, answer_row)
             return
         self._ledger.record_batch(batch_id, submission, created_at)
         self._store.transition(submission, "creating", "created", batch_ids=[batch_id])
@@ -159,43 +160,47 @@ class BatchSubmitter:
             requests.append((custom_id, record))
         return requests, events
 
-    def _refused(self, submission: str, sent_ids: list[str], exc: CreateRefused) -> None:
-        """A create the provider refused: wait, or split the requests it refused."""
-        self._parts.logger.warning(
-            "batch create refused",
-            extra={"submission": submission, "status": exc.status, "error_type": exc.code},
-        )
-        if not exc.rows_at_fault:
-            # A rate limit, a key or a permission problem: nothing was created, try later.
-            self._store.transition(
-                submission, "creating", "pending", not_before=clock.now() + exc.retry_after
-            )
-        elif len(sent_ids) > 1:
-            self._split(submission, sent_ids, "creating")
-
-    def _answer_refused(
+    def _refused(
         self,
         submission: str,
         events: dict[str, str],
         exc: CreateRefused,
+        refused_since: float | None,
         context: Any,
         answer_row: AnswerRow,
     ) -> None:
-        """The one row a create refused: its dead letter, as a realtime 400."""
-        if not exc.rows_at_fault or len(events) != 1:
-            return
-        [(custom_id, event_json)] = events.items()
-        answer_row(
-            json.loads(event_json),
-            BatchAnswer(
-                kind="rejected",
-                error_type=exc.code,
-                error_message=f"the batch create refused the request: {exc.status}",
-                request_id=exc.request_id,
-            ),
-            context,
+        """A create the provider refused (nothing was created): split the requests it
+        refused down to the one row, which is dead-lettered; or wait, and once creates
+        have been refused for ``MAX_EVENT_AGE_SECONDS`` dead-letter every row with the
+        refusal's code, as realtime ends a key it cannot send."""
+        self._parts.logger.warning(
+            "batch create refused",
+            extra={"submission": submission, "status": exc.status, "error_type": exc.code},
         )
-        self._store.mark_answered(custom_id)
+        now = clock.now()
+        if exc.rows_at_fault and len(events) > 1:
+            self._split(submission, list(events), "creating")
+            return
+        since = refused_since or now
+        if not exc.rows_at_fault and now - since < self._parts.settings.max_event_age_seconds:
+            self._store.transition(
+                submission,
+                "creating",
+                "pending",
+                not_before=now + exc.retry_after,
+                refused_since=since,
+            )
+            return
+        code = RATE_LIMIT_EXHAUSTED if exc.status == 429 else exc.code
+        rejected = BatchAnswer(
+            kind="rejected",
+            error_type=code,
+            error_message=f"the batch create refused the request: {exc.status}",
+            request_id=exc.request_id,
+        )
+        for custom_id, event_json in events.items():
+            answer_row(json.loads(event_json), rejected, context)
+            self._store.mark_answered(custom_id)
         if self._store.transition(submission, "creating", "done"):
             self._store.close_submission(submission)
 
