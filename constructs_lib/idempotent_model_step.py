@@ -1365,9 +1365,31 @@ class IdempotentModelStep(Construct):
             "the schedule tick is not collecting it. Check the BatchTickRule and the "
             "function's errors; the rows wait in the idempotency table.",
         )
-        if props.alarm_topic is not None:
-            alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
-        self.alarms.append(alarm)
+        lost = threshold_alarm(
+            self,
+            "BatchLostAlarm",
+            self.metric_batches_lost(),
+            1,
+            "A Message Batch of the model step was lost: the API did not know it for 6 h, or "
+            "it was not collected 36 h after its creation. Its rows went back within their "
+            "budget or were dead-lettered BatchLost; its billed answers are still stored if "
+            "it comes back. Check who deletes batches or moved the API key's Workspace.",
+        )
+        for raised in (alarm, lost):
+            if props.alarm_topic is not None:
+                raised.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
+            self.alarms.append(raised)
+
+    def metric_batches_lost(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Message Batches the step declared lost (count, Sum, 5 minutes), emitted by every
+        schedule tick (batch delivery only)."""
+        return cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name="BatchesLost",
+            dimensions_map={"service": self.node.path},
+            statistic="Sum",
+            period=period or Duration.minutes(5),
+        )
 
     def metric_oldest_open_batch_age(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Age of the step's oldest open Message Batch or uncertain create (seconds,

@@ -207,6 +207,8 @@ class MessageBatchStore:
         self.faults: dict[str, list[int | str]] = {name: [] for name in OPERATIONS}
         #: Asked for a fault on every call after :attr:`faults` (None: no fault).
         self.fault_hook: FaultHook | None = None
+        #: Called with each batch just created (a local run's injected faults).
+        self.on_created: Callable[[StoredBatch], None] | None = None
         #: A batch not ended this long after creation ends with every unfinished request
         #: ``expired`` (the API's 24 h); a test may raise it to imitate a batch stuck open.
         self.lifetime_seconds: float = BATCH_LIFETIME_SECONDS
@@ -395,6 +397,8 @@ class MessageBatchStore:
             )
             batch.schedule(self.seed)
             self.batches[batch_id] = batch
+        if self.on_created is not None:
+            self.on_created(batch)
         if fault == "disconnect_after_create":
             return 0, None, CreateFault(close=True)
         if fault == "error_after_create":
