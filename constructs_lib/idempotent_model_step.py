@@ -1246,12 +1246,14 @@ class IdempotentModelStep(Construct):
             bus.event_bus_arn, subscriber.attr_subscriber_arn, name, period
         )
 
-    def _runtime_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
+    def _runtime_metric(
+        self, name: str, period: Duration | None, statistic: str = "Sum"
+    ) -> cloudwatch.Metric:
         return cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
             metric_name=name,
             dimensions_map={"service": self.node.path},
-            statistic="Sum",
+            statistic=statistic,
             period=period or Duration.minutes(5),
         )
 
@@ -1383,24 +1385,12 @@ class IdempotentModelStep(Construct):
     def metric_batches_lost(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Message Batches the step declared lost (count, Sum, 5 minutes), emitted by every
         schedule tick (batch delivery only)."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name="BatchesLost",
-            dimensions_map={"service": self.node.path},
-            statistic="Sum",
-            period=period or Duration.minutes(5),
-        )
+        return self._runtime_metric("BatchesLost", period)
 
     def metric_oldest_open_batch_age(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Age of the step's oldest open Message Batch or uncertain create (seconds,
         Maximum, 5 minutes), emitted by every schedule tick (batch delivery only)."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name="OldestOpenBatchAgeSeconds",
-            dimensions_map={"service": self.node.path},
-            statistic="Maximum",
-            period=period or Duration.minutes(5),
-        )
+        return self._runtime_metric("OldestOpenBatchAgeSeconds", period, "Maximum")
 
 
 #: Message Batches delivery (issue 19): the open-batch alarm's threshold, the API's 24 h.

@@ -203,6 +203,29 @@ class MessageBatchStore:
         self.max_bytes = max_bytes
         self.answer_once = answer_once
         self.seed = seed
+        self._documented_behaviour()
+        #: Close the results stream after this many lines (once). Default None.
+        self.results_drop_after: int | None = None
+        #: Every batch, by id, in creation order (deleted ones too, marked).
+        self.batches: dict[str, StoredBatch] = {}
+        #: Calls received per operation (whatever their answer).
+        self.calls: Counter[str] = Counter()
+        #: Billed requests (succeeded results), in total and per custom_id.
+        self.billed = 0
+        self.billed_by_custom_id: Counter[str] = Counter()
+        #: Results by type, over every finished request.
+        self.result_counts: Counter[str] = Counter()
+        self._lock = threading.RLock()
+        self._answer_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        #: Distinct ``system`` values of the requests held: a batch's requests share one
+        #: system prompt, kept once instead of once a request (10,000 copies of a 24 KB
+        #: prompt are 240 MB).
+        self._systems: list[Any] = []
+
+    def _documented_behaviour(self) -> None:
+        """The knobs of the API's documented behaviour and of the injected faults, each at
+        its default (change them on a store to script a test)."""
         #: Faults of the next calls of each operation, consumed in order.
         self.faults: dict[str, list[int | str]] = {name: [] for name in OPERATIONS}
         #: Asked for a fault on every call after :attr:`faults` (None: no fault).
@@ -227,24 +250,6 @@ class MessageBatchStore:
         self.workspaces: dict[str, str] = {}
         #: API keys answered 401 (a rotated or revoked key).
         self.revoked_keys: set[str] = set()
-        #: Close the results stream after this many lines (once). Default None.
-        self.results_drop_after: int | None = None
-        #: Every batch, by id, in creation order (deleted ones too, marked).
-        self.batches: dict[str, StoredBatch] = {}
-        #: Calls received per operation (whatever their answer).
-        self.calls: Counter[str] = Counter()
-        #: Billed requests (succeeded results), in total and per custom_id.
-        self.billed = 0
-        self.billed_by_custom_id: Counter[str] = Counter()
-        #: Results by type, over every finished request.
-        self.result_counts: Counter[str] = Counter()
-        self._lock = threading.RLock()
-        self._answer_lock = threading.Lock()
-        self._ids = itertools.count(1)
-        #: Distinct ``system`` values of the requests held: a batch's requests share one
-        #: system prompt, kept once instead of once a request (10,000 copies of a 24 KB
-        #: prompt are 240 MB).
-        self._systems: list[Any] = []
 
     # -- compatibility ---------------------------------------------------------------------
     @property

@@ -27,6 +27,7 @@ others claiming one (:func:`.batch_answer.answer`, ``resubmit``).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from . import batch_limits, clock
@@ -38,6 +39,19 @@ from .batch_store import BatchStore, Item, number, text
 from .batch_table import flag, strings
 from .model_call import error_code
 from .step_parts import StepParts
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One tick's look at one batch of one created submission."""
+
+    batch_id: str
+    record: Item
+    submission: str
+    item: Item
+    context: Any
+    answer_row: AnswerRow
+    tally: Tally
 
 
 class BatchCollector:
@@ -65,48 +79,29 @@ class BatchCollector:
             record = self._ledger.batch(batch_id) or {}
             if flag(record, "collected"):
                 continue
-            done = self._collect_one(batch_id, record, submission, item, context, answer_row, tally)
-            all_done = done and all_done
+            visit = Visit(batch_id, record, submission, item, context, answer_row, tally)
+            all_done = self._collect_one(visit) and all_done
         if all_done and not batch_limits.out_of_time(context):
             self._resubmit_leftovers(submission, item, context, answer_row)
 
-    def _collect_one(
-        self,
-        batch_id: str,
-        record: Item,
-        submission: str,
-        item: Item,
-        context: Any,
-        answer_row: AnswerRow,
-        tally: Tally,
-    ) -> bool:
+    def _collect_one(self, visit: Visit) -> bool:
         """One uncollected batch, on its own schedule: True once it is done with."""
-        created = number(record, "created_at") or clock.now()
+        created = number(visit.record, "created_at") or clock.now()
         if clock.now() - created >= batch_limits.LOST_OPEN_SECONDS:
             # Not collected in its time, whatever the reason (open, canceled and never
             # ended, unknown, failing): decided from the stored time, no call needed.
-            return self._lose(batch_id, record, submission, item, context, answer_row, tally)
-        if (number(record, "retry_at") or 0.0) > clock.now():
+            return self._lose(visit)
+        if (number(visit.record, "retry_at") or 0.0) > clock.now():
             return False  # tried again later
         try:
-            return self._collect_batch(
-                batch_id, record, submission, item, context, answer_row, tally
-            )
+            return self._collect_batch(visit)
         except BatchCallFailed as failure:
-            self._failed(batch_id, failure, tally)
+            self._failed(visit.batch_id, failure, visit.tally)
             return False
 
-    def _collect_batch(
-        self,
-        batch_id: str,
-        record: Item,
-        submission: str,
-        item: Item,
-        context: Any,
-        answer_row: AnswerRow,
-        tally: Tally,
-    ) -> bool:
+    def _collect_batch(self, visit: Visit) -> bool:
         """One batch: True once it is collected (or lost), False while it is open."""
+        batch_id, record = visit.batch_id, visit.record
         try:
             status = self._provider.status(batch_id)
         except BatchCallFailed as failure:
@@ -116,24 +111,27 @@ class BatchCollector:
             self._parts.logger.warning("batch not found", extra={"batch_id": batch_id})
             if clock.now() - since < batch_limits.LOST_UNKNOWN_SECONDS:
                 return False
-            return self._lose(batch_id, record, submission, item, context, answer_row, tally)
+            return self._lose(visit)
         self._ledger.note_seen(record, batch_id)
         if status.phase != "ended":
             age = clock.now() - status.created_at
             if age >= batch_limits.CANCEL_AFTER_SECONDS and status.phase == "open":
                 self._cancel_stuck(batch_id, record)
             return False
-        adopted = self._ledger.adopted(record)
-        owners = {submission, *strings(record, "submissions")}
-        members = set(self._store.custom_ids(submission, item)) if adopted else None
-        finished, foreign = self._reader.read(batch_id, owners, members, context, answer_row, tally)
+        owners = {visit.submission, *strings(record, "submissions")}
+        members = None
+        if self._ledger.adopted(record):
+            members = set(self._store.custom_ids(visit.submission, visit.item))
+        finished, foreign = self._reader.read(
+            batch_id, owners, members, visit.context, visit.answer_row, visit.tally
+        )
         if not finished:
             return False
         self._ledger.collected(batch_id, delete=not foreign)
-        tally.collected += 1
+        visit.tally.collected += 1
         self._parts.logger.info("batch collected", extra={"batch_id": batch_id})
         if not foreign:
-            self.delete(batch_id, tally)
+            self.delete(batch_id, visit.tally)
         return True
 
     def _cancel_stuck(self, batch_id: str, record: Item) -> None:
@@ -162,23 +160,17 @@ class BatchCollector:
         )
 
     # -- results ---------------------------------------------------------------------------
-    def _lose(
-        self,
-        batch_id: str,
-        record: Item,
-        submission: str,
-        item: Item,
-        context: Any,
-        answer_row: AnswerRow,
-        tally: Tally,
-    ) -> bool:
+    def _lose(self, visit: Visit) -> bool:
         """The batch is lost: each row it holds uses its claim (resubmitted, or a dead
         letter ``BatchLost``); then it is marked lost. A row that fails keeps the batch as
         it is, and the next tick tries again (rows done already are skipped)."""
-        if not self._lose_rows(submission, item, batch_id, context, answer_row):
+        batch_id = visit.batch_id
+        if not self._lose_rows(
+            visit.submission, visit.item, batch_id, visit.context, visit.answer_row
+        ):
             return False
-        self._ledger.lose(batch_id, number(record, "created_at") or clock.now())
-        tally.lost += 1
+        self._ledger.lose(batch_id, number(visit.record, "created_at") or clock.now())
+        visit.tally.lost += 1
         self._parts.logger.warning("batch lost: its rows went back", extra={"batch_id": batch_id})
         return True
 

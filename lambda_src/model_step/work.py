@@ -13,6 +13,7 @@ from typing import Any
 
 from . import buffer_queue, clock
 from .batch_staging import StagedDeadLetter
+from .batch_staging import exhausted as _exhausted
 from .budget import AttemptBudget, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
@@ -232,12 +233,3 @@ class UnitOfWork:
         handed_off = DeadLetteredResult(**result)
         handed_off["dead_letter_message_id"] = sent["dead_letter_message_id"]
         return handed_off
-
-
-def _exhausted(claim: Claim) -> RetriesExhaustedError:
-    state = claim.state
-    return RetriesExhaustedError(
-        f"the key's budget of attempts is spent ({state.attempts} used); the last one "
-        f"ended with {state.exhaustion_code}",
-        error_code=state.exhaustion_code,
-    )

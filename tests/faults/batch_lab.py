@@ -42,7 +42,15 @@ from model_step.key import record_key
 from constructs_lib.local_engine.message_batches import MessageBatchStore
 from tests.fakes import FakeMessagesAPI
 
-from .harness import ACCOUNT, REGION, TABLE, LambdaContext, LambdaKilled, MovableClock
+from .harness import (
+    ACCOUNT,
+    REGION,
+    TABLE,
+    LambdaContext,
+    LambdaKilled,
+    MovableClock,
+    _record,
+)
 
 TICK = {"model_step_batch": "tick"}
 UPLOAD = "u-1"
@@ -361,17 +369,3 @@ def installed_hooks(lab_of: Any, session: boto3.session.Session) -> Iterator[Non
     finally:
         httpx2.HTTPTransport.handle_request = real  # type: ignore[method-assign]
         session.events.unregister("before-call.dynamodb", before)
-
-
-def _record(message: dict[str, Any], arn: str) -> dict[str, Any]:
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": dict(message.get("Attributes", {})),
-        "messageAttributes": {},
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": arn,
-        "awsRegion": REGION,
-    }

@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from moto import mock_aws
 
+from constructs_lib.local_engine.environment import patched_environ
 from constructs_lib.local_engine.message_batches import ERROR_TYPES, OPERATIONS
 from tests.fakes import FakeMessagesAPI
 
@@ -85,25 +86,16 @@ def batch_world(lab_settings: BatchSettings) -> Iterator[None]:
         "AWS_REGION": REGION,
         "ANTHROPIC_API_KEY": API_KEY,
     }
-    saved = {name: os.environ.get(name) for name in [*env, "ANTHROPIC_BASE_URL"]}
-    os.environ.update(env)
-    try:
-        with mock_aws(), FakeMessagesAPI() as api:
-            os.environ["ANTHROPIC_BASE_URL"] = api.base_url
-            step_session = boto3.session.Session(region_name=REGION)
-            lab_session = boto3.session.Session(region_name=REGION)
-            create_table(lab_session)
-            clock = MovableClock()
-            current: dict[str, BatchLab | None] = {"lab": None}
-            with clock.installed(), installed_hooks(lambda: current["lab"], step_session):
-                BatchSchedule.world = (api, step_session, lab_session, clock, current, lab_settings)
-                yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with patched_environ(env, remove=["ANTHROPIC_BASE_URL"]), mock_aws(), FakeMessagesAPI() as api:
+        os.environ["ANTHROPIC_BASE_URL"] = api.base_url
+        step_session = boto3.session.Session(region_name=REGION)
+        lab_session = boto3.session.Session(region_name=REGION)
+        create_table(lab_session)
+        clock = MovableClock()
+        current: dict[str, BatchLab | None] = {"lab": None}
+        with clock.installed(), installed_hooks(lambda: current["lab"], step_session):
+            BatchSchedule.world = (api, step_session, lab_session, clock, current, lab_settings)
+            yield
 
 
 class BatchSchedule(RuleBasedStateMachine):
