@@ -983,6 +983,11 @@ BATCH_TIMEOUT_CAP_SECONDS = 60.0
 #: sent a second time (billed twice).
 MIN_LOCAL_CREATE_TIMEOUT_SECONDS = 5.0
 MIN_LOCAL_RECONCILE_GRACE_SECONDS = 2.0
+#: The shortest local bound (wall seconds) on collecting a batch before it is lost: moto and
+#: the handlers take wall time whatever the run's clock, and a batch of thousands of rows on
+#: a loaded machine is not collected in the 3.6 minutes a 36 h bound becomes at 0.1 s a
+#: minute (its rows would go again, and be billed twice, for no fault of the provider's).
+MIN_LOCAL_LOST_OPEN_SECONDS = 900.0
 
 
 def _batch_create_on_the_run_clock(
@@ -1017,6 +1022,7 @@ def _batch_create_on_the_run_clock(
         "BACKOFF_MAX_SECONDS",
     ):
         scaled[name] = getattr(limits, name) * scale
+    scaled["LOST_OPEN_SECONDS"] = max(scaled["LOST_OPEN_SECONDS"], MIN_LOCAL_LOST_OPEN_SECONDS)
     for name, value in scaled.items():
         setattr(limits, name, value)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -86,6 +87,30 @@ def exhausted(claim: Claim) -> RetriesExhaustedError:
     )
 
 
+class _Invocation(threading.local):
+    """What the invocation in progress has staged. One invocation runs per thread (a
+    container runs one at a time; a local run or a test may run several on one step at
+    once), so each thread keeps its own: one invocation's flush never takes another's rows."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Start afresh (this thread's values only)."""
+        #: The submission the invocation stages its rows into now (None: not made yet).
+        self.submission_id: str | None = None
+        #: The invocation's full submissions before ``submission_id``, oldest first.
+        self.filled: list[str] = []
+        #: Rows, and create bytes (estimated), of ``submission_id`` so far.
+        self.count = 0
+        self.bytes = 0
+        #: By submission id, the rows written as its own (staged or adopted), whether or
+        #: not their staging then completed: a row whose staging failed after the write (the
+        #: claim, or the release of the key's record, answered an error) is still owned by
+        #: the submission, and its redelivery finds it owned, so the submission must list it.
+        self.owned: dict[str, list[str]] = {}
+
+
 class BatchStaging:
     """The rows one container stages (see the module docstring)."""
 
@@ -95,30 +120,23 @@ class BatchStaging:
         self._provider = provider
         #: Create bytes of a request besides its user message (the system prompt, ...).
         self._request_bytes: int | None = None
-        self._reset()
+        self._now = _Invocation()
 
-    def _reset(self) -> None:
-        #: The submission the invocation in progress stages its rows into now.
-        self.submission_id = self._store.new_submission_id()
-        #: The invocation's full submissions before ``submission_id``, oldest first.
-        self._filled: list[str] = []
-        #: Rows, and create bytes (estimated), of ``submission_id`` so far.
-        self._count = 0
-        self._bytes = 0
-        #: By submission id, the rows written as its own (staged or adopted), whether or not
-        #: their staging then completed: a row whose staging failed after the write (the
-        #: claim, or the release of the key's record, answered an error) is still owned by
-        #: the submission, and its redelivery finds it owned, so the submission must list it.
-        self._owned: dict[str, list[str]] = {}
+    @property
+    def submission_id(self) -> str:
+        """The submission the invocation in progress stages its rows into now."""
+        if self._now.submission_id is None:
+            self._now.submission_id = self._store.new_submission_id()
+        return self._now.submission_id
 
     def take(self) -> Staging:
-        """What this invocation staged; the next invocation starts afresh."""
+        """What this invocation staged; its next invocation starts afresh."""
+        now = self._now
+        current = self.submission_id
         staging = Staging(
-            self._filled,
-            self.submission_id,
-            {s: self._owned.get(s, []) for s in [*self._filled, self.submission_id]},
+            now.filled, current, {s: now.owned.get(s, []) for s in [*now.filled, current]}
         )
-        self._reset()
+        now.reset()
         return staging
 
     def custom_id(self, request: dict[str, Any]) -> str:
@@ -145,7 +163,7 @@ class BatchStaging:
                     "a row with another payload waits in a batch under this key"
                 )
             owner = text(found, "submission") or ""
-            mine = owner == submission or owner in self._filled
+            mine = owner == submission or owner in self._now.filled
             orphan = not mine and store.submission(owner) is None
             if not (orphan and store.adopt_orphan(custom_id, owner, submission)):
                 raise Staged(custom_id, new=False)
@@ -172,13 +190,15 @@ class BatchStaging:
         :data:`.batch_limits.SUBMISSION_ROWS`) or the create bytes limit."""
         cap = min(self._parts.settings.batch_max_requests, batch_limits.SUBMISSION_ROWS)
         limit = batch_limits.create_bytes_limit(context)
-        if self._count and (self._count >= cap or self._bytes + size > limit):
-            self._filled.append(self.submission_id)
-            self.submission_id = self._store.new_submission_id()
-            self._count = self._bytes = 0
+        now = self._now
+        if now.count and (now.count >= cap or now.bytes + size > limit):
+            now.filled.append(self.submission_id)
+            now.submission_id = self._store.new_submission_id()
+            now.count = now.bytes = 0
         return self.submission_id
 
     def _own(self, submission: str, custom_id: str, size: int) -> None:
-        self._owned.setdefault(submission, []).append(custom_id)
-        self._count += 1
-        self._bytes += size
+        now = self._now
+        now.owned.setdefault(submission, []).append(custom_id)
+        now.count += 1
+        now.bytes += size

@@ -52,7 +52,9 @@ class UnitOfWork:
         forgotten = self._memory_expired(budget, delivery)
         if forgotten is not None:
             return self.dead_letter(forgotten, key, dict(key))
-        if delivery.queue is not None and delivery.queue.source == "redrive":
+        # Under batch delivery a redriven copy is staged as any copy is: a row that waits in
+        # a batch makes it a duplicate, and staging sends no request to bounce off.
+        if delivery.queue is not None and delivery.queue.source == "redrive" and parts.batch is None:
             return self._answer_redriven(request, budget, delivery)
         try:
             # Everything that can fail before the request is sent comes before the claim.

@@ -320,3 +320,68 @@ def test_each_batch_is_deleted_at_the_provider_once_its_results_are_stored(
     assert (second["deleted"], batch.deleted) == (1, True)
     assert waiting_at_delete == [0, 0, 0]
     assert_each_key_ends_once(batch_env, make_step(), fake_api, events, most_billed=1)
+
+
+# -- invocations at once, and redriven copies -------------------------------------------------
+def test_two_invocations_at_once_on_one_step_each_send_their_own_rows(
+    make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch
+):
+    """One container runs one invocation at a time, but a local run (or a test) runs several
+    on one ``ModelStep`` at once: each keeps its own submission. The late one's row is
+    written before the early one flushes and owned after it; shared, the early flush took
+    the submission without it, and the row was owned by a submission that never listed it:
+    never sent, never answered."""
+    import threading
+
+    early, late = rows(3), rows(1, start=4)
+    step = make_step(on_outcome=outcomes)
+    staging = step._components().batch.staging
+    real_own = staging._own
+    flushed = threading.Event()
+
+    def own(submission, custom_id, size):
+        if threading.current_thread().name == "late":
+            flushed.wait(30)  # written, not yet owned: the early invocation flushes now
+        real_own(submission, custom_id, size)
+
+    monkeypatch.setattr(staging, "_own", own)
+    clock.shift(2)
+    late_delivery = sqs_batch(buffer, late)
+    early_delivery = sqs_batch(buffer, early)
+    answers: dict[str, dict] = {}
+    thread = threading.Thread(
+        target=lambda: answers.update(late=step.handle(late_delivery, FakeLambdaContext())),
+        name="late",
+    )
+    thread.start()
+    answers["early"] = step.handle(early_delivery, FakeLambdaContext())
+    flushed.set()
+    thread.join(60)
+
+    assert answers == {"early": {"batchItemFailures": []}, "late": {"batchItemFailures": []}}
+    step = ticks_until_done(make_step, outcomes, clock)
+    assert_each_key_ends_once(batch_env, step, fake_api, early + late, most_billed=1)
+    assert all(stored(batch_env, step, e).status == "completed" for e in early + late)
+
+
+def test_a_redriven_copy_of_a_waiting_row_is_a_duplicate_not_a_dead_letter(
+    make_step, fake_api, batch_env, buffer, redrive, outcomes, clock
+):
+    """SQS gave up on a copy (its deliveries took too long) while the key's row waits in a
+    batch: under batch delivery the copy is staged as any copy is, so it is a duplicate,
+    and the batch's answer is stored (it was a ReceivesExhausted dead letter, and the
+    billed answer then replayed it)."""
+    [event] = rows(1)
+    fake_api.batches.processing_delay = 600
+    staged(make_step, buffer, clock, outcomes, [event])
+
+    step = make_step(on_outcome=outcomes)
+    responses = [step.handle(redrive.batch(event), FakeLambdaContext()) for _ in range(3)]
+
+    assert responses == [{"batchItemFailures": []}] * 3
+    assert batch_env.dead_letters() == []
+    assert buffer.requeued() == []  # acknowledged as duplicates, never bounced back
+    clock.shift(600)
+    step = ticks_until_done(make_step, outcomes, clock)
+    assert stored(batch_env, step, event).status == "completed"
+    assert_each_key_ends_once(batch_env, step, fake_api, [event], most_billed=1)
