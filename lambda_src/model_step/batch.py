@@ -37,6 +37,7 @@ from .batch_answer import AnswerRow, BatchAnswer, BatchResubmit, answer
 from .batch_collect import BatchCollector
 from .batch_ledger import BatchLedger
 from .batch_limits import create_bytes_limit, out_of_time
+from .batch_provider import BatchCallFailed
 from .batch_results import Tally
 from .batch_staging import BatchStaging, Staged, StagedDeadLetter, StagedRow
 from .batch_store import BatchStore, Item, number, submission_made_at, text
@@ -177,6 +178,11 @@ class BatchDelivery:
                 continue
             try:
                 summary["reconciled"] += self._settle(submission, item, context, answer_row, tally)
+            except BatchCallFailed as failure:  # a reconcile's list failed: the next tick
+                self._parts.logger.warning(
+                    "batch list failed; the uncertain create is reconciled later",
+                    extra={"submission": submission, "error_type": failure.code},
+                )
             except Exception as exc:
                 self._parts.logger.exception(
                     "batch submission not settled this tick; the next tick tries again",

@@ -271,7 +271,7 @@ class BatchCollector:
             record = self._ledger.batch(batch_id)
             created = number(record or {}, "created_at") or 0.0
             if record is None or clock.now() >= created + batch_limits.RESULTS_KEPT_SECONDS:
-                self._ledger.deleted(batch_id)
+                self._ledger.not_deleting(batch_id)  # archived at the provider by now
                 continue
             self.delete(batch_id, tally)
 

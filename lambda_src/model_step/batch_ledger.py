@@ -78,6 +78,10 @@ class BatchLedger(TableItems):
     def deleted(self, batch_id: str) -> None:
         """The provider deleted the batch (or never had it any more)."""
         self._update(self._key(BATCH, batch_id), "SET deleted = :yes", {":yes": {"BOOL": True}})
+        self.not_deleting(batch_id)
+
+    def not_deleting(self, batch_id: str) -> None:
+        """Take the batch off the list of batches to delete (its item may be gone)."""
         self._ledger("DELETE deleting :one", batch_id)
 
     def note_failure(self, batch_id: str, code: str, retry_after: float | None) -> float:

@@ -54,7 +54,8 @@ class UnitOfWork:
             return self.dead_letter(forgotten, key, dict(key))
         # Under batch delivery a redriven copy is staged as any copy is: a row that waits in
         # a batch makes it a duplicate, and staging sends no request to bounce off.
-        if delivery.queue is not None and delivery.queue.source == "redrive" and parts.batch is None:
+        redriven = delivery.queue is not None and delivery.queue.source == "redrive"
+        if redriven and parts.batch is None:
             return self._answer_redriven(request, budget, delivery)
         try:
             # Everything that can fail before the request is sent comes before the claim.
