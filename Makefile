@@ -119,9 +119,10 @@ test-loaded: setup cdk.out/manifest.json
 	echo "two CPU hogs running beside make test: $$first $$second"; \
 	$(MAKE) --no-print-directory test
 
-# The long run of the property-based fault schedules (tests/faults): 10,000 random schedules
-# (5,000 in each of the two modules) against the real handler, moto and the fake Messages API.
-# `make test` runs the derandomized fast profile (200). Hours on 2 cores; not in CI.
+# The long run of the property-based fault schedules (tests/faults): 10,000 random realtime
+# schedules (5,000 in each of the two modules) and 2,000 long-horizon batch schedules
+# (test_batch_schedules.py) against the real handler, moto and the fake Messages API.
+# `make test` runs the derandomized fast profiles (200 and 100). Hours on 2 cores; not in CI.
 soak: setup cdk.out/manifest.json
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
 

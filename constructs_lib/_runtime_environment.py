@@ -1,5 +1,6 @@
 """The runtime's standard-library modules the constructs read: its environment names
-(``lambda_src/model_step/environment.py``) and its key-lifetime rule (``lifetime.py``).
+(``lambda_src/model_step/environment.py``), its key-lifetime rule (``lifetime.py``) and the
+batch path's times (``batch_limits.py``).
 
 Each file is loaded by its path, not imported as ``model_step.<name>``: importing the
 ``model_step`` package runs its ``__init__``, which imports boto3 and Powertools, and a CDK
@@ -42,3 +43,5 @@ def _load(name: str) -> ModuleType:
 runtime_environment = _load("environment")
 #: ``lambda_src/model_step/lifetime.py``: ``minimum_key_lifetime`` and its constants.
 runtime_lifetime = _load("lifetime")
+#: ``lambda_src/model_step/batch_limits.py``: the batch path's times and sizes.
+runtime_batch_limits = _load("batch_limits")

@@ -1246,12 +1246,14 @@ class IdempotentModelStep(Construct):
             bus.event_bus_arn, subscriber.attr_subscriber_arn, name, period
         )
 
-    def _runtime_metric(self, name: str, period: Duration | None) -> cloudwatch.Metric:
+    def _runtime_metric(
+        self, name: str, period: Duration | None, statistic: str = "Sum"
+    ) -> cloudwatch.Metric:
         return cloudwatch.Metric(
             namespace=METRICS_NAMESPACE,
             metric_name=name,
             dimensions_map={"service": self.node.path},
-            statistic="Sum",
+            statistic=statistic,
             period=period or Duration.minutes(5),
         )
 
@@ -1365,20 +1367,30 @@ class IdempotentModelStep(Construct):
             "the schedule tick is not collecting it. Check the BatchTickRule and the "
             "function's errors; the rows wait in the idempotency table.",
         )
-        if props.alarm_topic is not None:
-            alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
-        self.alarms.append(alarm)
+        lost = threshold_alarm(
+            self,
+            "BatchLostAlarm",
+            self.metric_batches_lost(),
+            1,
+            "A Message Batch of the model step was lost: the API did not know it for 6 h, or "
+            "it was not collected 36 h after its creation. Its rows went back within their "
+            "budget or were dead-lettered BatchLost; its billed answers are still stored if "
+            "it comes back. Check who deletes batches or moved the API key's Workspace.",
+        )
+        for raised in (alarm, lost):
+            if props.alarm_topic is not None:
+                raised.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
+            self.alarms.append(raised)
+
+    def metric_batches_lost(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Message Batches the step declared lost (count, Sum, 5 minutes), emitted by every
+        schedule tick (batch delivery only)."""
+        return self._runtime_metric("BatchesLost", period)
 
     def metric_oldest_open_batch_age(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Age of the step's oldest open Message Batch or uncertain create (seconds,
         Maximum, 5 minutes), emitted by every schedule tick (batch delivery only)."""
-        return cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name="OldestOpenBatchAgeSeconds",
-            dimensions_map={"service": self.node.path},
-            statistic="Maximum",
-            period=period or Duration.minutes(5),
-        )
+        return self._runtime_metric("OldestOpenBatchAgeSeconds", period, "Maximum")
 
 
 #: Message Batches delivery (issue 19): the open-batch alarm's threshold, the API's 24 h.

@@ -986,23 +986,48 @@ BATCH_TIMEOUT_CAP_SECONDS = 60.0
 #: sent a second time (billed twice).
 MIN_LOCAL_CREATE_TIMEOUT_SECONDS = 5.0
 MIN_LOCAL_RECONCILE_GRACE_SECONDS = 2.0
+#: The shortest local bound (wall seconds) on collecting a batch before it is lost: moto and
+#: the handlers take wall time whatever the run's clock, and a batch of thousands of rows on
+#: a loaded machine is not collected in the 3.6 minutes a 36 h bound becomes at 0.1 s a
+#: minute (its rows would go again, and be billed twice, for no fault of the provider's).
+MIN_LOCAL_LOST_OPEN_SECONDS = 900.0
 
 
 def _batch_create_on_the_run_clock(
     runtime: ExecutionEnvironment, seconds_per_minute: float
 ) -> None:
-    """The batch runtime's create deadline (60 s) and the grace after it before an uncertain
-    create is reconciled (120 s) are wall seconds (``model_step.clock`` is not compressed):
-    locally a kill around a create would cost three wall minutes. Both go on the run's
-    clock (at least :data:`MIN_LOCAL_CREATE_TIMEOUT_SECONDS` and
-    :data:`MIN_LOCAL_RECONCILE_GRACE_SECONDS`), keeping the order the reconcile relies on:
-    every create has ended, answered or not, before its submission is reconciled."""
-    batch = runtime.module("model_step.batch")
+    """The batch runtime's times are wall seconds (``model_step.clock`` is not compressed):
+    locally a kill around a create would cost three wall minutes, a batch the API lost six
+    hours. They go on the run's clock (``model_step.batch_limits``): the create deadline and
+    the grace after it before an uncertain create is reconciled (at least
+    :data:`MIN_LOCAL_CREATE_TIMEOUT_SECONDS` and :data:`MIN_LOCAL_RECONCILE_GRACE_SECONDS`,
+    keeping the order the reconcile relies on: every create has ended, answered or not,
+    before its submission is reconciled), the wait before an unseen create is sent again,
+    the cancel and lost bounds, the backoff of a failing batch and the late look at a lost
+    one."""
+    limits = runtime.module("model_step.batch_limits")
     scale = seconds_per_minute / 60.0
-    create = max(batch.CREATE_TIMEOUT_SECONDS * scale, MIN_LOCAL_CREATE_TIMEOUT_SECONDS)
-    grace = max(batch.RECONCILE_GRACE_SECONDS * scale, MIN_LOCAL_RECONCILE_GRACE_SECONDS)
-    setattr(batch, "CREATE_TIMEOUT_SECONDS", create)  # noqa: B010 (a module of the runtime)
-    setattr(batch, "RECONCILE_AFTER_SECONDS", create + grace)  # noqa: B010
+    create = max(limits.CREATE_TIMEOUT_SECONDS * scale, MIN_LOCAL_CREATE_TIMEOUT_SECONDS)
+    grace = max(limits.RECONCILE_GRACE_SECONDS * scale, MIN_LOCAL_RECONCILE_GRACE_SECONDS)
+    scaled = {
+        "CREATE_TIMEOUT_SECONDS": create,
+        "RECONCILE_GRACE_SECONDS": grace,
+        "RECONCILE_AFTER_SECONDS": create + grace,
+        # Longer than the local list takes to show a batch (none: it is consistent).
+        "UNSEEN_CONFIRM_SECONDS": max(limits.UNSEEN_CONFIRM_SECONDS * scale, create + grace),
+    }
+    for name in (
+        "CANCEL_AFTER_SECONDS",
+        "LOST_UNKNOWN_SECONDS",
+        "LOST_OPEN_SECONDS",
+        "LATE_POLL_SECONDS",
+        "BACKOFF_SECONDS",
+        "BACKOFF_MAX_SECONDS",
+    ):
+        scaled[name] = getattr(limits, name) * scale
+    scaled["LOST_OPEN_SECONDS"] = max(scaled["LOST_OPEN_SECONDS"], MIN_LOCAL_LOST_OPEN_SECONDS)
+    for name, value in scaled.items():
+        setattr(limits, name, value)
 
 
 def _batch_timeout_cap(settings: AsyncSettings) -> AsyncSettings:

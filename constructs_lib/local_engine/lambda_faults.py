@@ -51,8 +51,8 @@ BATCH_CREATE_KILL = "batch_create_kill"
 BATCH_CREATE_KILL_POINTS = ("before_create", "after_create", "before_batch_id_recorded")
 BATCH_RESULTS_KILL = "batch_results_kill"
 #: A kill in a batch results stream strikes once the invocation has read between 1 and this
-#: many lines: 2.5 of the collector's pages (``model_step.batch.ROWS_PAGE``, 100 lines), so
-#: some kills land before a page's checkpoint and some after one.
+#: many lines: 2.5 of the collector's pages (``model_step.batch_limits.ROWS_PAGE``, 100
+#: lines), so some kills land inside a page's lines and some between pages.
 RESULTS_KILL_MAX_LINES = 250
 
 

@@ -24,8 +24,8 @@ written on first use (``cache_creation_input_tokens``), read while its TTL lasts
 run's clock (``cache_read_input_tokens``), and each read refreshes the TTL; ``input_tokens``
 counts only what was not cached. Tokens are estimated as 4 characters each.
 
-Message Batches (``/v1/messages/batches``: create, retrieve, list, results, cancel) are served
-by :attr:`LocalMessagesAPI.batches` (:mod:`.message_batches`): a batch ends
+Message Batches (``/v1/messages/batches``: create, retrieve, list, results, cancel, delete) are
+served by :attr:`LocalMessagesAPI.batches` (:mod:`.message_batches`): a batch ends
 ``batch_delay_seconds`` after its creation on the run's clock; ``batch_errored_rate`` and
 ``batch_expired_rate`` give seeded, per-custom_id ``errored`` (``api_error``) and ``expired``
 results; ``batch_create_faults`` (e.g. ``["disconnect_after_create"]``) are faults around
@@ -49,7 +49,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from ..model_prices import billed_tokens
-from . import message_batches
+from . import message_batches, message_batches_http
 from .loopback import LoopbackServer, send_json
 from .message_batches import MessageBatchStore
 
@@ -450,12 +450,16 @@ def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
             with api._lock:
                 request_id = f"req_local_{next(api._ids):06d}"
             host = self.headers.get("host") or "127.0.0.1"
-            return message_batches.route(
+            return message_batches_http.route(
                 api.batches, self, method, raw, f"http://{host}", request_id
             )
 
         def do_GET(self) -> None:  # http.server's naming
             if not self._batches("GET", b""):
+                self._send(404, error_body(404, "local model: unknown path"), "")
+
+        def do_DELETE(self) -> None:  # http.server's naming
+            if not self._batches("DELETE", b""):
                 self._send(404, error_body(404, "local model: unknown path"), "")
 
         def do_POST(self) -> None:  # http.server's naming

@@ -16,7 +16,8 @@ do (see ``docs/local-run.md``, "How long a run may take"). It is the sum of four
   done. That is every receive its redrive chain allows (``maxReceiveCount`` times the
   visibility timeout, per queue), ``REDRIVE_ROUNDS`` times because the step sends a redriven
   row back to its buffer queue. It too is capped at the maximum event age. Functions without
-  queues are covered by Lambda's async retry waits instead.
+  queues are covered by Lambda's async retry waits instead. Under batch faults a row may
+  also wait out a lost or canceled batch once per attempt (``batch_tail_seconds``).
 
 Pure arithmetic, no AWS: the CLI can show it, and a test can check it.
 """
@@ -58,6 +59,9 @@ class RunWork:
     fault_rate: float = 0.0
     kill_rate: float = 0.0
     throttle_rate: float = 0.0
+    #: The longest a row may wait on batches that fail it (lost, canceled): the batch
+    #: faults' own tail, AWS seconds (0 without them).
+    batch_tail_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ def derive_run_bound(work: RunWork) -> RunBound:
         tail = min(work.max_event_age_seconds, REDRIVE_ROUNDS * work.queue_horizon_seconds)
     else:
         tail = ASYNC_RETRY_MINUTES * 60.0
+    tail += work.batch_tail_seconds
     return RunBound(
         startup=STARTUP_SECONDS,
         processing=receives * WALL_SECONDS_PER_RECEIVE,

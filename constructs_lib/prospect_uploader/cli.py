@@ -47,6 +47,9 @@ counts (the summary table and --json):
                   plus succeeded Message Batch requests
   batches, batch_requests   Message Batches created / requests submitted in them
   batch_create_kills   kills around a batch create, by point (--batch-create-kill-rate)
+  batch_faults    Message Batches faults injected: canceled, lost, broken_reads,
+                  failed_retrieves (--batch-canceled-rate, --batch-lost-rate,
+                  --batch-broken-read-rate)
   deliveries      row-event deliveries to the classify step (one per copy with
                   --duplicates): to its buffer queue, or async invocations; retries excluded
   alerts          upload summaries published to AlertTopic
@@ -268,31 +271,42 @@ def _add_batch_arguments(run: argparse.ArgumentParser) -> None:
         help="seconds of the run's clock a local Message Batch takes to end (default: "
         "%(default).0f)",
     )
-    batch.add_argument(
-        "--batch-errored-rate",
-        type=_rate,
-        default=0.0,
-        metavar="P",
-        help="share of batch requests whose result is errored (api_error), local model "
-        "only (default: 0)",
-    )
-    batch.add_argument(
-        "--batch-expired-rate",
-        type=_rate,
-        default=0.0,
-        metavar="P",
-        help="share of batch requests whose result is expired, local model only (default: 0)",
-    )
-    batch.add_argument(
+    for flag, what in BATCH_FAULT_FLAGS:
+        batch.add_argument(
+            flag,
+            type=_rate,
+            default=0.0,
+            metavar="P",
+            help=f"share of {what}; seeded by --seed, local model only (default: 0)",
+        )
+
+
+#: The local Message Batches' fault flags, and what each is the share of.
+BATCH_FAULT_FLAGS = (
+    ("--batch-errored-rate", "batch requests whose result is errored (api_error)"),
+    ("--batch-expired-rate", "batch requests whose result is expired"),
+    (
         "--batch-create-kill-rate",
-        type=_rate,
-        default=0.0,
-        metavar="RATE",
-        help="share of Message Batch creates around which Lambda kills the invocation, at "
-        "one of three points (seeded by --seed): before the request reaches the model, after "
-        "the model created the batch, or after the answer before the batch id is recorded; "
-        "local model only (default: 0)",
-    )
+        "Message Batch creates around which Lambda kills the invocation, at one of three "
+        "points: before the request reaches the model, after the model created the batch, "
+        "or after the answer before the batch id is recorded",
+    ),
+    (
+        "--batch-canceled-rate",
+        "batches someone cancels as they are created (canceling, then canceled results; "
+        "some requests succeed despite the cancel)",
+    ),
+    (
+        "--batch-lost-rate",
+        "batches deleted at the provider once they end, before the step collects them "
+        "(404: the step gives up on them after its bound and sends their rows again)",
+    ),
+    (
+        "--batch-broken-read-rate",
+        "batch results reads broken partway, and half as many retrieves answered "
+        "429/500/529 (results always come in a new order on every read, as the API's do)",
+    ),
+)
 
 
 def _batch_options(args: argparse.Namespace) -> dict[str, object]:
@@ -302,6 +316,9 @@ def _batch_options(args: argparse.Namespace) -> dict[str, object]:
         "batch_errored_rate": args.batch_errored_rate,
         "batch_expired_rate": args.batch_expired_rate,
         "batch_create_kill_rate": args.batch_create_kill_rate,
+        "batch_canceled_rate": args.batch_canceled_rate,
+        "batch_lost_rate": args.batch_lost_rate,
+        "batch_broken_read_rate": args.batch_broken_read_rate,
     }
 
 

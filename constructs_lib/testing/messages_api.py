@@ -21,16 +21,19 @@ Script entries (one per request, in order; once the script is used up every requ
 
 ``script`` may also be a callable ``(index, body) -> entry``.
 
-Message Batches (``client.messages.batches.create / retrieve / list / results / cancel``) are
-served by :attr:`FakeMessagesAPI.batches`, a
-:class:`~constructs_lib.local_engine.message_batches.MessageBatchStore`: script each
-request's result type with ``batch_results`` (``{custom_id: type}`` or ``(custom_id,
-params) -> type``; ``succeeded``, ``errored``/``api_error``, ``invalid_request_error``,
-``expired``, ``canceled``), the processing delay with ``batch_delay``, faults around create
-with ``api.batches.create_faults`` (413, 429, ``"disconnect"``,
-``"disconnect_after_create"``, ``"error_after_create"``). ``api.batches.billed`` counts
-billed requests (succeeded results), ``api.batches.billed_by_custom_id`` per custom_id.
-Batch calls are not in :attr:`FakeMessagesAPI.requests`.
+Message Batches (``client.messages.batches.create / retrieve / list / results / cancel /
+delete``) are served by :attr:`FakeMessagesAPI.batches`, a
+:class:`~constructs_lib.local_engine.message_batches.MessageBatchStore` as strict as the
+documented API (results in a new order on every read, ``canceling``, progressing
+``request_counts``, archive, delete, Workspaces, list lag): script each request's result
+type with ``batch_results`` (``{custom_id: type}`` or ``(custom_id, params) -> type``;
+``succeeded``, ``expired``, ``canceled``, ``errored`` or one of the nine error types), the
+processing delay with ``batch_delay``, faults with ``api.batches.faults`` (per operation:
+``create``, ``retrieve``, ``list``, ``results``, ``cancel``, ``delete``) or
+``api.batches.create_faults`` (413, 429, ``"disconnect"``, ``"disconnect_after_create"``,
+``"error_after_create"``). ``api.batches.billed`` counts billed requests (succeeded
+results), ``api.batches.billed_by_custom_id`` per custom_id. Batch calls are not in
+:attr:`FakeMessagesAPI.requests`.
 
 Usage::
 
@@ -51,7 +54,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from constructs_lib.local_engine import message_batches
+from constructs_lib.local_engine import message_batches_http
 from constructs_lib.local_engine.loopback import LoopbackServer
 from constructs_lib.local_engine.message_batches import MessageBatchStore
 
@@ -300,10 +303,16 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
 
         def _batches(self, method: str, raw: bytes) -> bool:
             request_id = f"req_fake_batch_{next(api._ids):04d}"
-            return message_batches.route(api.batches, self, method, raw, api.base_url, request_id)
+            return message_batches_http.route(
+                api.batches, self, method, raw, api.base_url, request_id
+            )
 
         def do_GET(self) -> None:  # http.server's naming
             if not self._batches("GET", b""):
+                self._send(404, _error_body(404), "req_fake_unknown_path")
+
+        def do_DELETE(self) -> None:  # http.server's naming
+            if not self._batches("DELETE", b""):
                 self._send(404, _error_body(404), "req_fake_unknown_path")
 
         def do_POST(self) -> None:  # http.server's naming

@@ -9,10 +9,11 @@ released). ``hand_off`` is the DLQ send, under a record of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import buffer_queue, clock
-from .batch import StagedDeadLetter
+from .batch_staging import StagedDeadLetter
+from .batch_staging import exhausted as _exhausted
 from .budget import AttemptBudget, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
@@ -25,10 +26,8 @@ from .errors import (
 )
 from .model_call import error_code
 from .outcome import DeadLetteredResult, StepResult, as_provider
+from .step_parts import StepParts
 from .tracing import MODEL_CALL
-
-if TYPE_CHECKING:
-    from .components import StepComponents
 
 #: Times a row that the buffer queue gave up on is put back while its key has budget left.
 REDRIVE_REQUEUES = 2
@@ -37,7 +36,7 @@ REDRIVE_REQUEUES = 2
 class UnitOfWork:
     """The step's work inside the idempotency records (one per container)."""
 
-    def __init__(self, parts: StepComponents) -> None:
+    def __init__(self, parts: StepParts) -> None:
         self._parts = parts
 
     def complete(self, *, request: dict[str, Any], delivery: Delivery) -> StepResult:
@@ -53,7 +52,10 @@ class UnitOfWork:
         forgotten = self._memory_expired(budget, delivery)
         if forgotten is not None:
             return self.dead_letter(forgotten, key, dict(key))
-        if delivery.queue is not None and delivery.queue.source == "redrive":
+        # Under batch delivery a redriven copy is staged as any copy is: a row that waits in
+        # a batch makes it a duplicate, and staging sends no request to bounce off.
+        redriven = delivery.queue is not None and delivery.queue.source == "redrive"
+        if redriven and parts.batch is None:
             return self._answer_redriven(request, budget, delivery)
         try:
             # Everything that can fail before the request is sent comes before the claim.
@@ -234,12 +236,3 @@ class UnitOfWork:
         handed_off = DeadLetteredResult(**result)
         handed_off["dead_letter_message_id"] = sent["dead_letter_message_id"]
         return handed_off
-
-
-def _exhausted(claim: Claim) -> RetriesExhaustedError:
-    state = claim.state
-    return RetriesExhaustedError(
-        f"the key's budget of attempts is spent ({state.attempts} used); the last one "
-        f"ended with {state.exhaustion_code}",
-        error_code=state.exhaustion_code,
-    )

@@ -132,6 +132,27 @@ def test_an_alarm_fires_when_a_batch_stays_open_past_24_hours(batch_template):
     )
 
 
+def test_an_alarm_fires_when_a_batch_is_lost(batch_template):
+    batch_template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "BatchesLost",
+            "Statistic": "Sum",
+            "Threshold": 1,
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "TreatMissingData": "notBreaching",
+        },
+    )
+
+
+def test_a_realtime_step_has_no_batch_alarms(realtime_template):
+    names = {
+        alarm["Properties"].get("MetricName")
+        for alarm in realtime_template.find_resources("AWS::CloudWatch::Alarm").values()
+    }
+    assert not names & {"BatchesLost", "OldestOpenBatchAgeSeconds"}
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -296,9 +296,9 @@ def test_every_alarm_notifies_the_alert_topic(raw):
     alarms = [
         v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"
     ]
-    # 6 of the Classify step, 7 of ClassifyBatch (its 6 and the open-batch alarm) and 8 of
-    # the pipeline
-    assert len(alarms) == 21
+    # 6 of the Classify step, 8 of ClassifyBatch (its 6, the open-batch and the lost-batch
+    # alarms) and 8 of the pipeline
+    assert len(alarms) == 22
     assert all(a["AlarmActions"] == [ref(raw, "AlertTopic/Resource")] for a in alarms)
     assert {a["TreatMissingData"] for a in alarms} == {"notBreaching"}
 

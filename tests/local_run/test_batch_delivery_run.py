@@ -81,12 +81,13 @@ def test_a_kill_partway_through_a_results_stream_resumes_and_bills_each_row_once
 ):
     # GIVEN 150 rows by batch, every event delivered twice, and Lambda killing half the
     # reads of a batch's results partway (seed 3 kills the run's first read, after fewer
-    # lines than its 150: the collector's lease, record locks and checkpoint are left as
-    # the kill found them)
+    # lines than its 150: the collector's lease and record locks are left as the kill
+    # found them)
     result = _run(cdk_out, tmp_path, 150, delivery="batch", duplicates=2, kill_rate=0.5, seed=3)
     _assert_invariants(result)
-    # THEN a later tick resumed the stream: every row labelled once, one billed request each
-    assert result.kills == 1
+    # THEN a later tick read the stream again (in another order) and applied each line by
+    # custom_id: every row labelled once, one billed request each
+    assert result.kills >= 1
     assert (result.valid, result.classified, result.failed) == (150, 150, 0)
     assert result.model_requests == result.batch_requests == result.valid
     assert result.batch_results == {"succeeded": 150} and result.max_requests_per_key == 1

@@ -134,10 +134,12 @@ def custom_id_for(step, event: dict) -> str:
 def memory_for_requests(step, monkeypatch, requests: float) -> dict:
     """Make 1 MB of function memory send a create body of about ``requests`` of this
     step's requests (user messages of 300 characters); the context kwargs that say so."""
-    import model_step.batch
+    import model_step.batch_limits
 
-    request_bytes = step._components().batch._bytes_of("x" * 300)
-    monkeypatch.setattr(model_step.batch, "RUNTIME_RESERVE_MB", 0)
-    monkeypatch.setattr(model_step.batch, "MIN_CREATE_BYTES", 0)
-    monkeypatch.setattr(model_step.batch, "CREATE_BYTES_PER_MB", int(request_bytes * requests))
+    request_bytes = step._components().batch.staging._bytes_of("x" * 300)
+    monkeypatch.setattr(model_step.batch_limits, "RUNTIME_RESERVE_MB", 0)
+    monkeypatch.setattr(model_step.batch_limits, "MIN_CREATE_BYTES", 0)
+    monkeypatch.setattr(
+        model_step.batch_limits, "CREATE_BYTES_PER_MB", int(request_bytes * requests)
+    )
     return {"memory_limit_in_mb": 1}

@@ -67,10 +67,7 @@ def expire_held_records(aws) -> None:
 def test_a_random_fault_schedule_ends_every_key_once(
     make_step, fake_api, batch_env, buffer, outcomes, monkeypatch, killer, seed
 ):
-    import model_step.batch
-
     rng = random.Random(seed)
-    monkeypatch.setattr(model_step.batch, "CHECKPOINT_EVERY", rng.choice((1, 2, 5)))
     clock = ShiftedClock(monkeypatch)
     faults = ["disconnect", "disconnect_after_create", "error_after_create", 413, 429]
     fake_api.batches.create_faults = rng.sample(faults, rng.randint(0, 3))
@@ -114,8 +111,6 @@ def test_a_random_fault_schedule_ends_every_key_once(
             killer["at"] = None
             clock.shift(121)  # the killed tick's lease ends with its deadline...
             expire_held_records(batch_env)  # ...and so do the record locks it held
-            continue
-        except Exception:  # a dropped results stream: the next tick resumes
             continue
         killer["at"] = None
         state = summary["model_step_batch"]

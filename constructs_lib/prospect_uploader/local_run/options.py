@@ -56,7 +56,13 @@ class RunOptions:
     ``batch_create_kill_rate`` [0.0]: the share of ``messages.batches.create`` calls around
     which Lambda kills the invocation, at one of three points (before the request reaches
     the model, after the model created the batch, after the answer before the batch id is
-    recorded; seeded by ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`).
+    recorded; seeded by ``seed``, see :mod:`~constructs_lib.local_engine.lambda_faults`);
+    ``batch_canceled_rate``, ``batch_lost_rate`` and ``batch_broken_read_rate`` [0.0]: the
+    share of batches someone cancels as they are created, of batches deleted at the
+    provider once they end (404 before the step collects them), and of results reads broken
+    partway (half as many retrieves answered 429/500/529), seeded by ``seed`` (see
+    :mod:`~constructs_lib.local_engine.message_batch_faults`). Results always come in a new
+    order on every read, as the API sends them.
     """
 
     csv_path: Path
@@ -84,6 +90,10 @@ class RunOptions:
     batch_errored_rate: float = 0.0
     batch_expired_rate: float = 0.0
     batch_create_kill_rate: float = 0.0
+    # Message Batches that hold for days (issue 33).
+    batch_canceled_rate: float = 0.0
+    batch_lost_rate: float = 0.0
+    batch_broken_read_rate: float = 0.0
 
 
 def validate_options(options: RunOptions) -> None:
@@ -144,13 +154,24 @@ def _validate_batch_options(options: RunOptions) -> None:
         raise UsageError(
             f"--delivery must be one of {', '.join(DELIVERIES)}, got {options.delivery!r}"
         )
+    provider_faults = (
+        ("--batch-canceled-rate", options.batch_canceled_rate),
+        ("--batch-lost-rate", options.batch_lost_rate),
+        ("--batch-broken-read-rate", options.batch_broken_read_rate),
+    )
     for flag, value in (
         ("--batch-errored-rate", options.batch_errored_rate),
         ("--batch-expired-rate", options.batch_expired_rate),
         ("--batch-create-kill-rate", options.batch_create_kill_rate),
+        *provider_faults,
     ):
         if not 0.0 <= value <= 1.0:
             raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
+    if options.model == "anthropic" and any(value for _, value in provider_faults):
+        raise UsageError(
+            "--batch-canceled-rate, --batch-lost-rate and --batch-broken-read-rate need "
+            "--model local (they are faults of the local Message Batches)"
+        )
     if options.batch_errored_rate + options.batch_expired_rate > 1.0:
         raise UsageError("--batch-errored-rate and --batch-expired-rate add up to more than 1")
     if not options.batch_delay_seconds >= 0:

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from constructs_lib._runtime_environment import runtime_batch_limits
 from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
 from constructs_lib.local_engine.bedrock_iam import BedrockInvokeCheck
 from constructs_lib.local_engine.engine import DrainResult, EngineSettings, LocalEngine
@@ -38,6 +39,7 @@ from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_o
 from constructs_lib.local_engine.lambda_async import model_deadline_seconds
 from constructs_lib.local_engine.local_bedrock import LocalBedrockRuntime
 from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
+from constructs_lib.local_engine.message_batch_faults import BatchFaultRates, BatchFaults
 from constructs_lib.local_engine.message_batches import BATCH_LIFETIME_SECONDS
 from constructs_lib.local_engine.run_bound import (
     RunBound,
@@ -92,6 +94,8 @@ class LocalPipeline:
         self.run_bound: RunBound | None = None  # None: --run-timeout was given
         #: With ``--provider bedrock`` and the IAM check: the InvokeModel check.
         self.bedrock_check: BedrockInvokeCheck | None = None
+        #: The local Message Batches' injected faults (issue 33); None without the local model.
+        self.batch_faults: BatchFaults | None = None
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -206,12 +210,26 @@ class LocalPipeline:
         """The local Message Batches keep epoch time (the runtime compares a batch's
         ``created_at`` with its own clock to reconcile and to cancel), and their processing
         delay and 24 h lifetime are converted to the run's clock instead."""
-        scale = self.options.seconds_per_minute / 60.0
+        options = self.options
+        scale = options.seconds_per_minute / 60.0
         store = model.batches
         store.clock = time.time
-        store.processing_delay = self.options.batch_delay_seconds * scale
+        store.processing_delay = options.batch_delay_seconds * scale
         store.lifetime_seconds = BATCH_LIFETIME_SECONDS * scale
+        store.cancel_delay_seconds *= scale
+        store.archive_after_seconds *= scale
+        store.seed = options.seed
         store.decide = self._per_occurrence(model)
+        self.batch_faults = BatchFaults(
+            BatchFaultRates(
+                canceled_rate=options.batch_canceled_rate,
+                lost_rate=options.batch_lost_rate,
+                broken_read_rate=options.batch_broken_read_rate,
+            ),
+            options.seed,
+        )
+        if self.batch_faults.rates.any:
+            self.batch_faults.install(store)
 
     def _per_occurrence(self, model: LocalMessagesAPI) -> Any:
         """Batch result faults drawn per occurrence of a custom_id, not per custom_id: the
@@ -262,6 +280,8 @@ class LocalPipeline:
         if self._model is None:
             return
         store = self._model.batches
+        if self.batch_faults is not None:
+            result.batch_faults = dict(sorted(self.batch_faults.injected.items()))
         batches = list(store.batches.values())
         result.batches = len(batches)
         result.batch_requests = sum(len(batch.requests) for batch in batches)
@@ -287,8 +307,24 @@ class LocalPipeline:
                 fault_rate=options.fault_rate,
                 kill_rate=options.kill_rate,
                 throttle_rate=options.throttle_rate,
+                batch_tail_seconds=self._batch_tail_seconds(_attempt_budget(model_step)),
             )
         )
+
+    def _batch_tail_seconds(self, attempts: int) -> float:
+        """How long (run-clock seconds) a row may wait on failing batches: once per attempt,
+        a lost batch's bound (it must be seen ended, then unknown that long) or a canceled
+        one's ``canceling``, each with its processing, a resubmission's wait and ticks."""
+        options = self.options
+        limits = runtime_batch_limits
+        wait = options.batch_delay_seconds + 3 * limits.TICK_PERIOD_SECONDS
+        if options.batch_lost_rate > 0:
+            wait += limits.LOST_UNKNOWN_SECONDS + limits.BACKOFF_MAX_SECONDS
+        elif options.batch_canceled_rate > 0 or options.batch_broken_read_rate > 0:
+            wait += limits.BACKOFF_MAX_SECONDS
+        else:
+            return 0.0
+        return float(attempts * wait)
 
     def _split_retry_hooks(self, assembly: CloudAssembly) -> dict[str, Any]:
         """``--duplicates N`` runs the split N times, as Lambda's retries of an attempt that
@@ -367,7 +403,12 @@ class LocalPipeline:
             bucket=self._bucket,
             rows=count_csv_rows(options.csv_path),
             duplicates=options.duplicates,
-            faults_enabled=options.fault_rate > 0 or options.kill_rate > 0,
+            # A lost batch may have billed its rows before they go again, and errored
+            # results can spend a row's budget: the run is checked against the budget then.
+            faults_enabled=options.fault_rate > 0
+            or options.kill_rate > 0
+            or options.batch_lost_rate > 0
+            or options.batch_errored_rate > 0,
             rate_limit=options.rate_limit,
             retry_attempts=_attempt_budget(model_step) - 1,
             model=options.model,

@@ -58,6 +58,8 @@ JSON_FIELDS = {
     "batch_requests": "requests submitted in Message Batches (resubmissions included)",
     "batch_create_kills": "invocations killed around a batch create (--batch-create-kill-rate), "
     "by point: before_create, after_create, before_batch_id_recorded",
+    "batch_faults": "Message Batches faults injected: canceled, lost, broken_reads, "
+    "failed_retrieves (--batch-canceled-rate, --batch-lost-rate, --batch-broken-read-rate)",
 }
 
 
@@ -115,6 +117,7 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "batch_requests": result.batch_requests,
         "batch_results": result.batch_results,
         "batch_create_kills": result.batch_create_kills,
+        "batch_faults": result.batch_faults,
     }
 
 

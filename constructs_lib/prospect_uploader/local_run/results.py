@@ -45,7 +45,9 @@ class RunResult:
     functions: dict[str, Any] = field(default_factory=dict)
     queues: dict[str, Any] = field(default_factory=dict)  # local queues and their pollers
     in_progress_exhausted: int = 0  # on-failure records caused by IdempotencyAlreadyInProgress
-    faults_enabled: bool = False  # model faults or Lambda kills: a row may need retries
+    # model faults, Lambda kills, lost batches or errored batch results: a row may need
+    # retries (and a lost batch may have billed its rows before they went again)
+    faults_enabled: bool = False
     retry_attempts: int = 0  # the step's attempt budget (MAX_ATTEMPTS) minus one
     # Billed model requests (not 401/429/529) per record key, counted where they are sent.
     billed_requests: int = 0
@@ -109,6 +111,9 @@ class RunResult:
     batch_results: dict[str, int] = field(default_factory=dict)  # by result type
     # Kills around a batch create (--batch-create-kill-rate), by kill point.
     batch_create_kills: dict[str, int] = field(default_factory=dict)
+    # Message Batches faults injected (issue 33): canceled, lost, broken_reads,
+    # failed_retrieves.
+    batch_faults: dict[str, int] = field(default_factory=dict)
 
     @property
     def late_attempts(self) -> int:
