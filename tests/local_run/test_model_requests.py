@@ -104,9 +104,10 @@ def test_a_kill_in_a_results_stream_strikes_after_its_drawn_lines_and_skips_exce
                     read.append(line.custom_id)
             except Exception as exc:
                 handled.append(exc)
-        # THEN the handler read the results in order up to the drawn line (the SDK's line
-        # decoder may still hold the last), and the kill was counted once
-        assert read == [f"row-{n}" for n in range(len(read))]
+        # THEN the handler read distinct results (in the API's own order, which is not the
+        # submission's) up to the drawn line (the SDK's line decoder may still hold the
+        # last), and the kill was counted once
+        assert len(set(read)) == len(read) and set(read) <= {f"row-{n}" for n in range(300)}
         assert lines - 1 <= len(read) <= lines
         assert handled == [] and faults.kills == 1
         # AND a read outside an invocation (the next tick is a new one) reads them all
