@@ -72,6 +72,7 @@ from .client import ModelClientProvider
 from .delivery import Delivery
 from .errors import NonRetryableError, RetriesExhaustedError
 from .model_call import system_blocks
+from .model_request import model_fields
 from .outcome import StepResult
 
 if TYPE_CHECKING:
@@ -443,6 +444,8 @@ class BatchDelivery:
                 "max_tokens": settings.max_tokens,
                 "system": system_blocks(settings),
                 "messages": [{"role": "user", "content": user_message}],
+                # Issue 32: thinking and effort, as the realtime request sends them.
+                **model_fields(settings),
             },
         }
 

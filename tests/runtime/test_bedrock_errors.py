@@ -1,11 +1,13 @@
 """Bedrock's own errors, each in the stored-outcome design (issue 22).
 
 The real handler and the real ``AnthropicBedrock`` client over HTTP to the fake
-``bedrock-runtime``: a rate limit (``ThrottlingException``) waits and spends no attempt; a
-transient error (``ModelNotReadyException``, ``ModelTimeoutException``,
-``ServiceUnavailableException``, ``InternalServerException``) spends an attempt of the key's
-budget; a non-retryable one (``ValidationException``, ``AccessDeniedException``, ...) is a
-stored dead letter after one request. The ERROR_CODE is Bedrock's name.
+``bedrock-runtime``: a rate limit (``ThrottlingException``), the account's quota
+(``ServiceQuotaExceededException``, "you can resubmit your request later") and Bedrock's
+overload (``ServiceUnavailableException``, as Anthropic's 529) wait and spend no attempt
+(issue 32); a transient error (``ModelNotReadyException``, ``ModelTimeoutException``,
+``InternalServerException``) spends an attempt of the key's budget; a non-retryable one
+(``ValidationException``, ``AccessDeniedException``, ...) is a stored dead letter after one
+request. The ERROR_CODE is Bedrock's name.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import anthropic
 import httpx2
 import pytest
 
+from constructs_lib.testing.bedrock_api import ERROR_STATUSES, INVALID_MODEL_ID
 from tests.fakes import FakeBedrockRuntime, Reply
 
 from .conftest import FakeLambdaContext, fresh_event, make_event
@@ -48,7 +51,6 @@ def test_bedrock_gets_its_wire_shape_signed(make_step, bedrock):
         "ValidationException",
         "AccessDeniedException",
         "ResourceNotFoundException",
-        "ServiceQuotaExceededException",
         "ModelErrorException",
     ],
 )
@@ -74,7 +76,6 @@ def test_a_non_retryable_bedrock_error_is_a_stored_dead_letter_under_its_name(
     [
         ("ModelNotReadyException", 429),
         ("ModelTimeoutException", 408),
-        ("ServiceUnavailableException", 503),
         ("InternalServerException", 500),
     ],
 )
@@ -120,17 +121,78 @@ def test_model_not_ready_is_no_rate_limit_on_the_buffer_queue(
     )
 
 
-def test_throttling_is_the_rate_limit_and_a_stored_answer_follows(make_step, bedrock, buffer):
-    bedrock.script = ["ThrottlingException"]
-    step = make_step()
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        ("ThrottlingException", 429),
+        ("ServiceQuotaExceededException", 400),
+        ("ServiceUnavailableException", 503),
+    ],
+)
+def test_a_rate_limit_quota_or_overload_waits_spends_no_attempt_and_an_answer_follows(
+    make_step, bedrock, model_env, buffer, outcomes, error, status
+):
+    # GIVEN a row whose first request meets the error
+    bedrock.script = [error]
+    step = make_step(on_outcome=outcomes)
     event = fresh_event()
 
+    # WHEN it is delivered from the buffer queue, then its waiting copy comes back
     step.handle(buffer.batch(event), FakeLambdaContext())
     [copy] = buffer.requeued()
     result = step.handle(buffer.batch(event), FakeLambdaContext())
 
+    # THEN it waited (re-enqueued with a delay), spent no attempt, was not billed, and the
+    # next request's answer is stored
+    assert copy["DelaySeconds"] >= 1
     assert result == {"batchItemFailures": []}
     assert bedrock.request_count == 2
+    [(_, waited), (_, answered)] = outcomes.seen
+    assert (waited["status"], waited["model_requests"], waited["rate_limited"]) == (
+        "rate_limited",
+        0,
+        1,
+    )
+    assert waited["error_code"] == error and waited["cost_usd"] == 0.0
+    assert answered["status"] == "completed"
+    [budget] = model_env.budgets().values()
+    assert budget["attempts"]["N"] == "1"  # the answered request's attempt only
+    assert ERROR_STATUSES[error] == status
+
+
+def test_a_model_id_bedrock_does_not_publish_is_a_validation_dead_letter(
+    make_step, bedrock, model_env, monkeypatch
+):
+    # The id the stack used to default to: the real model has no "-v1:0" suffix.
+    monkeypatch.setenv("MODEL_ID", "us.anthropic.claude-haiku-5-5-v1:0")
+
+    result = make_step().handle(make_event(), FakeLambdaContext())
+
+    assert bedrock.request_count == 1
+    assert (result["status"], result["error_code"]) == ("dead_lettered", "ValidationException")
+    assert INVALID_MODEL_ID in result["error_message"]
+
+
+@pytest.mark.parametrize(("error", "status"), sorted(ERROR_STATUSES.items()))
+def test_the_fake_returns_all_ten_invoke_model_errors_with_status_and_type(bedrock, error, status):
+    bedrock.script = [error]
+    client = anthropic.AnthropicBedrock(aws_region="us-east-1", max_retries=0)
+
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        client.messages.create(
+            model=BEDROCK_MODEL_ID,
+            max_tokens=16,
+            thinking={"type": "disabled"},
+            messages=[{"role": "user", "content": "hi"}],
+            extra_body={"anthropic_version": "bedrock-2023-05-31"},
+        )
+
+    response = raised.value.response
+    assert response.status_code == status
+    assert response.headers["x-amzn-errortype"].split(":", 1)[0] == error
+    assert response.headers["x-amzn-requestid"]
+    assert set(raised.value.body) == {"message"}
+    assert len(ERROR_STATUSES) == 10
 
 
 def test_a_request_signed_with_the_wrong_secret_is_refused_before_any_work(
