@@ -20,22 +20,24 @@ from constructs_lib.model_fit import UNKNOWN_MODEL_WARNING
 from .conftest import NO_BUNDLING, make_step
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def app() -> cdk.App:
+    """An app per test: each test synthesizes (or refuses) one stack of its own."""
     return cdk.App(context=NO_BUNDLING)
 
 
-_stacks = iter(range(1000))
-
-
 def _stack(app: cdk.App) -> cdk.Stack:
-    return cdk.Stack(app, f"Fit{next(_stacks)}")
+    return cdk.Stack(app, "Fit")
 
 
 def _variables(step) -> dict[str, str]:
-    function = step.function.node.default_child
-    resolved = cdk.Stack.of(step).resolve(function.environment)
-    return resolved["variables"]
+    """The step function's environment, as synthesized."""
+    template = assertions.Template.from_stack(cdk.Stack.of(step))
+    [function] = template.find_resources(
+        "AWS::Lambda::Function",
+        {"Properties": {"Environment": {"Variables": {"MODEL_ID": assertions.Match.any_value()}}}},
+    ).values()
+    return function["Properties"]["Environment"]["Variables"]
 
 
 def test_by_default_nothing_is_sent_and_the_step_is_priced_from_the_catalogue(app):
