@@ -689,8 +689,9 @@ class IdempotentModelStep(Construct):
         fitted = props.model_fit(owner)
         #: The model's catalogue row (``ModelSpec``), or None for a model it does not know.
         self.model_spec: Any = fitted.spec
-        #: The ``thinking.type`` and effort each request sends (None: the model's default).
+        #: The ``thinking.type`` each request sends (None: the model's default).
         self.thinking: str | None = fitted.thinking
+        #: The ``output_config.effort`` each request sends (None: the model's default).
         self.effort: str | None = fitted.effort
         #: The price of the step's requests (``MODEL_RATES``); None: their cost is unknown.
         self.model_price: ModelPrice | None = props.model_price(owner)

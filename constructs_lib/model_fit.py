@@ -50,10 +50,15 @@ class Effort(enum.Enum):
     """``output_config.effort``: how much the model puts into an answer (its thinking
     included). Which levels a model accepts is the catalogue's."""
 
+    #: ``"low"``: the least; the only level some uses need (a one-word label).
     LOW = "low"
+    #: ``"medium"``: Claude Haiku 5.5's default.
     MEDIUM = "medium"
+    #: ``"high"``: the most Claude Haiku 5.5 accepts with thinking off.
     HIGH = "high"
+    #: ``"xhigh"``: with thinking on only, on the models that have it.
     XHIGH = "xhigh"
+    #: ``"max"``: the most; with thinking on only, on the models that have it.
     MAX = "max"
 
 
