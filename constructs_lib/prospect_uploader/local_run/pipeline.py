@@ -449,8 +449,8 @@ class LocalPipeline:
             # included), summed as the ledger sums them; null for a model without a price.
             result.cost_usd = billed_cost_usd(
                 self._model.billed_usages,
-                engine.environment.get("MODEL_RATES"),
-                engine.environment.get("PROMPT_CACHE") or "5m",
+                _step_variable(engine, "MODEL_RATES"),
+                _step_variable(engine, "PROMPT_CACHE") or "5m",
             )
         else:
             # The real API cannot be asked; the step's own ModelRequests metric (EMF) can.
@@ -517,6 +517,14 @@ def run_pipeline(options: RunOptions) -> RunResult:
     """Run once and return the result (everything is torn down before returning)."""
     with LocalPipeline(options) as pipeline:
         return pipeline.run()
+
+
+def _step_variable(engine: LocalEngine, name: str) -> str | None:
+    """A variable every model step sets alike (two steps scope theirs), or None if unset."""
+    try:
+        return engine.variable(name)
+    except KeyError:
+        return None
 
 
 def billed_cost_usd(
