@@ -16,14 +16,24 @@ from constructs_lib.prospect_uploader.stack import ProspectUploaderStack
 from .conftest import NO_BUNDLING
 
 
-def _model_prices(stack: cdk.Stack) -> set[str | None]:
-    """MODEL_PRICE of every function (None for a function without it)."""
+def _variable(stack: cdk.Stack, name: str, of_functions_with: str) -> set[str | None]:
+    """``name`` of every function that has ``of_functions_with`` (None where it is unset)."""
     return {
-        body["Properties"]["Environment"]["Variables"].get("MODEL_PRICE")
+        body["Properties"]["Environment"]["Variables"].get(name)
         for body in Template.from_stack(stack).to_json()["Resources"].values()
         if body["Type"] == "AWS::Lambda::Function"
-        and "UPLOADS_TABLE_NAME" in body["Properties"]["Environment"]["Variables"]
+        and of_functions_with in body["Properties"]["Environment"]["Variables"]
     }
+
+
+def _model_prices(stack: cdk.Stack) -> set[str | None]:
+    """MODEL_PRICE of every function that reports an upload's cost."""
+    return _variable(stack, "MODEL_PRICE", "UPLOADS_TABLE_NAME")
+
+
+def _step_rates(stack: cdk.Stack) -> set[str | None]:
+    """MODEL_RATES of every model step function."""
+    return _variable(stack, "MODEL_RATES", "MODEL_PROVIDER")
 
 
 def test_the_default_model_is_priced_as_published_not_as_haiku_4_5():
@@ -46,16 +56,6 @@ def test_the_default_model_is_priced_as_published_not_as_haiku_4_5():
         "https://platform.claude.com/docs/en/models/haiku-5-5/overview",
         "2026-12-01",
     )
-
-
-def _step_rates(stack: cdk.Stack) -> set[str | None]:
-    """MODEL_RATES of every model step function (None for a step without it)."""
-    return {
-        body["Properties"]["Environment"]["Variables"].get("MODEL_RATES")
-        for body in Template.from_stack(stack).to_json()["Resources"].values()
-        if body["Type"] == "AWS::Lambda::Function"
-        and "MODEL_PROVIDER" in body["Properties"]["Environment"]["Variables"]
-    }
 
 
 def test_every_row_cites_its_source_and_states_every_rate():

@@ -9,6 +9,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 from prospect_contract import metrics as upload_metrics
+from prospect_contract.cost import Price
 from prospect_contract.errors import ConfigurationError
 from upload_accounting import LedgerSettings, RowAccounted, SummaryPublishError, UploadLedger
 from upload_accounting.ledger import PUBLISH_LEASE_SECONDS
@@ -436,16 +437,23 @@ def test_the_summary_reports_cache_tokens_dollars_and_savings(aws, clock):
     assert detail["saved_by_batch_usd"] == 0.0
 
 
+HAIKU_4_5_PRICE = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
+
+
+def _priced_upload(aws, clock, price: Price, rows: int) -> UploadLedger:
+    """A ledger at ``price`` with upload ``u-1`` split into ``rows`` valid rows."""
+    create_upload_tables(aws.session)
+    ledger = new_ledger(aws, clock, model_price=price)
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=rows, valid=rows, invalid=0)
+    return ledger
+
+
 def test_the_summary_sums_each_requests_stored_cost_so_a_new_price_never_reprices_it(aws, clock):
     # Issue 32. GIVEN rows billed at the price of their day (each outcome's cost_usd, as the
     # step computed it, long-context tier included), and a ledger that now has another price
-    from prospect_contract.cost import Price
-
-    create_upload_tables(aws.session)
     later = Price(input=9.0, output=90.0, cache_write=9.0, cache_read=9.0, batch_discount=0.5)
-    ledger = new_ledger(aws, clock, model_price=later)
-    ledger.begin("u-1", bucket="b", key="in/a.csv")
-    ledger.split_finished("u-1", rows=2, valid=2, invalid=0)
+    ledger = _priced_upload(aws, clock, later, rows=2)
     stored = {"status": "completed", "label": "hot", "cost_usd": 0.000012345}
     ledger.row_classified("u-1", 1, "hot", billed(result=stored, cost_usd=0.000012345))
     ledger.row_classified("u-1", 1, "hot", {**REPLAYED, "result": stored, "cost_usd": 0.0})
@@ -464,13 +472,7 @@ def test_the_summary_sums_each_requests_stored_cost_so_a_new_price_never_reprice
 
 
 def test_a_request_billed_before_costs_were_stored_prices_the_upload_by_the_formula(aws, clock):
-    from prospect_contract.cost import Price
-
-    create_upload_tables(aws.session)
-    price = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
-    ledger = new_ledger(aws, clock, model_price=price)
-    ledger.begin("u-1", bucket="b", key="in/a.csv")
-    ledger.split_finished("u-1", rows=2, valid=2, invalid=0)
+    ledger = _priced_upload(aws, clock, HAIKU_4_5_PRICE, rows=2)
     ledger.row_classified("u-1", 1, "hot", billed(cost_usd=0.5))
     ledger.row_classified("u-1", 2, "cold", billed())  # an older runtime's outcome: no cost
 
