@@ -280,25 +280,34 @@ def _make_handler(api: FakeBedrockRuntime) -> type[BaseHTTPRequestHandler]:
                 self._error(400, "ValidationException", problem, request_id)
                 return
 
-            def respond(reply: Reply) -> tuple[dict[str, Any], dict[str, str]]:
-                if reply.status == 200:
-                    payload = reply.body or api._answered(
-                        api._success_body(model_id, record.body, request_id, reply)
-                    )
-                    return payload, _success_headers(payload, request_id, started, reply)
-                named = reply.headers.get("x-amzn-errortype", "").split(":", 1)[0]
-                error_type = named or error_type_for(reply.status)
-                payload = reply.body or {"message": f"fake {reply.status} {error_type}"}
-                extra = {**error_headers(error_type, request_id), **reply.headers}
-                extra["x-amzn-errortype"] = f"{error_type}:{ERROR_TYPE_NAMESPACE}"
-                return payload, extra
-
-            self.play(api._entry_for(index, record.body), _as_reply, respond)
+            self.play(
+                api._entry_for(index, record.body),
+                _as_reply,
+                lambda reply: _respond(api, record, started, reply),
+            )
 
         def _error(self, status: int, error_type: str, message: str, request_id: str) -> None:
             self.write_json(status, {"message": message}, error_headers(error_type, request_id))
 
     return Handler
+
+
+def _respond(
+    api: FakeBedrockRuntime, record: BedrockRequest, started: float, reply: Reply
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body and headers of ``reply`` to ``record``, in Bedrock's shape."""
+    request_id = record.request_id
+    if reply.status == 200:
+        payload = reply.body or api._answered(
+            api._success_body(record.model_id, record.body, request_id, reply)
+        )
+        return payload, _success_headers(payload, request_id, started, reply)
+    named = reply.headers.get("x-amzn-errortype", "").split(":", 1)[0]
+    error_type = named or error_type_for(reply.status)
+    payload = reply.body or {"message": f"fake {reply.status} {error_type}"}
+    extra = {**error_headers(error_type, request_id), **reply.headers}
+    extra["x-amzn-errortype"] = f"{error_type}:{ERROR_TYPE_NAMESPACE}"
+    return payload, extra
 
 
 def _as_reply(entry: ScriptEntry) -> Reply:
