@@ -167,7 +167,7 @@ def _overridden(
         merged = {**dict.fromkeys(_FIELDS), **given}
     else:
         merged = {**asdict(current), **given}
-    if "source" not in given:
+    if "source" not in given and set(given) - set(_TEXT_FIELDS):
         # Overridden figures are the override's, not the catalogue page's.
         merged["source"], merged["as_of"] = source, given.get("as_of")
     if merged["long_context_threshold_tokens"] is None:

@@ -8,9 +8,11 @@ import json
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constructs_lib import PropValidationError
-from constructs_lib.model_prices import PRICE_TABLE, price_table, upload_cost
+from constructs_lib.model_prices import NEW_MODEL_FIELDS, PRICE_TABLE, price_table, upload_cost
 from constructs_lib.prospect_uploader.stack import ProspectUploaderStack
 
 from .conftest import NO_BUNDLING
@@ -142,3 +144,39 @@ def test_context_model_prices_must_be_json():
     app = cdk.App(context={**NO_BUNDLING, "model_prices": "{not json"})
     with pytest.raises(PropValidationError, match=r"context model_prices must be JSON"):
         ProspectUploaderStack(app, "BadPrices")
+
+
+#: Every price field an override may give a catalogued model, and a value it may take.
+_RATE_VALUES = st.floats(min_value=0, max_value=100, allow_nan=False, allow_infinity=False)
+_OVERRIDABLE = (
+    "input", "output", "cache_write_5m", "cache_write_1h", "cache_read",
+    "long_context_input", "long_context_output", "long_context_cache_write_5m",
+    "long_context_cache_write_1h", "long_context_cache_read",
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.dictionaries(st.sampled_from(_OVERRIDABLE), _RATE_VALUES, max_size=len(_OVERRIDABLE)))
+def test_an_override_of_a_catalogued_model_moves_exactly_the_fields_it_gives(given_rates):
+    base = PRICE_TABLE["claude-haiku-5-5"]
+
+    row = price_table({"claude-haiku-5-5": given_rates})["claude-haiku-5-5"]
+
+    for name in _OVERRIDABLE:
+        expected = given_rates.get(name, getattr(base, name))
+        assert getattr(row, name) == pytest.approx(expected), name
+    assert row.source == ("model_prices" if given_rates else base.source)
+
+
+@settings(max_examples=50, deadline=None, derandomize=True)
+@given(st.sampled_from(NEW_MODEL_FIELDS))
+def test_a_new_model_that_leaves_out_any_one_price_is_refused_naming_it(missing):
+    price = {
+        "input": 1, "output": 5, "cache_write_5m": 1.25, "cache_write_1h": 2,
+        "cache_read": 0.1, "batch_discount": 0.5, "min_cacheable_tokens": 1024,
+        "long_context_threshold_tokens": None,
+    }  # fmt: skip
+    del price[missing]
+
+    with pytest.raises(PropValidationError, match=rf"must give \['{missing}'\]"):
+        price_table({"my-model": price})

@@ -12,14 +12,18 @@ request. The ERROR_CODE is Bedrock's name.
 
 from __future__ import annotations
 
+import itertools
+
 import anthropic
 import httpx2
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from constructs_lib.testing.bedrock_api import ERROR_STATUSES, INVALID_MODEL_ID
 from tests.fakes import FakeBedrockRuntime, Reply
 
-from .conftest import FakeLambdaContext, fresh_event, make_event
+from .conftest import FakeLambdaContext, fresh_event, make_event, prospect_detail
 from .test_providers import BEDROCK_MODEL_ID, SECRET_KEYS
 
 
@@ -245,3 +249,81 @@ def test_a_rate_limit_reply_keeps_its_retry_after(bedrock, make_step, buffer):
     make_step().handle(buffer.batch(fresh_event()), FakeLambdaContext())
     [copy] = buffer.requeued()
     assert copy["DelaySeconds"] == 11
+
+
+# -- generated schedules (issue 32) ----------------------------------------------------------
+#: Each error's class, as the runtime must treat it (docs/runtime.md, "On Amazon Bedrock").
+WAITED = {"ThrottlingException", "ServiceQuotaExceededException", "ServiceUnavailableException"}
+SPENT = {"ModelNotReadyException", "ModelTimeoutException", "InternalServerException"}
+DEAD = {
+    "ValidationException",
+    "AccessDeniedException",
+    "ResourceNotFoundException",
+    "ModelErrorException",
+}
+MAX_ATTEMPTS = 3
+_rows = itertools.count(100)
+
+
+def expected_end(schedule: list[str]) -> tuple[str, str | None, int]:
+    """The status, error code and requests a key meets under ``schedule`` (then 200s): a wait
+    spends nothing, a transient error one attempt of ``MAX_ATTEMPTS``, a 400-class error is
+    the end."""
+    attempts = 0
+    for sent, entry in enumerate(schedule, start=1):
+        if entry == "200":
+            return "completed", None, sent
+        if entry in DEAD:
+            return "dead_lettered", entry, sent
+        if entry in SPENT:
+            attempts += 1
+            if attempts == MAX_ATTEMPTS:
+                return "dead_lettered", entry, sent
+    return "completed", None, len(schedule) + 1
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(st.sampled_from([*sorted(ERROR_STATUSES), "200"]), max_size=6))
+def test_any_schedule_of_bedrock_errors_ends_as_its_classes_say(
+    make_step, bedrock, outcomes, schedule
+):
+    # GIVEN a new key whose requests meet the drawn errors, then 200s
+    seen = len(outcomes.seen)
+    sent_before = bedrock.request_count
+
+    def script(index: int, body: dict) -> int | str:
+        drawn = schedule[index - sent_before] if index - sent_before < len(schedule) else "200"
+        return 200 if drawn == "200" else drawn
+
+    bedrock.script = script
+    step = make_step(on_outcome=outcomes)
+    event = make_event(prospect_detail(row_number=next(_rows)))
+
+    # WHEN Lambda delivers it until it stops raising (each raise is a retry)
+    result = None
+    for _ in range(len(schedule) + 2):
+        try:
+            result = step.handle(event, FakeLambdaContext())
+            break
+        except anthropic.APIStatusError:
+            continue
+
+    # THEN it ends in a label or a recorded dead letter exactly as the classes say, no
+    # request more than the schedule needs, and only served requests billed, each once
+    status, code, requests = expected_end(schedule)
+    assert result is not None
+    assert (result["status"], result.get("error_code")) == (status, code)
+    assert bedrock.request_count - sent_before == requests
+    delivered = [outcome for _, outcome in outcomes.seen[seen:]]
+    billed = sum(outcome["model_requests"] for outcome in delivered)
+    assert billed == requests - sum(entry in WAITED | {"ModelNotReadyException"}
+                                    for entry in schedule[:requests])  # fmt: skip
+    assert billed <= MAX_ATTEMPTS
+    waits = [o for o in delivered if o["status"] == "rate_limited"]
+    assert len(waits) == sum(entry in WAITED for entry in schedule[:requests])
+    assert all(o["cost_usd"] == 0.0 for o in waits)
