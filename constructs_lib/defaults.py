@@ -33,7 +33,6 @@ DEFAULT_MAX_TOKENS = 1024
 DEFAULT_LAMBDA_RETRY_ATTEMPTS = 2
 DEFAULT_EVENT_RETRY_ATTEMPTS = 185
 DEFAULT_MAX_EVENT_AGE = Duration.hours(24)
-DEFAULT_EXPIRES_AFTER = Duration.hours(24)
 DEFAULT_TIMEOUT = Duration.seconds(90)
 DEFAULT_MEMORY_SIZE = 512
 DEFAULT_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
@@ -51,7 +50,10 @@ EVENT_SOURCE_MIN_CONCURRENCY = 2
 #: Lambda's own invoke retries of a throttled batch) may still be running: each
 #: receive absorbs (6 - 1) x timeout of throttling before it counts again.
 BUFFER_VISIBILITY_TIMEOUT_FACTOR = 6
-#: SQS's maximum retention: how long a row may wait behind the concurrency cap.
+#: SQS's maximum retention: how long a row may wait behind the concurrency cap, or while an
+#: operator has a mapping paused. A message SQS drops at the end of its retention goes to no
+#: dead-letter queue (a silent loss), so the buffer and redrive queues keep the maximum, and
+#: a key's memory (``expires_after``) is derived to outlive it (``model_step.lifetime``).
 BUFFER_RETENTION = Duration.days(14)
 #: Receives of a buffered row beyond ``MAX_ATTEMPTS + 1`` that throttles may spend.
 #: A throttled batch returns to the queue and its receive count grows without the

@@ -38,6 +38,7 @@ from constructs import Construct
 from . import bedrock_models, defaults, queue_grants
 from ._paths import lambda_src_root
 from ._runtime_environment import runtime_environment as env
+from ._runtime_environment import runtime_lifetime
 from ._validation import (
     PropValidationError,
     check_duration_range,
@@ -151,7 +152,7 @@ class _StepProps:
     lambda_retry_attempts: int
     event_retry_attempts: int
     max_event_age: Duration
-    expires_after: Duration
+    expires_after: Duration | None
     timeout: Duration
     memory_size: int
     architecture: lambda_.Architecture
@@ -208,18 +209,49 @@ class _StepProps:
         for prop, (low, high) in INT_RANGES.items():
             check_int_range(owner, prop, getattr(self, prop), low, high)
         for prop, (shortest, longest) in DURATION_RANGES.items():
-            check_duration_range(owner, prop, getattr(self, prop), shortest, longest)
+            value = getattr(self, prop)
+            if value is not None:  # expires_after: None is derived
+                check_duration_range(owner, prop, value, shortest, longest)
+        self._check_key_lifetime(owner)
+
+    def _check_key_lifetime(self, owner: str) -> None:
+        """An explicit ``expires_after`` must outlive every path that can bring a key back
+        (``model_step.lifetime``): shorter, a copy that came back would be billed again."""
         expires, age = self.expires_after, self.max_event_age
-        if (
-            not expires.is_unresolved()
-            and not age.is_unresolved()
-            and expires.to_seconds() < age.to_seconds()
-        ):
+        if expires is None or expires.is_unresolved() or age.is_unresolved():
+            return
+        least = self.minimum_key_lifetime_seconds
+        if expires.to_seconds() < least:
+            batch = " and delivery=ModelDelivery.batch() (a batch holds a row about 2 days)"
             raise PropValidationError(
-                f"{owner}: expires_after must be at least max_event_age "
-                f"({age.to_human_string()}), got {expires.to_human_string()}: "
-                "a retry delivered after the record expired would call the model again"
+                f"{owner}: expires_after must be at least {least:,} seconds "
+                f"({Duration.seconds(least).to_human_string()}), got "
+                f"{int(expires.to_seconds()):,} seconds ({expires.to_human_string()}): it is "
+                f"the key's memory, and with max_event_age "
+                f"{age.to_human_string()}, the buffer and redrive queues' "
+                f"{defaults.BUFFER_RETENTION.to_human_string()} retention"
+                f"{batch if self.delivery.is_batch else ''} a copy of a key can come back "
+                f"that late; a copy that finds its memory expired would be billed again. "
+                "Leave expires_after unset to derive it, or shorten max_event_age."
             )
+
+    @property
+    def minimum_key_lifetime_seconds(self) -> int:
+        """The shortest key memory these props allow (``model_step.lifetime``)."""
+        return int(
+            runtime_lifetime.minimum_key_lifetime(
+                max_event_age=int(self.max_event_age.to_seconds()),
+                queue_retention=int(defaults.BUFFER_RETENTION.to_seconds()),
+                batch=self.delivery.is_batch,
+            )
+        )
+
+    @property
+    def key_lifetime(self) -> Duration:
+        """The key's memory lifetime: ``expires_after``, or the minimum the props allow."""
+        if self.expires_after is not None:
+            return self.expires_after
+        return Duration.seconds(self.minimum_key_lifetime_seconds)
 
     def _check_provider(self, owner: str) -> None:
         provider, secret, model_id = self.model_provider, self.api_key_secret, self.model_id
@@ -499,9 +531,13 @@ class IdempotentModelStep(Construct):
         the runtime, counting from when the step first saw the row, dead-letters a
         rate-limited row (``RateLimitExhausted``) that would wait past it and stops
         putting back a row the buffer queue gave up on (``ReceivesExhausted``).
-    :param expires_after: idempotency record lifetime, at least ``max_event_age``
-        (a redelivery after expiry would call the model again), at most 30 days,
-        default 24 hours.
+    :param expires_after: the key's memory lifetime: how long its stored outcome, its attempt
+        budget and its hand-offs are kept. It must outlive every path that can bring a copy
+        of the key back (``max_event_age``, then up to the buffer and redrive queues'
+        14-day retention, and under ``ModelDelivery.batch()`` a batch's two days), so it is
+        at least ``max_event_age`` + 14 days + 1 hour; a shorter one fails at synth naming
+        the props. At most 30 days. Default: that minimum, derived (15 days and 1 hour with
+        the default ``max_event_age``); ``key_lifetime`` holds the value in use.
     :param timeout: function timeout, 10 seconds to 15 minutes, default 90 seconds.
         Each model request's total deadline is kept 5 seconds below it; the buffer and
         redrive queues' visibility timeout is 6x it.
@@ -585,7 +621,7 @@ class IdempotentModelStep(Construct):
         lambda_retry_attempts: int = defaults.DEFAULT_LAMBDA_RETRY_ATTEMPTS,
         event_retry_attempts: int = defaults.DEFAULT_EVENT_RETRY_ATTEMPTS,
         max_event_age: Duration = defaults.DEFAULT_MAX_EVENT_AGE,
-        expires_after: Duration = defaults.DEFAULT_EXPIRES_AFTER,
+        expires_after: Duration | None = None,
         timeout: Duration = defaults.DEFAULT_TIMEOUT,
         memory_size: int = defaults.DEFAULT_MEMORY_SIZE,
         architecture: lambda_.Architecture = lambda_.Architecture.X86_64,
@@ -660,6 +696,10 @@ class IdempotentModelStep(Construct):
         self.result_bus = result_bus
         #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
         self.max_attempts = props.max_attempts
+        #: How long the step remembers a key (its budget, its stored outcome, its hand-offs):
+        #: ``expires_after``, or derived from ``max_event_age``, the queues' retention and
+        #: the delivery (``model_step.lifetime``).
+        self.key_lifetime = props.key_lifetime
         #: Billed model requests one delivery can cost: SDK attempts (1) x ``MAX_ATTEMPTS``.
         #: 429/529 answers are not billed and never use an attempt.
         self.max_model_requests_per_delivery = (
@@ -854,7 +894,7 @@ class IdempotentModelStep(Construct):
             # Records carry their queue's ARN (eventSourceARN), not its URL.
             env.REDRIVE_QUEUE_ARN: self.redrive_queue.queue_arn,
             env.IDEMPOTENCY_KEY: props.idempotency_key,
-            env.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: str(int(props.expires_after.to_seconds())),
+            env.IDEMPOTENCY_EXPIRES_AFTER_SECONDS: str(int(props.key_lifetime.to_seconds())),
             env.PROMPT_VERSION: props.prompt_version,
             # Only the hash: the text ships with the code (system_prompt_asset.py).
             env.SYSTEM_PROMPT_SHA256: self.system_prompt_sha256,

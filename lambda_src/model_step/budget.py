@@ -18,10 +18,15 @@ and writes the same numbers:
 - ``counted``: set once by the delivery that first reports the key's dead letter, so a
   second DLQ message after a kill is never counted twice.
 
-The item holds counters, codes and a hash-derived id only, never a row value, and expires
-with the record (TTL attribute ``expiration``). DynamoDB deletes expired items lazily, so an
-item past its ``expiration`` is read as absent and started afresh, as Powertools treats an
-expired record.
+The item holds counters, codes and a hash-derived id only, never a row value. Its lifetime is
+the key's memory lifetime (:mod:`.lifetime`, ``IDEMPOTENCY_EXPIRES_AFTER_SECONDS``): every
+write sets its TTL attribute ``expiration`` that long after the write, and that lifetime is
+longer than any path can hold a copy of the key, so a key that comes back still finds its
+budget. ``first_seen`` is set once and never reset while the item lives; a re-enqueued copy
+carries it (:func:`.lifetime.stamp`), so even an item that is gone restarts from the key's
+real first-seen time (see :meth:`AttemptBudget.claim`). DynamoDB deletes expired items
+lazily, so an item past its ``expiration`` is read as absent, as Powertools treats an expired
+record.
 """
 
 from __future__ import annotations
@@ -87,17 +92,39 @@ class Claim:
 
 
 class AttemptBudget:
-    """The budget item of one record (see the module docstring)."""
+    """The budget item of one record (see the module docstring).
+
+    ``lifetime`` is the key's memory lifetime in seconds: every write keeps the item that
+    long after it. ``first_seen`` (epoch seconds), when the caller knows the key's first-seen
+    time from a re-enqueued copy, is the time a new or expired item starts from instead of
+    now, so a key's first-seen time never moves forward.
+    """
 
     def __init__(
-        self, client: Any, table_name: str, record_id: str, limit: int, expires_after: int
+        self,
+        client: Any,
+        table_name: str,
+        record_id: str,
+        limit: int,
+        lifetime: int,
+        *,
+        first_seen: float | None = None,
     ) -> None:
         self._client = client
         self._table = table_name
         self._key = {"id": {"S": record_id + BUDGET_SUFFIX}}
         self.limit = limit
-        self._expires_after = expires_after
+        self._lifetime = lifetime
+        self._first_seen = first_seen
         self._token: str | None = None
+
+    def _start(self, now: float) -> str:
+        """The ``first_seen`` a new lifetime of the item starts from."""
+        first = now if self._first_seen is None else min(now, self._first_seen)
+        return _n(first)
+
+    def _expiry(self, now: float) -> dict[str, str]:
+        return {"N": str(int(now) + self._lifetime)}
 
     def claim(self) -> Claim:
         """Spend one attempt unless ``limit`` are spent: one conditional UpdateItem."""
@@ -108,7 +135,7 @@ class AttemptBudget:
                 TableName=self._table,
                 Key=self._key,
                 UpdateExpression=(
-                    "SET #pending = :token, #first = if_not_exists(#first, :now), "
+                    "SET #pending = :token, #first = if_not_exists(#first, :first), "
                     "#exp = :exp ADD #attempts :one"
                 ),
                 ConditionExpression="attribute_not_exists(#attempts) OR #attempts < :limit",
@@ -120,8 +147,8 @@ class AttemptBudget:
                 },
                 ExpressionAttributeValues={
                     ":token": {"S": token},
-                    ":now": {"N": _n(now)},
-                    ":exp": {"N": str(int(now) + self._expires_after)},
+                    ":first": {"N": self._start(now)},
+                    ":exp": self._expiry(now),
                     ":one": {"N": "1"},
                     ":limit": {"N": str(self.limit)},
                 },
@@ -139,13 +166,16 @@ class AttemptBudget:
         old_item = response.get("Attributes") or {}
         if _expired(old_item, now):
             self._restart(now, attempts=1, token=token)
+            old_item = {}
         old = BudgetState.from_item(old_item, now)
         self._token = token
         return Claim(
             True,
             BudgetState(
                 attempts=old.attempts + 1,
-                first_seen=old.first_seen if old.first_seen is not None else now,
+                first_seen=old.first_seen
+                if old.first_seen is not None
+                else float(self._start(now)),
                 interrupted=old.interrupted,
                 last_error=old.last_error,
                 rate_limited=old.rate_limited,
@@ -155,13 +185,16 @@ class AttemptBudget:
 
     def report_failure(self, error_code: str) -> None:
         """The claimed attempt failed with ``error_code`` (it stays spent)."""
-        self._update("SET #last = :code REMOVE #pending", {":code": {"S": error_code}})
+        self._update(
+            "SET #last = :code, #exp = :exp REMOVE #pending",
+            {":code": {"S": error_code}, ":exp": self._expiry(clock.now())},
+        )
 
     def give_back(self) -> BudgetState:
         """The claimed attempt was not billed (429/529): return it and count the wait."""
         return self._update(
-            "ADD #attempts :minus, #rate :one REMOVE #pending",
-            {":minus": {"N": "-1"}, ":one": {"N": "1"}},
+            "SET #exp = :exp ADD #attempts :minus, #rate :one REMOVE #pending",
+            {":minus": {"N": "-1"}, ":one": {"N": "1"}, ":exp": self._expiry(clock.now())},
             returns=True,
         )
 
@@ -173,12 +206,8 @@ class AttemptBudget:
         if _expired(current.get("Item") or {}, now):
             self._restart(now)
         return self._update(
-            "SET #first = if_not_exists(#first, :now), #exp = :exp ADD #requeues :one",
-            {
-                ":now": {"N": _n(now)},
-                ":exp": {"N": str(int(now) + self._expires_after)},
-                ":one": {"N": "1"},
-            },
+            "SET #first = if_not_exists(#first, :first), #exp = :exp ADD #requeues :one",
+            {":first": {"N": self._start(now)}, ":exp": self._expiry(now), ":one": {"N": "1"}},
             returns=True,
         )
 
@@ -196,6 +225,7 @@ class AttemptBudget:
         recognised as this caller's win, not as another delivery's."""
         token = uuid.uuid4().hex
         for attempt in (1, 2):
+            now = clock.now()
             try:
                 self._client.update_item(
                     TableName=self._table,
@@ -207,8 +237,8 @@ class AttemptBudget:
                     ExpressionAttributeNames={"#counted": "counted", "#exp": "expiration"},
                     ExpressionAttributeValues={
                         ":token": {"S": token},
-                        ":now": {"N": str(int(clock.now()))},
-                        ":exp": {"N": str(int(clock.now()) + self._expires_after)},
+                        ":now": {"N": str(int(now))},
+                        ":exp": self._expiry(now),
                     },
                 )
             except ClientError as error:
@@ -221,12 +251,13 @@ class AttemptBudget:
         return False  # not reached: the second attempt returns or raises
 
     def _restart(self, now: float, *, attempts: int = 0, token: str | None = None) -> None:
-        """Start an expired item's lifetime again: only the fields a new claim sets."""
+        """Start an expired item's lifetime again: only the fields a new claim sets, from the
+        key's first-seen time when a copy carried it."""
         item: dict[str, Any] = {
             **self._key,
             "attempts": {"N": str(attempts)},
-            "first_seen": {"N": _n(now)},
-            "expiration": {"N": str(int(now) + self._expires_after)},
+            "first_seen": {"N": self._start(now)},
+            "expiration": self._expiry(now),
         }
         if token is not None:
             item["pending"] = {"S": token}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import ConfigurationError
+from .lifetime import FIRST_SEEN_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -140,12 +141,22 @@ class BufferQueue:
         self._configured_url = configured_url
         self._sqs_client = sqs_client
 
-    def requeue(self, event: Mapping[str, Any], queue: QueueDelivery, wait: float) -> None:
+    def requeue(
+        self,
+        event: Mapping[str, Any],
+        queue: QueueDelivery,
+        wait: float,
+        stamp: Mapping[str, Any] | None = None,
+    ) -> None:
         """A copy of ``event`` on the buffer queue, visible after ``wait`` seconds (at most
-        15 minutes). It carries nothing of this message: the key's budget is on the key."""
+        15 minutes). It carries nothing of this message (the key's budget is on the key),
+        only, when ``stamp`` is given, the key's first-seen time (:mod:`.lifetime`)."""
+        body = {name: value for name, value in event.items() if name != FIRST_SEEN_FIELD}
+        if stamp is not None:
+            body[FIRST_SEEN_FIELD] = dict(stamp)
         self._sqs_client().send_message(
             QueueUrl=self._url(queue),
-            MessageBody=json.dumps(event, default=str),
+            MessageBody=json.dumps(body, default=str),
             DelaySeconds=delay_seconds(wait),
         )
 

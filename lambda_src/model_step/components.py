@@ -163,24 +163,26 @@ class StepComponents:
         if self.result_events is not None:
             self.result_event_config.register_lambda_context(context)
 
-    def budget(self, request: dict[str, Any]) -> AttemptBudget:
+    def budget(self, request: dict[str, Any], first_seen: float | None = None) -> AttemptBudget:
         """The attempt budget of the record ``request`` maps to: ``MAX_ATTEMPTS`` requests, or
-        one for an operator's DLQ redrive."""
+        one for an operator's DLQ redrive. ``first_seen``: the key's first-seen time a copy
+        carried, if any (a lost item restarts from it, never from now)."""
         key: RecordKey = request["key"]
         limit = REDRIVE_ATTEMPTS if "redrive_of" in key else self.settings.max_attempts
-        return self._budget(self.persistence.record_id(request), limit)
+        return self._budget(self.persistence.record_id(request), limit, first_seen)
 
     def hand_off_counter(self, request: dict[str, Any]) -> AttemptBudget:
         """The budget item of a dead letter's hand-off record, which counts it once."""
         return self._budget(self.hand_off_persistence.record_id(request), 0)
 
-    def _budget(self, record_id: str, limit: int) -> AttemptBudget:
+    def _budget(self, record_id: str, limit: int, first_seen: float | None = None) -> AttemptBudget:
         return AttemptBudget(
             self.boto3_client("dynamodb"),
             self.settings.idempotency_table_name,
             record_id,
             limit,
             self.settings.expires_after_seconds,
+            first_seen=first_seen,
         )
 
     def dead_letter_id(self, dead_key: dict[str, Any]) -> str:

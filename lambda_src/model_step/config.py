@@ -17,6 +17,7 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 
 from . import environment as env_names
+from . import lifetime
 from .errors import ConfigurationError
 from .request_cost import StepPrice
 from .system_prompt import load_system_prompt
@@ -25,11 +26,16 @@ N = TypeVar("N", int, float)
 
 DEFAULT_MODEL_ID = "claude-haiku-5-5"
 DEFAULT_MAX_TOKENS = 1024
-DEFAULT_EXPIRES_AFTER_SECONDS = 86_400
 DEFAULT_MODEL_TIMEOUT_SECONDS = 60.0
 DEFAULT_SERVICE_NAME = "model-step"
 DEFAULT_RECORD_PREFIX = "model-step"
 DEFAULT_MAX_EVENT_AGE_SECONDS = 86_400
+#: The key's memory lifetime with the default max_event_age and the queues' 14 days
+#: (``model_step.lifetime``): 15 days and an hour.
+DEFAULT_EXPIRES_AFTER_SECONDS = lifetime.minimum_key_lifetime(
+    max_event_age=DEFAULT_MAX_EVENT_AGE_SECONDS,
+    queue_retention=lifetime.MAX_QUEUE_RETENTION_SECONDS,
+)
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_API_KEY_MAX_AGE_SECONDS = 300
 DEFAULT_METRICS_NAMESPACE = "IdempotentModelStep"
@@ -107,7 +113,7 @@ class Settings:
         if provider not in PROVIDERS:
             raise ConfigurationError(f"MODEL_PROVIDER must be one of {PROVIDERS}, got {provider!r}")
 
-        return cls(
+        settings = cls(
             idempotency_table_name=_required(env, env_names.IDEMPOTENCY_TABLE_NAME),
             dead_letter_queue_url=_required(env, env_names.DEAD_LETTER_QUEUE_URL),
             idempotency_key=key_expression,
@@ -147,6 +153,27 @@ class Settings:
             or DEFAULT_SERVICE_NAME,
             **_batch_settings(env, provider),
             **_model_settings(env),
+        )
+        _check_lifetime(settings)
+        return settings
+
+
+def _check_lifetime(settings: Settings) -> None:
+    """The key's memory must outlive what the runtime itself holds a key for: its rate-limit
+    and redrive window (``MAX_EVENT_AGE_SECONDS``) plus Lambda async's hold, or a batch's
+    (``model_step.lifetime``). The queues' retention, which the runtime cannot see, is the
+    construct's check."""
+    least = lifetime.runtime_minimum(
+        max_event_age=settings.max_event_age_seconds,
+        batch=settings.model_delivery == "batch",
+    )
+    if settings.expires_after_seconds < least:
+        raise ConfigurationError(
+            f"{env_names.IDEMPOTENCY_EXPIRES_AFTER_SECONDS} must be at least {least} "
+            f"({env_names.MAX_EVENT_AGE_SECONDS}={settings.max_event_age_seconds} plus the "
+            f"longest a {settings.model_delivery} key is held plus an hour), got "
+            f"{settings.expires_after_seconds}: a key that came back after its memory expired "
+            "could be billed again"
         )
 
 

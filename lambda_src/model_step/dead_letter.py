@@ -23,6 +23,7 @@ from typing import Any
 
 from .errors import DeadLetterError
 from .key import DEAD_LETTER_FIELD
+from .lifetime import FIRST_SEEN_FIELD
 
 #: 1 KiB of error text is plenty, and keeps the attributes far below the message limit.
 MAX_ERROR_MESSAGE_CHARS = 1024
@@ -81,7 +82,13 @@ class DeadLetterPublisher:
 def marked_body(event: Mapping[str, Any], error_code: str, dead_letter_id: str | None) -> str:
     """The event as JSON (ASCII only, so always sendable), with this record's marker in place
     of any marker it came with."""
-    document = {name: value for name, value in event.items() if name != DEAD_LETTER_FIELD}
+    # The first-seen stamp is the runtime's own note on a re-enqueued copy; a redriven dead
+    # letter is a new key with a memory of its own.
+    document = {
+        name: value
+        for name, value in event.items()
+        if name not in (DEAD_LETTER_FIELD, FIRST_SEEN_FIELD)
+    }
     if dead_letter_id:
         document[DEAD_LETTER_FIELD] = {"id": dead_letter_id, "error_code": error_code}
     return json.dumps(document, default=str)

@@ -34,6 +34,12 @@ class Delivery:
     log: DeliveryLog
     queue: QueueDelivery | None = None
     request: dict[str, Any] | None = None  # {"key": RecordKey, "detail": canonical detail}
+    #: The record id of ``request`` (set with it).
+    record_id: str | None = None
+    #: The key's first-seen time, as far as this delivery knows it: stamped on the copy it
+    #: carries (:func:`.lifetime.stamped_first_seen`), then read from the key's budget.
+    #: Re-enqueued copies carry it on.
+    first_seen: float | None = None
     spend: Spend = field(default_factory=Spend)
     attempts_spent: int = 0
     ran: bool = False  # the unit of work ran

@@ -184,7 +184,11 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         origin="caller",
     ),
     EnvironmentVariable(
-        IDEMPOTENCY_EXPIRES_AFTER_SECONDS, "how long a stored outcome is replayed", "86400"
+        IDEMPOTENCY_EXPIRES_AFTER_SECONDS,
+        "the key's memory lifetime: how long its stored outcome is replayed and its attempt "
+        "budget kept; at least MAX_EVENT_AGE_SECONDS plus the longest a copy can wait "
+        "(the queues' 14 days; the construct derives it)",
+        "1299600",
     ),
     EnvironmentVariable(
         ALLOWED_LABELS,

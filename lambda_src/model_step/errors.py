@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .lifetime import MEMORY_EXPIRED
+
 # Statuses the Anthropic SDK itself would retry (408, 409, 429 and every 5xx); any other 4xx
 # says the request itself is wrong, so repeating it cannot help.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
@@ -195,6 +197,15 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
         status_code=status,
         request_id=exc.request_id,
     )
+
+
+class MemoryExpiredError(NonRetryableError):
+    """A copy of a key came back after the key's memory lifetime
+    (``IDEMPOTENCY_EXPIRES_AFTER_SECONDS``, see ``model_step.lifetime``) and its attempt
+    budget is gone, so answering it could bill the key past its budget. No model request is
+    made; it is dead-lettered so an operator decides (a DLQ redrive buys one request)."""
+
+    error_code = MEMORY_EXPIRED
 
 
 class ReceivesExhaustedError(NonRetryableError):

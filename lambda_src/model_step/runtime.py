@@ -36,7 +36,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 
-from . import batch, buffer_queue, clock
+from . import batch, buffer_queue, clock, lifetime
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
@@ -250,18 +250,20 @@ class ModelStep:
             return
         except IdempotencyAlreadyInProgressError:
             self._notify(delivery, "retry", None, IN_PROGRESS_ERROR)
-            parts.buffer.requeue(event, queue, self._holder_wait(delivery))
+            parts.buffer.requeue(event, queue, self._holder_wait(delivery), _stamp(delivery))
             return
         except Wait as wait:
             self._notify(delivery, wait.status, None, wait.code)
-            parts.buffer.requeue(event, queue, wait.seconds)
+            parts.buffer.requeue(event, queue, wait.seconds, _stamp(delivery))
             return
         except Exception as exc:
             self._notify(delivery, "retry", None, error_code(exc))
             if queue.source == "redrive":
                 # Receives are scarce here and plenty on the buffer queue: the row goes back
                 # there (a stored result replays, a failed hand-off is sent again).
-                parts.buffer.requeue(event, queue, buffer_queue.RETRY_SPACING_SECONDS)
+                parts.buffer.requeue(
+                    event, queue, buffer_queue.RETRY_SPACING_SECONDS, _stamp(delivery)
+                )
                 return
             if delivery.attempts_spent:
                 parts.buffer.space_retry(queue, delivery.attempts_spent)
@@ -340,6 +342,8 @@ class ModelStep:
         )
         request: dict[str, Any] = {"key": key, "detail": detail}
         delivery.request = request
+        delivery.record_id = parts.persistence.record_id(request)
+        delivery.first_seen = lifetime.stamped_first_seen(event, delivery.record_id)
         try:
             stored: StepResult = parts.complete(request=request, delivery=delivery)
         except IdempotencyValidationError as exc:
@@ -362,7 +366,7 @@ class ModelStep:
         parts = self._components()
         if parts.result_events is None:
             return
-        record_id = parts.persistence.record_id(request)
+        record_id = delivery.record_id or parts.persistence.record_id(request)
         parts.publish_result(
             request={"key": request["key"], "result": result, "record_id": record_id},
             delivery=delivery,
@@ -479,6 +483,13 @@ class ModelStep:
             return None
         self._notify(delivery, result["status"], result, _result_code(result))
         return result
+
+
+def _stamp(delivery: Delivery) -> dict[str, Any] | None:
+    """The first-seen stamp a re-enqueued copy of the delivery's key carries, if known."""
+    if delivery.first_seen is None or delivery.record_id is None:
+        return None
+    return lifetime.stamp(delivery.first_seen, delivery.record_id)
 
 
 def _result_code(result: StepResult) -> str | None:

@@ -17,6 +17,7 @@ from .budget import AttemptBudget, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
 from .errors import (
+    MemoryExpiredError,
     NonRetryableError,
     ReceivesExhaustedError,
     RetriesExhaustedError,
@@ -48,7 +49,10 @@ class UnitOfWork:
         # Message Batches delivery (issue 19): a batch result (or resubmission) of the key.
         if parts.batch is not None and delivery.batch_answer is not None:
             return parts.batch.answer(request, delivery)
-        budget = parts.budget(request)
+        budget = parts.budget(request, delivery.first_seen)
+        forgotten = self._memory_expired(budget, delivery)
+        if forgotten is not None:
+            return self.dead_letter(forgotten, key, dict(key))
         if delivery.queue is not None and delivery.queue.source == "redrive":
             return self._answer_redriven(request, budget, delivery)
         try:
@@ -94,6 +98,7 @@ class UnitOfWork:
         request_id = getattr(exc, "request_id", None)
         if is_rate_limited(exc):
             state = budget.give_back()
+            delivery.first_seen = state.first_seen
             wait = buffer_queue.retry_after_seconds(exc)
             if wait is None:
                 wait = buffer_queue.backoff_seconds(max(0, state.rate_limited - 1))
@@ -130,6 +135,7 @@ class UnitOfWork:
         settings = self._parts.settings
         key = request["key"]
         state = budget.note_requeue()
+        delivery.first_seen = state.first_seen
         if state.attempts >= budget.limit:
             return self.dead_letter(_exhausted(Claim(False, state)), key, dict(key))
         if (
@@ -144,6 +150,26 @@ class UnitOfWork:
             f"throttles; {state.attempts} of {budget.limit} attempts were spent"
         )
         return self.dead_letter(error, key, dict(key))
+
+    def _memory_expired(
+        self, budget: AttemptBudget, delivery: Delivery
+    ) -> MemoryExpiredError | None:
+        """A copy the runtime re-enqueued (it carries the key's first-seen time) whose key's
+        memory may be gone: the lifetime has passed since it was first seen and its budget
+        item is no longer there. Answering it could bill the key past its budget, so it is
+        refused (:data:`.lifetime.MEMORY_EXPIRED`), never sent. Costs one read, and only
+        for a stamped copy that old; with the lifetime the construct derives, none is."""
+        first_seen = delivery.first_seen
+        lifetime = self._parts.settings.expires_after_seconds
+        if first_seen is None or clock.now() - first_seen < lifetime:
+            return None
+        if budget.read().first_seen is not None:
+            return None  # the budget is still remembered: the key goes on as usual
+        return MemoryExpiredError(
+            f"this copy of the key was first seen {clock.now() - first_seen:.0f} s ago, past "
+            f"the key's memory lifetime (IDEMPOTENCY_EXPIRES_AFTER_SECONDS={lifetime}), and "
+            "its attempt budget is gone: answering it could bill the key again"
+        )
 
     def hand_off(self, *, request: dict[str, Any], delivery: Delivery) -> dict[str, Any]:
         """The idempotent DLQ send (record suffix ``#dead-letter``). Raises

@@ -171,6 +171,19 @@ def test_environment_carries_the_runtime_contract(raw):
     assert env["BUFFER_QUEUE_URL"] == {"Ref": queue_id(raw, "BufferQueue")}
 
 
+def test_the_keys_memory_outlives_the_queues_that_can_hold_a_copy(raw):
+    """GIVEN the default max_event_age (24 h) and the buffer and redrive queues' retention
+    THEN the runtime's key memory (IDEMPOTENCY_EXPIRES_AFTER_SECONDS) is max_event_age plus
+    the longest retention plus an hour (model_step.lifetime)."""
+    env = only(raw, "AWS::Lambda::Function")["Properties"]["Environment"]["Variables"]
+    retention = max(
+        _buffer(raw)["MessageRetentionPeriod"],
+        raw["Resources"][queue_id(raw, "RedriveQueue")]["Properties"]["MessageRetentionPeriod"],
+    )
+    assert retention == 14 * 86_400
+    assert int(env["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"]) == 86_400 + retention + 3_600
+
+
 # ---------------------------------------------------------------- buffer queue
 def _buffer(raw: dict) -> dict:
     return raw["Resources"][queue_id(raw, "BufferQueue")]["Properties"]

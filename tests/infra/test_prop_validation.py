@@ -7,7 +7,13 @@ import pytest
 from aws_cdk import Duration
 from aws_cdk import aws_sqs as sqs
 
-from constructs_lib import ModelProvider, ModelStepHandler, PropValidationError, RetryBudget
+from constructs_lib import (
+    ModelDelivery,
+    ModelProvider,
+    ModelStepHandler,
+    PropValidationError,
+    RetryBudget,
+)
 
 from .conftest import NO_BUNDLING, make_step, step_props
 
@@ -123,9 +129,36 @@ def test_prompt_cache_must_be_a_prompt_cache(stack):
         make_step(stack, prompt_cache="5m")
 
 
-def test_expires_after_shorter_than_max_event_age(stack):
-    with pytest.raises(PropValidationError, match=r"expires_after must be at least max_event_age"):
-        make_step(stack, expires_after=Duration.hours(1))
+def test_expires_after_shorter_than_the_keys_longest_way_back_names_the_props(stack):
+    """GIVEN max_event_age 24 h and the queues' 14-day retention, WHEN expires_after is one
+    second short of 15 days and an hour, THEN synth fails naming both props and the minimum."""
+    with pytest.raises(
+        PropValidationError,
+        match=r"expires_after must be at least 1,299,600 seconds .*got 1,299,599 seconds.*"
+        r"max_event_age 1 day.*14 days retention",
+    ):
+        make_step(stack, expires_after=Duration.seconds(1_299_599))
+
+
+def test_expires_after_follows_a_shorter_max_event_age(stack):
+    """max_event_age 1 hour: 1 h + 14 days + 1 h is allowed, one second less is not."""
+    with pytest.raises(PropValidationError, match=r"at least 1,216,800 seconds"):
+        make_step(
+            stack,
+            max_event_age=Duration.hours(1),
+            expires_after=Duration.seconds(1_216_799),
+        )
+
+
+def test_expires_after_covers_a_batch_too(stack):
+    """Under batch delivery the minimum still comes from the queues' 14 days (a batch holds
+    a row about 2 days), and the message says why."""
+    with pytest.raises(PropValidationError, match=r"delivery=ModelDelivery.batch\(\)"):
+        make_step(
+            stack,
+            delivery=ModelDelivery.batch(),
+            expires_after=Duration.days(3),
+        )
 
 
 def test_fifo_dead_letter_queue_is_refused_with_the_reason(stack):

@@ -376,6 +376,18 @@ def buffer(model_env, monkeypatch):
 
 
 @pytest.fixture
+def redrive(model_env, buffer, monkeypatch):
+    """The step's redrive queue: records from it are rows SQS gave up on."""
+    sqs = model_env.sqs
+    url = sqs.create_queue(QueueName="model-step-redrive")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    monkeypatch.setenv("REDRIVE_QUEUE_ARN", arn)
+    return Buffer(sqs=sqs, url=url, arn=arn, calls=buffer.calls)
+
+
+@pytest.fixture
 def outcomes():
     seen: list[tuple[dict, dict]] = []
 

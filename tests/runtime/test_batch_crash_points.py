@@ -111,7 +111,8 @@ def test_an_adopted_batch_open_past_24_hours_is_alarmed_never_canceled(
     import json
 
     monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "200000")
-    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "200000")
+    # The key's memory outlives max_event_age plus a batch's hold (model_step.lifetime).
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "400000")
     step, events, delivery = stage(make_step, buffer, clock, outcomes, count=2)
     fake_api.batches.processing_delay = 10**9
     fake_api.batches.lifetime_seconds = 10**9  # stuck open: the API never ends it

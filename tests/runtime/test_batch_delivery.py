@@ -318,7 +318,8 @@ def test_a_batch_open_past_its_24_hours_is_canceled_and_its_rows_go_again(
     make_step, fake_api, batch_env, buffer, outcomes, monkeypatch
 ):
     monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "200000")
-    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "200000")
+    # The key's memory outlives max_event_age plus a batch's hold (model_step.lifetime).
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "400000")
     clock = ShiftedClock(monkeypatch)
     events = rows(2)
     fake_api.batches.processing_delay = 10**9

@@ -67,7 +67,14 @@ def test_a_rate_limit_re_enqueues_a_delayed_copy_and_is_no_attempt(
 
     assert response == {"batchItemFailures": []}  # the original counts as processed
     [copy] = buffer.requeued()
-    assert json.loads(copy["MessageBody"]) == event
+    body = json.loads(copy["MessageBody"])
+    # The copy is the event plus the key's first-seen time (model_step.lifetime), so it can
+    # never restart the key's memory from now.
+    stamp = body.pop("model_step_key")
+    assert body == event
+    assert stamp["record"].startswith("model-step#")
+    [budget_item] = model_env.budgets().values()
+    assert stamp["first_seen"] == pytest.approx(float(budget_item["first_seen"]["N"]))
     assert low <= copy["DelaySeconds"] <= high
     # The copy carries nothing of this message: the key's budget is on the key.
     assert "MessageAttributes" not in copy

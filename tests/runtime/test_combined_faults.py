@@ -23,7 +23,6 @@ from model_step import InvalidAnswerError
 from tests.fakes import Reply
 
 from .conftest import (
-    Buffer,
     FakeLambdaContext,
     ShiftedClock,
     boto3_session,
@@ -123,18 +122,6 @@ def metric_total(lines: list[dict], name: str) -> float:
 
 
 # -- 1. A row the buffer queue gave up on is recorded, coded and counted ------------------------
-@pytest.fixture
-def redrive(model_env, buffer, monkeypatch):
-    """The step's redrive queue: records from it are rows SQS gave up on."""
-    sqs = model_env.sqs
-    url = sqs.create_queue(QueueName="model-step-redrive")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    monkeypatch.setenv("REDRIVE_QUEUE_ARN", arn)
-    return Buffer(sqs=sqs, url=url, arn=arn, calls=buffer.calls)
-
-
 def test_1_a_redriven_row_with_budget_left_goes_back_without_a_request(
     make_step, fake_api, model_env, buffer, redrive, outcomes, capsys
 ):
@@ -146,7 +133,9 @@ def test_1_a_redriven_row_with_budget_left_goes_back_without_a_request(
     assert response == {"batchItemFailures": []}
     assert fake_api.request_count == 0
     [copy] = buffer.requeued()  # a fresh message: a fresh receive count
-    assert json.loads(copy["MessageBody"]) == event
+    body = json.loads(copy["MessageBody"])
+    assert body.pop("model_step_key")["first_seen"] > 0  # the key's first-seen time rides on
+    assert body == event
     assert model_env.dead_letters() == []
     assert metric_total(emf(capsys), "RowsRequeued") == 1
     assert step.handle(buffer.batch(event), FakeLambdaContext()) == {"batchItemFailures": []}
@@ -584,7 +573,10 @@ def test_after_expires_after_a_key_starts_a_new_lifetime_with_a_whole_budget(
 ):
     from tests.faults.harness import MovableClock
 
-    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "3600")
+    # The shortest memory the runtime accepts for this max_event_age: 600 s + Lambda async's
+    # 6 h + 1 h (model_step.lifetime).
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "600")
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "25800")
     fake_api.script = [500, 500, 500, 200]
     step = make_step()
     clock = MovableClock()
@@ -595,7 +587,7 @@ def test_after_expires_after_a_key_starts_a_new_lifetime_with_a_whole_budget(
             except Exception:
                 pass
         assert model_env.dead_letters()[0]["attributes"]["ERROR_CODE"] == "InternalServerError"
-        clock.advance(3_601)  # DynamoDB deletes expired items lazily: they are still there
+        clock.advance(25_801)  # DynamoDB deletes expired items lazily: they are still there
 
         result = step.handle(make_event(), FakeLambdaContext())
 

@@ -27,7 +27,8 @@ def test_defaults():
     assert settings.model_id == "claude-haiku-5-5"
     assert settings.max_tokens == 1024
     assert settings.model_provider == "anthropic"
-    assert settings.expires_after_seconds == 86_400
+    # 24 h max_event_age + the queues' 14 days + 1 h (model_step.lifetime).
+    assert settings.expires_after_seconds == 1_299_600
     assert settings.model_timeout_seconds == 60.0
     assert settings.allowed_labels == ()
     assert settings.service_name == "model-step"
@@ -144,3 +145,16 @@ def test_the_defaults_are_the_ones_environment_declares():
     assert declared[environment.MODEL_PROVIDER] == parsed.model_provider
     assert declared[environment.POWERTOOLS_SERVICE_NAME] == parsed.service_name
     assert declared[environment.POWERTOOLS_METRICS_NAMESPACE] == parsed.metrics_namespace
+
+
+def test_a_key_memory_shorter_than_what_the_runtime_holds_a_key_for_is_refused():
+    """max_event_age = expires_after = 1 h was allowed before issue 31, and billed keys past
+    their budget: the runtime holds a key max_event_age + Lambda async's 6 h + 1 h."""
+    env = {**REQUIRED, "MAX_EVENT_AGE_SECONDS": "3600", "IDEMPOTENCY_EXPIRES_AFTER_SECONDS": "3600"}
+    with pytest.raises(
+        ConfigurationError, match="IDEMPOTENCY_EXPIRES_AFTER_SECONDS must be at least 28800"
+    ):
+        Settings.from_environment(env)
+    batch = {**env, "MODEL_DELIVERY": "batch", "IDEMPOTENCY_EXPIRES_AFTER_SECONDS": "28800"}
+    with pytest.raises(ConfigurationError, match="at least 183600"):
+        Settings.from_environment(batch)

@@ -170,7 +170,9 @@ def test_a_429_waits_on_the_buffer_queue_and_spends_no_attempt(
 
     assert response == {"batchItemFailures": []}
     [copy] = buffer.requeued()
-    assert json.loads(copy["MessageBody"]) == event
+    body = json.loads(copy["MessageBody"])
+    assert body.pop("model_step_key")["first_seen"] > 0  # the key's first-seen time rides on
+    assert body == event
     assert low <= copy["DelaySeconds"] <= high
     [budget] = model_env.budgets().values()
     assert (budget["attempts"]["N"], budget["rate_limited"]["N"]) == ("0", "1")

@@ -155,10 +155,11 @@ def test_a_timed_out_holders_lock_expires_at_its_deadline(make_step, fake_api, m
 
 
 def test_record_expiry_is_the_configured_lifetime(make_step, fake_api, model_env, monkeypatch):
-    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "7200")
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "3600")
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "50000")
     before = time.time()
     make_step().handle(make_event(prospect_detail(row_number=4)), FakeLambdaContext())
 
     [item] = model_env.idempotency_items()
     expiration = int(item["expiration"]["N"])
-    assert before + 7200 - 5 <= expiration <= time.time() + 7200 + 5
+    assert before + 50000 - 5 <= expiration <= time.time() + 50000 + 5
