@@ -140,6 +140,10 @@ def step_environment(queue_url: str, api_base_url: str) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-ant-bench-local",
         "ANTHROPIC_BASE_URL": api_base_url,
         "MODEL_TIMEOUT_SECONDS": "5",
+        # The reference classifier's request (issue 32): a one-word label without thinking,
+        # so a row's output tokens do not vary with a seeded thought.
+        "THINKING": "disabled",
+        "MAX_TOKENS": "16",
     }
 
 

@@ -26,6 +26,7 @@ _EXPORTS = {
     "RESULT_COMPLETED": ".idempotent_model_step",
     "RESULT_DEAD_LETTERED": ".idempotent_model_step",
     "RESERVED_ENVIRONMENT_PREFIXES": ".idempotent_model_step",
+    "Effort": ".model_fit",
     "EventBusV2": ".event_bus_v2",
     "EventBusV2Base": ".event_bus_v2",
     "IdempotentModelStep": ".idempotent_model_step",
@@ -35,6 +36,7 @@ _EXPORTS = {
     "ModelStepDashboard": ".model_step_dashboard",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
+    "Thinking": ".model_fit",
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "RESULT_COMPLETED",
     "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT_PREFIXES",
+    "Effort",
     "EventBusV2",
     "EventBusV2Base",
     "IdempotentModelStep",
@@ -54,6 +57,7 @@ __all__ = [
     "PromptCache",
     "PropValidationError",
     "RetryBudget",
+    "Thinking",
     "python_lambda_code",
 ]
 
@@ -71,6 +75,7 @@ if TYPE_CHECKING:
         PromptCache,
     )
     from .model_delivery import ModelDelivery
+    from .model_fit import Effort, Thinking
     from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler
     from .retry_budget import RetryBudget

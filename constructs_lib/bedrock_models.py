@@ -14,14 +14,18 @@ Pure functions and tables (no CDK import), so the routing table is read in one p
   profile but not the foundation model in every destination region gets an
   ``AccessDeniedException`` on the requests Bedrock happens to route there.
 
-Why these regions (:data:`GEOGRAPHY_REGIONS`): each geography's system-defined profiles
-route only to regions of that geography, and which of them a given model's profile uses
-depends on the model and changes as AWS adds capacity. The table holds every Bedrock region
-of the geography, so a new destination region within it never breaks a deployed step, while
-the data stays inside the geography the id names. ``global.`` routes to any commercial
-region, so its foundation-model resource has ``*`` for the region. The grant conditions the
-foundation-model statement on ``bedrock:InferenceProfileArn``: the role cannot invoke the
-model directly, in any region, outside the profile.
+Why these regions (:data:`GEOGRAPHY_REGIONS`): the destination regions of each prefix are
+aws-cdk's ``aws-bedrock-alpha`` lists (``CrossRegionInferenceProfileRegion``, which cites
+AWS's "Supported Regions and models for inference profiles" page): ``us``, ``eu``, ``jp``,
+``au`` and ``us-gov`` as its grants use them, and ``apac`` as its documented list (13
+regions, ``me-central-1`` included). Its grant matches ``apac`` by the region prefixes ``ap-``
+and ``me-``, which also takes ``ap-east-1`` and ``me-south-1``, regions AWS does not list: we
+grant the documented list, the least that covers every documented destination. ``global.``
+routes to any commercial region, so its foundation-model resource has ``*`` for the region.
+The grant conditions the foundation-model statement on ``bedrock:InferenceProfileArn``: the
+role cannot invoke the model directly, in any region, outside the profile. Which models
+publish which profile is the model catalogue's (``bedrock_profile_prefixes``); an id it does
+not list is granted all the same, with a warning at synth.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ._runtime_modules import model_catalogue
+
 #: Destination regions of the geographic inference profiles, by id prefix (see the module
-#: docstring for why the whole geography).
+#: docstring for the source of each list).
 GEOGRAPHY_REGIONS: Mapping[str, tuple[str, ...]] = {
     "us": ("us-east-1", "us-east-2", "us-west-1", "us-west-2"),
     "eu": (
@@ -45,6 +51,7 @@ GEOGRAPHY_REGIONS: Mapping[str, tuple[str, ...]] = {
         "eu-west-3",
     ),
     "apac": (
+        "ap-east-2",
         "ap-northeast-1",
         "ap-northeast-2",
         "ap-northeast-3",
@@ -54,22 +61,28 @@ GEOGRAPHY_REGIONS: Mapping[str, tuple[str, ...]] = {
         "ap-southeast-2",
         "ap-southeast-3",
         "ap-southeast-4",
+        "ap-southeast-5",
+        "ap-southeast-7",
+        "me-central-1",
     ),
+    "jp": ("ap-northeast-1", "ap-northeast-3"),
+    "au": ("ap-southeast-2", "ap-southeast-4"),
+    "us-gov": ("us-gov-east-1", "us-gov-west-1"),
 }
 #: The prefix of the global profiles: any commercial region.
 GLOBAL_PREFIX = "global"
-#: Every inference-profile prefix the step accepts.
-PROFILE_PREFIXES = (*GEOGRAPHY_REGIONS, GLOBAL_PREFIX)
-#: A Claude foundation-model id on Bedrock, e.g. ``anthropic.claude-haiku-5-5-v1:0``.
+#: Every inference-profile prefix AWS defines, as the model catalogue names them.
+PROFILE_PREFIXES: tuple[str, ...] = tuple(model_catalogue.PROFILE_PREFIXES)
+#: A Claude foundation-model id on Bedrock, e.g. ``anthropic.claude-haiku-5-5``.
 FOUNDATION_MODEL_ID = re.compile(r"^anthropic\.[a-z0-9][a-z0-9-]*(?:[.:][a-z0-9-]+)*$")
 #: The condition key IAM sets on the foundation-model check of a request made through a
 #: profile.
 INFERENCE_PROFILE_ARN_KEY = "bedrock:InferenceProfileArn"
 #: What ``model_id`` accepts with ``ModelProvider.BEDROCK``, for error messages.
 ALLOWED = (
-    "a Claude foundation-model id 'anthropic.<model>' (e.g. "
-    "'anthropic.claude-haiku-5-5-v1:0') or an inference-profile id "
-    "'<us|eu|apac|global>.anthropic.<model>' (e.g. 'us.anthropic.claude-haiku-5-5-v1:0')"
+    "a Claude foundation-model id 'anthropic.<model>' (e.g. 'anthropic.claude-haiku-5-5') or "
+    "an inference-profile id '<us|eu|apac|jp|au|us-gov|global>.anthropic.<model>' (e.g. "
+    "'us.anthropic.claude-haiku-5-5')"
 )
 
 
@@ -81,7 +94,7 @@ class BedrockModel:
     model_id: str
     #: The foundation-model id, without a profile prefix.
     foundation_model: str
-    #: The inference-profile prefix (``us``, ``eu``, ``apac``, ``global``), or None for a
+    #: The inference-profile prefix (one of :data:`PROFILE_PREFIXES`), or None for a
     #: foundation-model id.
     profile_prefix: str | None
 
@@ -101,11 +114,9 @@ class BedrockModel:
 def parse_model_id(model_id: str) -> BedrockModel | None:
     """The :class:`BedrockModel` of ``model_id``, or None when Bedrock's Claude cannot be
     invoked with it."""
-    prefix, _, rest = model_id.partition(".")
-    if prefix in PROFILE_PREFIXES and FOUNDATION_MODEL_ID.match(rest):
-        return BedrockModel(model_id, rest, prefix)
-    if FOUNDATION_MODEL_ID.match(model_id):
-        return BedrockModel(model_id, model_id, None)
+    prefix, foundation = model_catalogue.split_profile(model_id)
+    if FOUNDATION_MODEL_ID.match(foundation):
+        return BedrockModel(model_id, foundation, prefix)
     return None
 
 
@@ -127,7 +138,11 @@ def inference_profile_arn(model: BedrockModel, partition: str, region: str, acco
 
 
 def claude_model_name(model: BedrockModel) -> str:
-    """The Claude API's name of the model, as Bedrock's answers report it:
-    ``us.anthropic.claude-haiku-5-5-v1:0`` -> ``claude-haiku-5-5``."""
+    """The Claude API's name of the model, as Bedrock's answers report it: the catalogue's
+    (``us.anthropic.claude-haiku-4-5-20251001-v1:0`` -> ``claude-haiku-4-5``), else the id
+    without ``anthropic.`` and a version suffix."""
+    spec = model_catalogue.lookup(model.foundation_model)
+    if spec is not None:
+        return str(spec.model_id)
     name = model.foundation_model.removeprefix("anthropic.")
     return re.sub(r"-v\d+(?::\d+)?$", "", name)

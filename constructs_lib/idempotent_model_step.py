@@ -54,6 +54,8 @@ from .alarms import (
 from .checkov_acknowledgments import MODEL_STEP, acknowledge_checkov_findings
 from .event_bus_v2 import EventBusV2Base
 from .model_delivery import ModelDelivery
+from .model_fit import Effort, ModelFit, Thinking, fit
+from .model_prices import ModelPrice, price_for, price_table
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 from .system_prompt_asset import SYSTEM_PROMPT_MAX_BYTES, prompt_package, prompt_sha256
@@ -110,9 +112,10 @@ class ModelProvider(enum.Enum):
 class PromptCache(enum.Enum):
     """How long Anthropic's prompt cache keeps the system prompt (``cache_control`` TTL).
 
-    A cache read bills the prefix at 0.1x the input price; writing it costs 1.25x (five
-    minutes) or 2x (one hour). The setting changes the cost, never the answer, so it does
-    not join the record key.
+    A cache read and a cache write bill the prefix at the model's own cache rates (the model
+    catalogue's: Claude Haiku 5.5 reads at $0.01 and writes at $0.125 (five minutes) or $0.20
+    (one hour) per million tokens, against $0.10 of input). The setting changes the cost,
+    never the answer, so it does not join the record key.
     """
 
     #: ``{"type": "ephemeral", "ttl": "5m"}``: the default; pays back from the second row
@@ -167,6 +170,10 @@ class _StepProps:
     result_bus: events.IEventBus | EventBusV2Base | None = None
     # Message Batches delivery (issue 19).
     delivery: ModelDelivery = field(default_factory=ModelDelivery.realtime)
+    # The model as it really is (issue 32).
+    thinking: Thinking | None = None
+    effort: Effort | str | None = None
+    model_prices: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -378,6 +385,27 @@ class _StepProps:
                 f"got {type(bus).__name__}"
             )
 
+    # -- issue 32: the model as it really is
+    def model_fit(self, owner: str) -> ModelFit:
+        """``thinking``, ``effort`` and ``max_tokens`` checked against the model catalogue
+        (:mod:`.model_fit`); an unresolved ``model_id`` token cannot be looked up."""
+        if Token.is_unresolved(self.model_id):
+            return ModelFit(None, None, None)
+        return fit(
+            owner,
+            model_id=self.model_id,
+            provider=self.model_provider.value,
+            max_tokens=self.max_tokens,
+            thinking=self.thinking,
+            effort=self.effort,
+        )
+
+    def model_price(self, owner: str) -> ModelPrice | None:
+        """The price the step bills its requests at: the catalogue's row of its model under
+        ``model_prices``; None when there is none (the cost is reported as unknown)."""
+        table = price_table(self.model_prices, source=f"{owner}: model_prices")
+        return None if Token.is_unresolved(self.model_id) else price_for(self.model_id, table)
+
     @property
     def max_attempts(self) -> int:
         """The runtime's ``MAX_ATTEMPTS``: transient-failure attempts of one delivery."""
@@ -469,12 +497,17 @@ class IdempotentModelStep(Construct):
         :class:`EventBusV2` or ``EventBusV2.from_event_bus_arn(...)`` (a
         subscriber is created). Default: the account's default bus.
     :param model_id: the model to call; joins the record key. With
-        ``ModelProvider.BEDROCK``: a foundation-model id (``anthropic.<model>``) or an
-        inference-profile id (``us.``, ``eu.``, ``apac.`` or ``global.`` then
-        ``anthropic.<model>``), granted on the profile and on the model in every region the
-        profile routes to (``constructs_lib.bedrock_models``). Default
-        ``"claude-haiku-5-5"``.
-    :param max_tokens: 1-128,000, default 1,024.
+        ``ModelProvider.BEDROCK``: a foundation-model id (``anthropic.<model>``, e.g.
+        ``anthropic.claude-haiku-5-5``) or an inference-profile id (``us.``, ``eu.``,
+        ``apac.``, ``jp.``, ``au.``, ``us-gov.`` or ``global.`` then ``anthropic.<model>``),
+        granted on the profile and on the model in every region the profile routes to
+        (``constructs_lib.bedrock_models``). An id the model catalogue does not list is not
+        refused: synth warns, naming ``model_id``, and its cost is unknown unless
+        ``model_prices`` gives it. Default ``"claude-haiku-5-5"``.
+    :param max_tokens: 1-128,000 and at most the model's maximum output; with thinking on
+        (``Thinking.ADAPTIVE``, or no ``thinking`` on a model that thinks by default, as
+        Claude Haiku 5.5 does) at least the model's ``thinking_min_max_tokens`` (1,024), since
+        thinking tokens count toward it. Default 1,024.
     :param allowed_labels: if given, an answer must be one of these (case-insensitive)
         or the event is dead-lettered. Default: any answer.
     :param table: an idempotency table to share across steps (partition key ``id``,
@@ -550,6 +583,20 @@ class IdempotentModelStep(Construct):
         ``{"model_step_batch": "tick"}`` to submit, reconcile and collect, the function's
         timeout is at least 15 minutes, and an alarm fires when a batch stays open past
         24 h. Refused with ``ModelProvider.BEDROCK``.
+    :param thinking: ``Thinking.ADAPTIVE`` (``thinking: {"type": "adaptive"}``) or
+        ``Thinking.DISABLED`` (``{"type": "disabled"}``), where the model accepts it (the
+        model catalogue); joins the record key's fingerprint, as it changes the answer.
+        Default None: none sent, the model's default (Claude Haiku 5.5 thinks, adaptive).
+    :param effort: one of the model's effort levels (``Effort.LOW`` ... ``Effort.MAX``, or
+        ``"low"`` ... ``"max"``), sent as ``output_config: {"effort": ...}``; with thinking
+        off, one of the levels the model accepts then (Claude Haiku 5.5: up to ``high``).
+        Joins the record key's fingerprint. Default None: none sent, the model's default
+        (Claude Haiku 5.5: ``medium``).
+    :param model_prices: overrides of the model catalogue's prices, per model id, as
+        ``constructs_lib.model_prices.price_table`` takes them (the fields that changed, a
+        ``ModelPrice``, or None for "unknown"); the step's model's row becomes
+        ``MODEL_RATES``, which prices every billed request (``cost_usd`` of the result, the
+        result event and the ``on_outcome`` outcome). Default None: the catalogue's prices.
     """
 
     def __init__(
@@ -589,6 +636,9 @@ class IdempotentModelStep(Construct):
         tracing: bool = False,
         result_bus: events.IEventBus | EventBusV2Base | None = None,
         delivery: ModelDelivery | None = None,
+        thinking: Thinking | None = None,
+        effort: Effort | str | None = None,
+        model_prices: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -628,8 +678,13 @@ class IdempotentModelStep(Construct):
             result_bus=result_bus,
             # Message Batches delivery (issue 19): at least BATCH_MIN_TIMEOUT under batch.
             delivery=delivery or ModelDelivery.realtime(),
+            thinking=thinking,
+            effort=effort,
+            model_prices=model_prices,
         )
-        props.validate(f"IdempotentModelStep '{self.node.path}'")
+        owner = f"IdempotentModelStep '{self.node.path}'"
+        props.validate(owner)
+        self._fit_model(props, owner)
         props = self._with_delivery_timeout(props)
 
         self.lambda_retry_attempts = lambda_retry_attempts
@@ -667,6 +722,21 @@ class IdempotentModelStep(Construct):
         self._alarms(props)
         self._dashboard(props)
         self._batch_delivery(props)
+
+    def _fit_model(self, props: _StepProps, owner: str) -> None:
+        """Issue 32: the request checked against the model catalogue (a warning for a model
+        it does not know), and the price each billed request is costed at."""
+        fitted = props.model_fit(owner)
+        #: The model's catalogue row (``ModelSpec``), or None for a model it does not know.
+        self.model_spec: Any = fitted.spec
+        #: The ``thinking.type`` each request sends (None: the model's default).
+        self.thinking: str | None = fitted.thinking
+        #: The ``output_config.effort`` each request sends (None: the model's default).
+        self.effort: str | None = fitted.effort
+        #: The price of the step's requests (``MODEL_RATES``); None: their cost is unknown.
+        self.model_price: ModelPrice | None = props.model_price(owner)
+        for warning_id, message in fitted.warnings:
+            Annotations.of(self).add_warning_v2(warning_id, message)
 
     # ------------------------------------------------------------------ parts
     def _storage(self, props: _StepProps) -> None:
@@ -851,8 +921,17 @@ class IdempotentModelStep(Construct):
             **({env.TRACING_ENABLED: "true"} if props.tracing else {}),
             **self._result_bus_environment(props),
             **props.delivery.environment(),
+            **self._model_environment(),
             **dict(props.environment or {}),
         }
+
+    def _model_environment(self) -> dict[str, str]:
+        """Issue 32: ``THINKING`` and ``EFFORT`` when set, and ``MODEL_RATES`` when the model
+        has a price."""
+        found = {env.THINKING: self.thinking, env.EFFORT: self.effort}
+        if self.model_price is not None:
+            found[env.MODEL_RATES] = self.model_price.for_step()
+        return {name: value for name, value in found.items() if value is not None}
 
     def _result_bus_environment(self, props: _StepProps) -> dict[str, str]:
         bus = props.result_bus

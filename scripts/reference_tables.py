@@ -7,6 +7,9 @@
   ``lambda_src/model_step/environment.py`` (standard library only, loaded by its path:
   importing the ``model_step`` package would import boto3 and Powertools). Until that
   module exists, its table is left as it is and the run says so.
+- **The model catalogue** (``lambda_src/model_step/model_catalogue.py``): its prices
+  (``prices``), what each model accepts and its ids (``catalogue``), and the regions granted
+  per Bedrock inference-profile prefix (``bedrock-regions``).
 
 Each table sits in a Markdown page between two markers::
 
@@ -152,33 +155,97 @@ def environment_table(path: Path = ENVIRONMENT_MODULE) -> str:
 
 
 def prices_table() -> str:
-    """``constructs_lib.model_prices.PRICE_TABLE`` as a Markdown table."""
+    """The model catalogue's prices (``constructs_lib.model_prices.PRICE_TABLE``)."""
     from constructs_lib.model_prices import PRICE_TABLE
 
     rows = [
         "| model id | input | output | cache write 5 min | cache write 1 h | cache read | "
-        "batch discount | minimum cacheable tokens |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "over the long-context threshold | batch discount | minimum cacheable tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for model_id, p in sorted(PRICE_TABLE.items()):
+        long_context = "one tier"
+        if p.long_context_threshold_tokens is not None:
+            long_context = (
+                f"over {p.long_context_threshold_tokens:,} tokens: ${p.long_context_input:g} / "
+                f"${p.long_context_output:g} / ${p.long_context_cache_write_5m:g} / "
+                f"${p.long_context_cache_write_1h:g} / ${p.long_context_cache_read:g}"
+            )
         rows.append(
             f"| `{model_id}` | ${p.input:g} | ${p.output:g} | ${p.cache_write_5m:g} | "
-            f"${p.cache_write_1h:g} | ${p.cache_read:g} | {p.batch_discount:.0%} | "
-            f"{p.min_cacheable_tokens:,} |"
+            f"${p.cache_write_1h:g} | ${p.cache_read:g} | {long_context} | "
+            f"{p.batch_discount:.0%} | {p.min_cacheable_tokens:,} |"
         )
     return "\n".join(rows) + "\n"
 
 
+def catalogue_table() -> str:
+    """What each model of the catalogue accepts, its ids and its source."""
+    from constructs_lib._runtime_modules import model_catalogue
+
+    rows = [
+        "| model id | thinking (default) | effort (default; with thinking off) | rejects | "
+        "max output | Bedrock ids | source, as of |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model_id, spec in sorted(model_catalogue.CATALOGUE.items()):
+        effort = "none"
+        if spec.effort_levels:
+            effort = (
+                f"{', '.join(spec.effort_levels)} ({spec.default_effort}; "
+                f"{', '.join(spec.effort_levels_without_thinking)})"
+            )
+        rejected = [
+            *spec.rejected_sampling_parameters,
+            *(["prefill"] if spec.rejects_prefill else []),
+        ]
+        profiles = ", ".join(f"`{p}.`" for p in spec.bedrock_profile_prefixes)
+        rows.append(
+            f"| `{model_id}` | {', '.join(spec.thinking_modes)} ({spec.default_thinking}) | "
+            f"{effort} | {', '.join(rejected) or 'none'} | {spec.max_output_tokens:,} | "
+            f"`{spec.bedrock_model_id}`; profiles {profiles} | "
+            f"[{_page(spec.source)}]({spec.source}), [{_page(spec.bedrock_source)}]"
+            f"({spec.bedrock_source}), {spec.as_of} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def _page(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def bedrock_regions_table() -> str:
+    """The destination regions granted for each inference-profile prefix."""
+    from constructs_lib.bedrock_models import GEOGRAPHY_REGIONS, GLOBAL_PREFIX, PROFILE_PREFIXES
+
+    rows = ["| prefix | foundation-model regions granted |", "| --- | --- |"]
+    for prefix in PROFILE_PREFIXES:
+        if prefix == GLOBAL_PREFIX:
+            regions = (
+                "every region: `arn:aws:bedrock:*::foundation-model/<model>` (one action, one "
+                "model, only through the profile; acknowledged to cdk-nag as "
+                "`AwsSolutions-IAM5`)"
+            )
+        else:
+            regions = ", ".join(GEOGRAPHY_REGIONS[prefix])
+        rows.append(f"| `{prefix}.` | {regions} |")
+    return "\n".join(rows) + "\n"
+
+
 def render(spec: str) -> str:
-    """The table a region's spec names: ``props <module> <Class>``, ``environment`` or
-    ``prices``."""
+    """The table a region's spec names: ``props <module> <Class>``, ``environment``,
+    ``prices``, ``catalogue`` or ``bedrock-regions``."""
     kind, *args = spec.split()
-    if kind == "prices" and not args:
-        return prices_table()
+    tables = {
+        "prices": prices_table,
+        "catalogue": catalogue_table,
+        "bedrock-regions": bedrock_regions_table,
+        "environment": environment_table,
+    }
+    if kind in tables and not args:
+        return tables[kind]()
     if kind == "props" and len(args) == 2:
         return props_table(*args)
-    if kind == "environment" and not args:
-        return environment_table()
     raise ValueError(f"unknown generated region {spec!r}")
 
 

@@ -9,10 +9,20 @@ counted the same way) answering as Bedrock answers Claude requests:
   (else ``ValidationException``);
 - a SigV4 signature for service ``bedrock`` in the run's region, its form, scope and date
   checked (a local run signs with moto's fake credentials, so the value is not compared);
+- a model id AWS does not publish for a catalogued model (``anthropic.claude-haiku-5-5``, its
+  ``us.``/``eu.``/... profiles: the model catalogue's ``bedrock_ids``) gets 400
+  ``ValidationException`` "The provided model identifier is invalid.", and a request the
+  model refuses (:mod:`.model_behaviour`) a 400 ``ValidationException`` with the reason;
 - ``x-amzn-requestid`` on every answer; errors as Bedrock sends them: ``x-amzn-errortype``
-  and ``{"message": ...}``. The fault plan's statuses become Bedrock's errors: 429
-  ``ThrottlingException``, 529 (which Bedrock does not send) ``ServiceUnavailableException``
-  (503), 500 ``InternalServerException``, 400 ``ValidationException``;
+  and ``{"message": ...}``. The fault plan's statuses become Bedrock's errors, one of each
+  class chosen per row (seeded), so a run meets all ten InvokeModel errors
+  (:data:`BEDROCK_FAULTS`): a 429 is ``ThrottlingException`` or
+  ``ServiceQuotaExceededException`` (400), both waited out; a 529 (which Bedrock does not
+  send) ``ServiceUnavailableException`` (503), waited out too; a 500
+  ``InternalServerException``, ``ModelTimeoutException`` (408) or ``ModelNotReadyException``
+  (429), each retried within the key's budget; a 400 ``ValidationException``,
+  ``AccessDeniedException`` (403), ``ResourceNotFoundException`` (404) or
+  ``ModelErrorException`` (424), each dead-lettered;
 - a ``--rate-limit`` 429 is a ``ThrottlingException`` **without** ``retry-after``, as
   Bedrock's are: the step waits its own backoff (5 s x 2^waits with jitter, on the run's
   clock) instead of the server's hint;
@@ -25,25 +35,40 @@ Whether the calling function may invoke the model at all is the IAM check's busi
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from constructs_lib.bedrock_models import claude_model_name, parse_model_id
 from constructs_lib.testing.bedrock_api import (
+    ERROR_STATUSES,
+    INVALID_MODEL_ID,
     body_problem,
     error_headers,
-    error_type_for,
-    model_id_of,
+    published_model,
 )
 from constructs_lib.testing.sigv4 import SignatureError, check_signature
 
 from .intrinsics import LOCAL_REGION
-from .local_model import TIMEOUT, LocalMessagesAPI
+from .local_model import TIMEOUT, LocalMessagesAPI, user_text
 from .loopback import send_json
 
-#: Fault-plan statuses Bedrock never sends, and the Bedrock error that stands for them.
-BEDROCK_STATUS = {529: 503}
+#: The Bedrock errors a fault plan's status stands for (one per row, seeded): each class is
+#: handled as the status it stands for (waited out, retried within the budget, dead-lettered).
+BEDROCK_FAULTS: Mapping[int, tuple[str, ...]] = {
+    429: ("ThrottlingException", "ServiceQuotaExceededException"),
+    529: ("ServiceUnavailableException",),
+    500: ("InternalServerException", "ModelTimeoutException", "ModelNotReadyException"),
+    400: (
+        "ValidationException",
+        "AccessDeniedException",
+        "ResourceNotFoundException",
+        "ModelErrorException",
+    ),
+}
 
 
 class LocalBedrockRuntime(LocalMessagesAPI):
@@ -64,6 +89,12 @@ class LocalBedrockRuntime(LocalMessagesAPI):
         """Requests are answered by this server's state, in Bedrock's shape."""
         return _handler_class(self)
 
+    def bedrock_error(self, status: int, request: dict[str, Any]) -> str:
+        """The Bedrock error a fault plan's ``status`` is for this row (seeded by its text)."""
+        names = BEDROCK_FAULTS.get(status) or ("InternalServerException",)
+        digest = hashlib.sha256(user_text(request).encode("utf-8")).hexdigest()
+        return random.Random(f"{self.seed}:bedrock:{status}:{digest}").choice(names)
+
 
 def _handler_class(api: LocalBedrockRuntime) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -82,12 +113,10 @@ def _handler_class(api: LocalBedrockRuntime) -> type[BaseHTTPRequestHandler]:
             if isinstance(signed, SignatureError):
                 self._refuse(403, signed.error_type, signed.message)
                 return
-            model_id = model_id_of(self.path)
+            model_id = published_model(self.path)
             parsed = parse_model_id(model_id) if model_id else None
             if parsed is None:
-                self._refuse(
-                    400, "ValidationException", "The provided model identifier is invalid."
-                )
+                self._refuse(400, "ValidationException", INVALID_MODEL_ID)
                 return
             try:
                 body = json.loads(raw or b"{}")
@@ -98,6 +127,10 @@ def _handler_class(api: LocalBedrockRuntime) -> type[BaseHTTPRequestHandler]:
                 self._refuse(400, "ValidationException", problem)
                 return
             request = {**body, "model": claude_model_name(parsed)}
+            refused = api.model_problem(request)
+            if refused is not None:
+                self._refuse(400, "ValidationException", refused[1])
+                return
             throttled = api.throttle()
             if throttled is not None:
                 _, request_id = throttled
@@ -110,9 +143,9 @@ def _handler_class(api: LocalBedrockRuntime) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             if outcome != 200:
-                status = BEDROCK_STATUS.get(int(outcome), int(outcome))
-                error = error_type_for(status)
-                self._error(status, error, f"local model: injected {error}", request_id)
+                error = api.bedrock_error(int(outcome), request)
+                message = f"local model: injected {error}"
+                self._error(ERROR_STATUSES[error], error, message, request_id)
                 return
             answer = api.success_body(request, request_id)
             api.count_usage(answer["usage"])

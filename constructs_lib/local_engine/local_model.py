@@ -18,11 +18,24 @@ A row's first request fails with probability F; a failing row gets one seeded pl
 A timeout holds the request ``timeout_hold_seconds`` (longer than the client's timeout),
 then closes the connection unanswered.
 
+The model behaves as the model catalogue says (:mod:`.model_behaviour`): a request it refuses
+(a non-default sampling parameter, a prefill, a thinking type or effort it does not accept,
+``max_tokens`` over its maximum) gets a 400 ``invalid_request_error``, a model the catalogue
+does not know a 404 ``not_found_error``, both before any fault plan; a model that thinks
+(adaptive thinking, asked for or its default) sends a ``thinking`` block before the label,
+whose tokens count toward ``max_tokens`` and ``output_tokens``, so a ``max_tokens`` too small
+for its thought ends with ``stop_reason: "max_tokens"``. ``refusal_rate`` R gives a seeded,
+per-content share R of the answers ``stop_reason: "refusal"``, as the model's safety
+classifiers may.
+
 Prompt caching is emulated as the API does it (:class:`PromptCacheEmulator`): a system
-prefix marked with ``cache_control`` and at least the model's minimum cacheable length is
-written on first use (``cache_creation_input_tokens``), read while its TTL lasts on the
-run's clock (``cache_read_input_tokens``), and each read refreshes the TTL; ``input_tokens``
-counts only what was not cached. Tokens are estimated as 4 characters each.
+prefix marked with ``cache_control`` and at least the model's minimum cacheable length (the
+catalogue's) is written on first use (``cache_creation_input_tokens``), read while its TTL
+lasts on the run's clock (``cache_read_input_tokens``), and each read refreshes the TTL;
+``input_tokens`` counts only what was not cached. Tokens are estimated as 4 characters each.
+Every billed answer's usage is counted by its shape (:attr:`LocalMessagesAPI.billed_usages`:
+a few hundred distinct shapes however many rows), so a run prices each request at its own
+tier (long context included), as the step itself does.
 
 Message Batches (``/v1/messages/batches``: create, retrieve, list, results, cancel, delete) are
 served by :attr:`LocalMessagesAPI.batches` (:mod:`.message_batches`): a batch ends
@@ -49,7 +62,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from ..model_prices import billed_tokens
-from . import message_batches, message_batches_http
+from . import message_batches, message_batches_http, model_behaviour
 from .loopback import LoopbackServer, send_json
 from .message_batches import MessageBatchStore
 
@@ -124,10 +137,16 @@ def label_for(text: str, labels: Sequence[str] = DEFAULT_LABELS) -> str:
     return labels[int.from_bytes(digest[:8], "big") % len(labels)]
 
 
+#: The billed token counts of a ``usage``, in the order :attr:`LocalMessagesAPI.billed_usages`
+#: keeps them.
+BILLED_USAGE = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
 #: The TTLs ``cache_control`` may name, in run-clock seconds.
 CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
-#: A model the price table does not know is given the largest published minimum.
-FALLBACK_MIN_CACHEABLE_TOKENS = 4096
 
 
 def estimated_tokens(text: str) -> int:
@@ -146,11 +165,10 @@ def system_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def min_cacheable_tokens(model: str) -> int:
-    """The model's minimum cacheable length, from the library's price table."""
-    from constructs_lib.model_prices import PRICE_TABLE
-
-    price = PRICE_TABLE.get(model)
-    return price.min_cacheable_tokens if price else FALLBACK_MIN_CACHEABLE_TOKENS
+    """The model's minimum cacheable length, from the model catalogue. A model it does not
+    know never gets here over HTTP (a 404); a batch request for one caches nothing."""
+    spec = model_behaviour.model_spec(model)
+    return int(spec.min_cacheable_tokens) if spec is not None else 2**62
 
 
 class PromptCacheEmulator:
@@ -244,7 +262,8 @@ class LocalMessagesAPI(LoopbackServer):
     """The server. Use as a context manager or call :meth:`start` / :meth:`stop`.
 
     Parameters (defaults in brackets): ``labels`` [hot, warm, cold]; ``fault_rate`` [0.0];
-    ``seed`` [0]; ``timeout_hold_seconds`` [1.5]; ``model`` [claude-haiku-5-5] used when a
+    ``seed`` [0]; ``refusal_rate`` [0.0]: the seeded share of answers that are refusals;
+    ``timeout_hold_seconds`` [1.5]; ``model`` [claude-haiku-5-5] used when a
     request names none; ``rate_limit`` [none]: a :class:`RateLimiter`; a request over it
     gets 429 with ``retry-after`` (whole seconds) and ``retry-after-ms`` on the run's
     clock, before any fault plan applies; ``run_clock`` [``time.monotonic``]: run-clock
@@ -253,7 +272,9 @@ class LocalMessagesAPI(LoopbackServer):
     Counters: :attr:`outcomes` by status, :attr:`rate_limited` (429s of the limiter),
     :attr:`input_tokens`, :attr:`output_tokens`, :attr:`cache_creation_input_tokens` and
     :attr:`cache_read_input_tokens` (billed: 200 answers only); :attr:`prompt_cache` counts
-    cache writes and reads.
+    cache writes and reads; :attr:`billed_usages` counts billed answers by their usage and
+    whether they were batch requests; :attr:`refusals` counts refusals; :attr:`model_refused`
+    counts the requests the model refused (a 400 or 404), by status.
     """
 
     thread_name = "local-model"
@@ -272,10 +293,19 @@ class LocalMessagesAPI(LoopbackServer):
         batch_errored_rate: float = 0.0,
         batch_expired_rate: float = 0.0,
         batch_create_faults: Sequence[int | str] = (),
+        refusal_rate: float = 0.0,
     ) -> None:
         super().__init__()
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError("fault_rate must be between 0 and 1")
+        if not 0.0 <= refusal_rate <= 1.0:
+            raise ValueError("refusal_rate must be between 0 and 1")
+        self.refusal_rate = refusal_rate
+        self.refusals = 0
+        #: Requests the model refused before answering: status -> count.
+        self.model_refused: Counter[int] = Counter()
+        #: Billed answers by ``(usage tokens in BILLED_USAGE order, batch)``.
+        self.billed_usages: Counter[tuple[tuple[int, ...], bool]] = Counter()
         self.labels = tuple(labels)
         self.fault_rate = fault_rate
         self.seed = seed
@@ -310,6 +340,9 @@ class LocalMessagesAPI(LoopbackServer):
         self.batches.create_faults = list(batch_create_faults)
 
     def _batch_decide(self, custom_id: str, params: dict[str, Any]) -> str:
+        # A request the model refuses is refused inside a batch too (its result is errored).
+        if self.model_problem({"model": self.model, **params}) is not None:
+            return "invalid_request_error"
         rng = random.Random(f"{self.seed}:batch:{custom_id}")
         draw = rng.random()
         if draw < self.batch_errored_rate:
@@ -325,7 +358,7 @@ class LocalMessagesAPI(LoopbackServer):
             self.batch_requests += 1
             for name in self.batch_tokens:
                 self.batch_tokens[name] += int(usage.get(name) or 0)
-        self.count_usage(usage)
+        self.count_usage(usage, batch=True)
         return answer
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -374,9 +407,11 @@ class LocalMessagesAPI(LoopbackServer):
             request_id = f"req_local_{next(self._ids):06d}"
         return wait, request_id
 
-    def count_usage(self, usage: dict[str, int]) -> None:
-        """Add a 200 answer's billed tokens."""
+    def count_usage(self, usage: dict[str, int], *, batch: bool = False) -> None:
+        """Add a 200 answer's billed tokens (``batch``: billed as a batch request)."""
+        shape = tuple(int(usage.get(name) or 0) for name in BILLED_USAGE)
         with self._lock:
+            self.billed_usages[(shape, batch)] += 1
             self.input_tokens += int(usage.get("input_tokens", 0))
             self.output_tokens += int(usage.get("output_tokens", 0))
             self.cache_creation_input_tokens += int(usage.get("cache_creation_input_tokens", 0))
@@ -400,19 +435,64 @@ class LocalMessagesAPI(LoopbackServer):
         with self._lock:
             self.outcomes[str(status)] += 1
 
+    def model_problem(self, body: dict[str, Any]) -> tuple[int, str] | None:
+        """``(404, message)`` for a model the catalogue does not know, ``(400, message)`` for a
+        request the model refuses (:func:`.model_behaviour.request_problem`), else None. A
+        refused request is counted in :attr:`model_refused`."""
+        model = str(body.get("model") or self.model)
+        spec = model_behaviour.model_spec(model)
+        found: tuple[int, str] | None = None
+        if spec is None:
+            found = (404, f"model: {model}")
+        else:
+            problem = model_behaviour.request_problem(body, spec)
+            found = None if problem is None else (400, problem)
+        if found is not None:
+            with self._lock:
+                self.model_refused[found[0]] += 1
+        return found
+
+    def refuses(self, body: dict[str, Any]) -> bool:
+        """Whether this answer is a refusal: seeded per content, :attr:`refusal_rate` of them."""
+        if self.refusal_rate <= 0:
+            return False
+        digest = hashlib.sha256(user_text(body).encode("utf-8")).hexdigest()
+        return random.Random(f"{self.seed}:refusal:{digest}").random() < self.refusal_rate
+
     def success_body(self, body: dict[str, Any], request_id: str) -> dict[str, Any]:
-        """A Messages API success body the SDK accepts."""
+        """A Messages API success body the SDK accepts, as the catalogue's model answers:
+        thinking first when it thinks, cut at ``max_tokens``, or a refusal."""
         text = user_text(body)
         model = str(body.get("model") or self.model)
+        spec = model_behaviour.model_spec(model)
+        usage = self.prompt_cache.usage(body, model)
+        label = label_for(text, self.labels)
+        refused = self.refuses(body)
+        if spec is not None:
+            said = model_behaviour.answer(
+                spec,
+                body,
+                label,
+                text_tokens=estimated_tokens(label),
+                stop_reason="refusal" if refused else "end_turn",
+            )
+            content, stop_reason = said.content, said.stop_reason
+            usage["output_tokens"] = said.output_tokens
+        else:
+            content = [{"type": "text", "text": label}]
+            stop_reason = "end_turn"
+        if refused:
+            with self._lock:
+                self.refusals += 1
         return {
             "id": "msg_local_" + request_id.rsplit("_", 1)[-1],
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": label_for(text, self.labels)}],
-            "stop_reason": "end_turn",
+            "content": content,
+            "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": self.prompt_cache.usage(body, model),
+            "usage": usage,
         }
 
     def hold(self) -> None:
@@ -479,6 +559,10 @@ def _handler_class(api: LocalMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 body = None
             if not isinstance(body, dict) or not body.get("messages") or "max_tokens" not in body:
                 self._send(400, error_body(400, "body needs messages and max_tokens"), "")
+                return
+            problem = api.model_problem(body)
+            if problem is not None:
+                self._send(problem[0], error_body(*problem), "")
                 return
             throttled = api.throttle()
             if throttled is not None:

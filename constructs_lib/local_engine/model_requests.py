@@ -17,8 +17,10 @@ answered it, or, through :meth:`ModelRequests.before_aws_call` (a botocore hook 
 installs), at the handler's next AWS call, which is the write of the batch id.
 
 *Billed* follows the runtime's rule: every request that reached the model is billed, except
-401, 429 and 529 answers. A request that timed out or lost its connection after it was sent
-is billed: the model may have done the work. Those requests are also counted apart
+401, 429 and 529 answers, and Bedrock's answers that served nothing whatever their status
+(``ServiceQuotaExceededException``, a 400, and ``ServiceUnavailableException``, a 503, are
+waited out as rate limits). A request that timed out or lost its connection after it was
+sent is billed: the model may have done the work. Those requests are also counted apart
 (:attr:`ModelRequests.transport_errors`): on a loaded machine an answer can arrive after the
 model call's deadline, so the request fails in transport and its retry is billed again, a
 second billed request that only the machine's speed caused.
@@ -41,6 +43,16 @@ from .lambda_faults import BATCH_CREATE_KILL_POINTS, LambdaFaults, LambdaKilled
 
 #: Answers the provider does not bill (the runtime's Spend counts them the same way).
 UNBILLED_STATUSES = frozenset({401, 429, 529})
+#: Bedrock errors (``x-amzn-errortype``) that served nothing: the rate limits the runtime
+#: waits out, whatever their status (issue 32), and ``ModelNotReadyException`` (a 429).
+UNBILLED_BEDROCK_ERRORS = frozenset(
+    {
+        "ThrottlingException",
+        "ServiceQuotaExceededException",
+        "ServiceUnavailableException",
+        "ModelNotReadyException",
+    }
+)
 #: Members of an event the model step joins to its business key (``model_step.key``).
 REPLAY_GENERATION_FIELD = "replay_generation"
 DEAD_LETTER_FIELD = "dead_letter"
@@ -141,9 +153,11 @@ class ModelRequests:
             self._maybe_kill(request, None)
             raise
         status = int(response.status_code)
-        self._count(key, status, (time.monotonic() - started) * 1000)
+        error_type = str(response.headers.get("x-amzn-errortype") or "").split(":", 1)[0]
+        served = error_type not in UNBILLED_BEDROCK_ERRORS
+        self._count(key, status, (time.monotonic() - started) * 1000, served=served)
         self._maybe_kill(request, response)
-        if status not in UNBILLED_STATUSES:
+        if served and status not in UNBILLED_STATUSES:
             response.stream = _WatchedBody(response.stream, self._count_broken_answer)
         return response
 
@@ -177,13 +191,15 @@ class ModelRequests:
             _state.kill_at_next_aws_call = False
             raise LambdaKilled("killed after the batch create answered, before its id was recorded")
 
-    def _count(self, key: str | None, status: int | None, answer_ms: float | None) -> None:
+    def _count(
+        self, key: str | None, status: int | None, answer_ms: float | None, served: bool = True
+    ) -> None:
         with self._lock:
             self.sent += 1
             self.statuses["error" if status is None else str(status)] += 1
             if answer_ms is not None:
                 self._answer_ms.append(answer_ms)
-            if key is not None and status not in UNBILLED_STATUSES:
+            if key is not None and served and status not in UNBILLED_STATUSES:
                 self.billed[key] += 1
 
     def _maybe_kill(self, request: Any, response: Any) -> None:

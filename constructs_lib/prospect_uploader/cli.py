@@ -61,7 +61,7 @@ counts (the summary table and --json):
   input_tokens, output_tokens   billed tokens (200 answers)
   cache_creation_input_tokens, cache_read_input_tokens   prompt-cache tokens written / read
                   (cache_writes, cache_reads: the requests that wrote / read it)
-  cost_usd        the billed tokens in dollars at the stack's MODEL_PRICE (null: no price)
+  cost_usd        the billed requests in dollars at the step's MODEL_RATES (null: no price)
   elapsed_s       wall seconds from the upload until everything settled
   aws_calls, denied   handler AWS calls evaluated against their role in cdk.out / denied
 
@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="F",
         help="fraction of rows whose model requests fail (429, 529, 500, timeouts, "
         "400), local model only (default: 0)",
+    )
+    run.add_argument(
+        "--refusal-rate",
+        type=_rate,
+        default=0.0,
+        metavar="R",
+        help="fraction of rows the local model refuses (stop_reason refusal, dead-lettered "
+        "as ModelRefused), local model only (default: 0)",
     )
     run.add_argument(
         "--kill-rate",
@@ -365,6 +373,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         rate_limit=args.rate_limit,
         kill_rate=args.kill_rate,
         throttle_rate=args.throttle_rate,
+        refusal_rate=args.refusal_rate,
         timeout_cap_seconds=args.timeout_cap,
         run_timeout_seconds=args.run_timeout,
         object_key=args.key,

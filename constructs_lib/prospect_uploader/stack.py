@@ -67,6 +67,7 @@ from lambda_src.prospect_contract.events import (
 )
 
 from .. import defaults
+from .._runtime_modules import model_catalogue
 from .._validation import PropValidationError, check_int_range
 from ..alarms import events_rule_metric, occurrence_alarm
 from ..bundling import lambda_src_root
@@ -74,7 +75,8 @@ from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_fin
 from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep, ModelProvider, PromptCache
 from ..model_delivery import ModelDelivery
-from ..model_prices import ModelPrice, price_table
+from ..model_fit import Thinking
+from ..model_prices import ModelPrice, price_for, price_key, price_table
 from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
@@ -88,6 +90,11 @@ PROMPT_VERSION = "prospect-classifier-2026-12-01"
 SYSTEM_PROMPT_FILE = lambda_src_root() / "prospect_classifier" / "system_prompt.md"
 #: The classify step's prompt cache: rows of one upload arrive seconds apart.
 PROMPT_CACHE = PromptCache.FIVE_MINUTES
+#: The classifier answers one word: no thinking (the default model, Claude Haiku 5.5, would
+#: think by default, and its thinking tokens would use up ``CLASSIFY_MAX_TOKENS``), and a
+#: ``max_tokens`` that holds the longest label with room to spare.
+CLASSIFY_THINKING = Thinking.DISABLED
+CLASSIFY_MAX_TOKENS = 16
 DEFAULT_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 
 #: Context keys the stack reads, with (default, lowest, highest) for the integer ones.
@@ -111,8 +118,11 @@ BATCH_DELIVERY_MAX_REQUESTS = 10_000
 EVENT_BUS_KINDS = ("v2", "classic")
 #: Values of the ``model_provider`` context key; the first is the default (issue 22).
 MODEL_PROVIDERS = ("anthropic", "bedrock")
-#: The classify model on Bedrock: the default model through the US inference profile.
-DEFAULT_BEDROCK_MODEL_ID = f"us.anthropic.{defaults.DEFAULT_MODEL_ID}-v1:0"
+#: The classify model on Bedrock: the default model through the US inference profile, as the
+#: model catalogue has its Bedrock id (``us.anthropic.claude-haiku-5-5``: no ``-v1:0``).
+DEFAULT_BEDROCK_MODEL_ID = (
+    f"us.{model_catalogue.CATALOGUE[defaults.DEFAULT_MODEL_ID].bedrock_model_id}"
+)
 #: The only attributes the viewer may change on a failure item (``dynamodb:Attributes``):
 #: its retry stamp and count, and the replay generation it publishes under; exactly what
 #: ``prospect_viewer.store`` writes. The item's key attributes are named in the request too.
@@ -225,10 +235,10 @@ class ProspectUploaderStack(Stack):
     - ``viewer_principals``: comma-separated IAM role ARNs granted
       ``lambda:InvokeFunctionUrl`` on the viewer. Default: none (only identities whose
       own IAM policy allows it).
-    - ``model_prices``: JSON overriding the price table per model id (see
+    - ``model_prices``: JSON overriding the model catalogue's prices per model id (see
       ``constructs_lib.model_prices``), e.g.
-      ``-c model_prices='{"claude-haiku-5-5": {"input": 1.2, "output": 6}}'``; laid over
-      the ``model_prices`` prop. Default: none, the documented table.
+      ``-c model_prices='{"claude-haiku-5-5": {"input": 0.12, "output": 0.6}}'``; laid
+      over the ``model_prices`` prop. Default: none, the catalogue's prices.
     - ``event_bus``: ``v2`` (default) or ``classic``. ``v2``: validated rows travel on
       ``RowBus``, an EventBridge v2 bus, each with a publish-side ``DeduplicationId``,
       and ``Classify`` subscribes to it; upload summaries and completion events stay on
@@ -239,7 +249,8 @@ class ProspectUploaderStack(Stack):
       function's IAM role, no secret; ``prospect-uploader run --provider bedrock`` runs it
       locally).
     - ``bedrock_model_id``: with ``model_provider=bedrock``, the Bedrock model or
-      inference-profile id. Default: ``us.anthropic.claude-haiku-5-5-v1:0``.
+      inference-profile id; its price is the model catalogue's row of the model it names.
+      Default: ``us.anthropic.claude-haiku-5-5``.
     - ``delivery`` (issue 19): ``auto`` (default), ``realtime`` or ``batch``. ``realtime``:
       every row goes to ``Classify``, one Messages request each (the template before
       batches). ``batch``: every upload's rows go to ``ClassifyBatch``, an
@@ -256,11 +267,13 @@ class ProspectUploaderStack(Stack):
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
     :param lambda_retry_attempts: the classify step's Lambda retries, default 2.
-    :param model_prices: overrides of the price table per model id, a ``ModelPrice`` or a
-        mapping of the fields that changed (``constructs_lib.model_prices.price_table``).
-        The classify model's row becomes ``MODEL_PRICE`` of the functions that report an
-        upload's cost; a model without a row reports tokens and ``cost_usd: null``.
-        Default: none, the documented table.
+    :param model_prices: overrides of the catalogue's prices per model id, a ``ModelPrice``
+        or a mapping of the fields that changed (``constructs_lib.model_prices.price_table``).
+        The classify model's row (the model ``bedrock_model_id`` names, on Bedrock) prices
+        each classify request (``MODEL_RATES``; its cost is stored with the row, so a later
+        override never reprices an upload) and becomes ``MODEL_PRICE`` of the functions that
+        report an upload's savings; a model without a row reports tokens and
+        ``cost_usd: null``. Default: none, the catalogue's prices.
     :param kwargs: the ``Stack`` props (``env``, ``description``, ...), passed on as they are.
     """
 
@@ -698,12 +711,17 @@ class ProspectUploaderStack(Stack):
             system_prompt_file=SYSTEM_PROMPT_FILE,
             prompt_cache=PROMPT_CACHE,
             allowed_labels=LABELS,
-            max_tokens=16,
+            max_tokens=CLASSIFY_MAX_TOKENS,
+            thinking=CLASSIFY_THINKING,
             api_key_secret=self.api_key_secret,
             model_provider=ModelProvider.BEDROCK if bedrock else ModelProvider.ANTHROPIC,
-            model_id=str(self.node.try_get_context("bedrock_model_id") or DEFAULT_BEDROCK_MODEL_ID)
-            if bedrock
-            else defaults.DEFAULT_MODEL_ID,
+            model_id=self.classify_model_id,
+            # The stack's price of the model (prop and context overrides included); None: none.
+            model_prices={
+                price_key(self.classify_model_id): price_for(
+                    self.classify_model_id, self.model_prices
+                )
+            },
             table=self.idempotency_table,
             dead_letter_queue=self.failure_queue,
             alarm_topic=self.alert_topic,
@@ -1092,16 +1110,24 @@ class ProspectUploaderStack(Stack):
             **self._price_environment(),
         }
 
+    @property
+    def classify_model_id(self) -> str:
+        """The classify steps' ``model_id``: the default model, or on Bedrock
+        ``-c bedrock_model_id`` (default :data:`DEFAULT_BEDROCK_MODEL_ID`)."""
+        if self.model_provider == "bedrock":
+            return str(self.node.try_get_context("bedrock_model_id") or DEFAULT_BEDROCK_MODEL_ID)
+        return defaults.DEFAULT_MODEL_ID
+
     def _price_environment(self) -> dict[str, str]:
-        """``MODEL_PRICE`` of the classify model at its cache TTL; none for an unpriced model
-        (its summaries say the cost is unknown)."""
-        price = self.model_prices.get(defaults.DEFAULT_MODEL_ID)
+        """``MODEL_PRICE`` of the classify model (the one it really calls, on Bedrock too) at
+        its cache TTL; none for an unpriced model (its summaries say the cost is unknown)."""
+        price = price_for(self.classify_model_id, self.model_prices)
         return {"MODEL_PRICE": price.for_runtime(PROMPT_CACHE.value)} if price else {}
 
     def _model_prices(
         self, overrides: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None
     ) -> dict[str, ModelPrice]:
-        """:data:`PRICE_TABLE` under the ``model_prices`` prop, under ``-c model_prices``."""
+        """The catalogue's prices under the ``model_prices`` prop, under ``-c model_prices``."""
         table = price_table(overrides, source="ProspectUploaderStack: model_prices")
         raw = self.node.try_get_context("model_prices")
         if raw in (None, ""):

@@ -7,6 +7,14 @@ It speaks Bedrock's wire shape, as the Anthropic SDK's ``AnthropicBedrock`` clie
   profile id) is in the path, never in the body;
 - the body is a Messages request without ``model``, with ``anthropic_version``
   ``bedrock-2023-05-31``; anything else is a ``ValidationException``, as on Bedrock;
+- the model id must be one AWS publishes for a model of the catalogue (``models``, default
+  the library's: its foundation-model id or one of its profiles, e.g.
+  ``anthropic.claude-haiku-5-5``, ``us.anthropic.claude-haiku-5-5``); any other is a 400
+  ``ValidationException`` ("The provided model identifier is invalid."), and a request the
+  model refuses (sampling parameters, prefill, thinking, effort, ``max_tokens``) a 400
+  ``ValidationException`` with the reason, both recorded and answered before the script;
+- a 200 of a model that thinks starts with a ``thinking`` block counted in ``max_tokens``
+  and ``output_tokens``, as :class:`~.messages_api.FakeMessagesAPI`'s;
 - every request must carry a SigV4 signature for service ``bedrock`` in the fake's region
   (:mod:`.sigv4`); an unsigned or mis-signed request gets Bedrock's 403 and is counted in
   :attr:`FakeBedrockRuntime.rejected`, not in :attr:`~FakeBedrockRuntime.requests`;
@@ -26,7 +34,7 @@ the same as :class:`~.messages_api.FakeMessagesAPI`'s, so one test can run over 
   429 ``ThrottlingException``, 500 ``InternalServerException``, 503
   ``ServiceUnavailableException``, ...);
 - a Bedrock error name, e.g. ``"ModelNotReadyException"``: that error with its status
-  (:data:`ERROR_STATUSES`);
+  (:data:`ERROR_STATUSES`: all ten InvokeModel errors);
 - ``"timeout"`` and ``"disconnect"``: as the Messages fake;
 - :class:`~.messages_api.Reply`: full control (status, text, stop reason, body, headers,
   delay, chunks). A ``x-amzn-errortype`` in its headers names the error.
@@ -41,9 +49,7 @@ Usage::
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,7 +57,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
-from .messages_api import Reply, Script, ScriptedHandler, ScriptedServer
+from constructs_lib.local_engine import model_behaviour
+
+from .scripted_model import Reply, Script, ScriptedHandler, ScriptedServer, ScriptEntry
 from .sigv4 import SignatureError, check_signature
 
 #: The ``anthropic_version`` Bedrock accepts for Claude.
@@ -82,6 +90,8 @@ ERROR_TYPES = {
     500: "InternalServerException",
     503: "ServiceUnavailableException",
 }
+#: Bedrock's message for a model id it does not serve.
+INVALID_MODEL_ID = "The provided model identifier is invalid."
 
 
 def error_type_for(status: int) -> str:
@@ -106,6 +116,14 @@ def model_id_of(path: str) -> str | None:
     if len(parts) != 4 or parts[0] or parts[1] != "model" or parts[3] != "invoke":
         return None
     return unquote(parts[2]) or None
+
+
+def published_model(path: str, models: Mapping[str, Any] | None = None) -> str | None:
+    """The model id of an InvokeModel path when AWS publishes it for a model of the catalogue
+    (``models``; None: the library's), else None."""
+    model_id = model_id_of(path)
+    spec = model_behaviour.model_spec(model_id, models) if model_id else None
+    return model_id if spec is not None and model_id in spec.bedrock_ids() else None
 
 
 def body_problem(body: Any) -> str | None:
@@ -141,7 +159,7 @@ class BedrockRequest:
     request_id: str
 
 
-class FakeBedrockRuntime(ScriptedServer):
+class FakeBedrockRuntime(ScriptedServer[BedrockRequest]):
     """A threaded HTTP server that imitates ``bedrock-runtime`` InvokeModel for Claude.
 
     :param script: scripted entries or a callable ``(index, body) -> entry``, see the module
@@ -153,6 +171,7 @@ class FakeBedrockRuntime(ScriptedServer):
     :param secret_keys: secret access key by access key id, to verify each signature's
         value. Default None: the signature's form, scope and date are checked, not its value.
     :param model: ``model`` of success bodies. Default None: the model id of the path.
+    :param models: the model catalogue the fake answers as. Default None: the library's.
     """
 
     #: The name of the server's thread.
@@ -168,45 +187,22 @@ class FakeBedrockRuntime(ScriptedServer):
         region: str = "us-east-1",
         secret_keys: Mapping[str, str] | None = None,
         model: str | None = None,
+        models: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__()
-        #: The script: change it between requests to answer differently.
-        self.script = script if script is not None else []
-        #: Answer text of a 200 without its own.
-        self.text = text
-        #: Seconds before every answer.
-        self.delay = delay
-        #: Seconds a ``"timeout"`` entry holds its request.
-        self.timeout_sleep = timeout_sleep
+        super().__init__(script, text=text, delay=delay, timeout_sleep=timeout_sleep, models=models)
         #: The region every signature must be scoped to.
         self.region = region
         #: Secret access key by access key id (None: signature values are not verified).
         self.secret_keys = dict(secret_keys) if secret_keys is not None else None
         #: ``model`` of success bodies (None: the path's model id).
         self.model = model
-        #: Every signed InvokeModel request, in order.
-        self.requests: list[BedrockRequest] = []
         #: Requests refused before the script: their Bedrock error name, e.g.
         #: ``"InvalidSignatureException"``.
         self.rejected: list[str] = []
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
 
     def handler_class(self) -> type[BaseHTTPRequestHandler]:
         """Requests are answered by this server's state."""
         return _make_handler(self)
-
-    @property
-    def request_count(self) -> int:
-        """Signed InvokeModel requests received so far (refused ones are in ``rejected``)."""
-        with self._lock:
-            return len(self.requests)
-
-    @property
-    def last_request(self) -> BedrockRequest:
-        """The most recent signed request; raises ``IndexError`` if none."""
-        with self._lock:
-            return self.requests[-1]
 
     def new_request_id(self) -> str:
         """A fresh id shaped like Bedrock's (a UUID)."""
@@ -214,27 +210,29 @@ class FakeBedrockRuntime(ScriptedServer):
         return f"{number:08x}-fa4e-4b3d-8000-{number:012x}"
 
     # -- internals ---------------------------------------------------------------------------
-    def _record(self, request: BedrockRequest) -> int:
-        with self._lock:
-            self.requests.append(request)
-            return len(self.requests) - 1
-
     def _reject(self, error_type: str) -> None:
         with self._lock:
             self.rejected.append(error_type)
 
+    def _refusal(self, model_id: str, body: Any) -> str | None:
+        """Bedrock's ``ValidationException`` message for a request it refuses, or None."""
+        problem = body_problem(body)
+        if problem is not None:
+            return problem
+        if published_model(f"/model/{model_id}/invoke", self.models) is None:
+            return INVALID_MODEL_ID
+        return model_behaviour.request_problem(body, self.model_spec(model_id))
+
     def _success_body(
-        self, text: str, model_id: str, request_id: str, stop_reason: str
+        self, model_id: str, body: dict[str, Any], request_id: str, reply: Reply
     ) -> dict[str, Any]:
         return {
             "id": f"msg_bdrk_{request_id.rsplit('-', 1)[-1]}",
             "type": "message",
             "role": "assistant",
             "model": self.model or model_id,
-            "content": [{"type": "text", "text": text}] if text else [],
-            "stop_reason": stop_reason,
+            **self.answer(self.model_spec(model_id), body, reply),
             "stop_sequence": None,
-            "usage": {"input_tokens": 12, "output_tokens": 3},
         }
 
 
@@ -244,8 +242,7 @@ def _make_handler(api: FakeBedrockRuntime) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # http.server's naming
             started = time.monotonic()
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            raw = self.read_body()
             headers = {name.lower(): value for name, value in self.headers.items()}
             request_id = api.new_request_id()
             signed = check_signature(
@@ -278,59 +275,56 @@ def _make_handler(api: FakeBedrockRuntime) -> type[BaseHTTPRequestHandler]:
                 request_id,
             )
             index = api._record(record)
-            problem = body_problem(body)
+            problem = api._refusal(model_id, body)
             if problem is not None:
                 self._error(400, "ValidationException", problem, request_id)
                 return
-            entry = api._entry_for(index, record.body)
-            if entry == "timeout":
-                api._wait(api.timeout_sleep)
-                self.close_connection = True
-                return
-            if entry == "disconnect":
-                self.close_connection = True
-                return
-            if isinstance(entry, str):
-                entry = Reply(
-                    status=ERROR_STATUSES.get(entry, 500), headers={"x-amzn-errortype": entry}
-                )
-            reply = entry if isinstance(entry, Reply) else Reply(status=int(entry))
-            api._wait(api.delay if reply.delay is None else reply.delay)
-            if reply.status == 200:
-                text = reply.text if reply.text is not None else api.text
-                payload = reply.body or api._success_body(
-                    text, model_id, request_id, reply.stop_reason
-                )
-                usage = payload.get("usage") or {}
-                extra = {
-                    "x-amzn-requestid": request_id,
-                    "x-amzn-bedrock-input-token-count": str(usage.get("input_tokens", 0)),
-                    "x-amzn-bedrock-output-token-count": str(usage.get("output_tokens", 0)),
-                    "x-amzn-bedrock-invocation-latency": str(
-                        int((time.monotonic() - started) * 1000)
-                    ),
-                    **reply.headers,
-                }
-                self._send(200, payload, extra, reply.chunks, reply.chunk_delay)
-                return
-            named = reply.headers.get("x-amzn-errortype", "").split(":", 1)[0]
-            error_type = named or error_type_for(reply.status)
-            payload = reply.body or {"message": f"fake {reply.status} {error_type}"}
-            extra = {**error_headers(error_type, request_id), **reply.headers}
-            extra["x-amzn-errortype"] = f"{error_type}:{ERROR_TYPE_NAMESPACE}"
-            self._send(reply.status, payload, extra, reply.chunks, reply.chunk_delay)
+
+            self.play(
+                api._entry_for(index, record.body),
+                _as_reply,
+                lambda reply: _respond(api, record, started, reply),
+            )
 
         def _error(self, status: int, error_type: str, message: str, request_id: str) -> None:
-            self._send(status, {"message": message}, error_headers(error_type, request_id))
-
-        def _send(
-            self,
-            status: int,
-            payload: dict[str, Any],
-            extra: dict[str, str],
-            chunks: int = 1,
-            chunk_delay: float = 0.0,
-        ) -> None:
-            self.write_json(status, payload, extra, chunks, chunk_delay)
+            self.write_json(status, {"message": message}, error_headers(error_type, request_id))
 
     return Handler
+
+
+def _respond(
+    api: FakeBedrockRuntime, record: BedrockRequest, started: float, reply: Reply
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body and headers of ``reply`` to ``record``, in Bedrock's shape."""
+    request_id = record.request_id
+    if reply.status == 200:
+        payload = reply.body or api._answered(
+            api._success_body(record.model_id, record.body, request_id, reply)
+        )
+        return payload, _success_headers(payload, request_id, started, reply)
+    named = reply.headers.get("x-amzn-errortype", "").split(":", 1)[0]
+    error_type = named or error_type_for(reply.status)
+    payload = reply.body or {"message": f"fake {reply.status} {error_type}"}
+    extra = {**error_headers(error_type, request_id), **reply.headers}
+    extra["x-amzn-errortype"] = f"{error_type}:{ERROR_TYPE_NAMESPACE}"
+    return payload, extra
+
+
+def _as_reply(entry: ScriptEntry) -> Reply:
+    """A script entry as a :class:`Reply`; a Bedrock error name becomes that error."""
+    if isinstance(entry, str):
+        return Reply(status=ERROR_STATUSES.get(entry, 500), headers={"x-amzn-errortype": entry})
+    return entry if isinstance(entry, Reply) else Reply(status=int(entry))
+
+
+def _success_headers(
+    payload: dict[str, Any], request_id: str, started: float, reply: Reply
+) -> dict[str, str]:
+    usage = payload.get("usage") or {}
+    return {
+        "x-amzn-requestid": request_id,
+        "x-amzn-bedrock-input-token-count": str(usage.get("input_tokens", 0)),
+        "x-amzn-bedrock-output-token-count": str(usage.get("output_tokens", 0)),
+        "x-amzn-bedrock-invocation-latency": str(int((time.monotonic() - started) * 1000)),
+        **reply.headers,
+    }

@@ -21,6 +21,15 @@ Script entries (one per request, in order; once the script is used up every requ
 
 ``script`` may also be a callable ``(index, body) -> entry``.
 
+The fake answers as the model catalogue's model does (``models``, default the library's
+catalogue): a request for a model it does not know is a 404 ``not_found_error``, and one the
+model refuses (a non-default ``temperature``/``top_p``/``top_k``, a prefill, a thinking type
+or effort it does not accept, ``max_tokens`` over its maximum) a 400
+``invalid_request_error``, both recorded and answered before the script is consulted. A 200
+of a model that thinks (``claude-haiku-5-5`` by default) starts with a ``thinking`` block,
+whose tokens count toward ``max_tokens`` and ``output_tokens`` (``Reply(thinking_tokens=0)``
+for none); a ``max_tokens`` they use up ends it with ``stop_reason: "max_tokens"``.
+
 Message Batches (``client.messages.batches.create / retrieve / list / results / cancel /
 delete``) are served by :attr:`FakeMessagesAPI.batches`, a
 :class:`~constructs_lib.local_engine.message_batches.MessageBatchStore` as strict as the
@@ -45,21 +54,28 @@ Usage::
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from constructs_lib.local_engine import message_batches_http
-from constructs_lib.local_engine.loopback import LoopbackServer
+from constructs_lib.local_engine import message_batches_http, model_behaviour
 from constructs_lib.local_engine.message_batches import MessageBatchStore
 
-ScriptEntry = Any  # int | str | Reply
-Script = Sequence[ScriptEntry] | Callable[[int, dict[str, Any]], ScriptEntry]
+from .scripted_model import Reply, Script, ScriptedHandler, ScriptedServer, ScriptEntry
+
+__all__ = [
+    "ERROR_TYPES",
+    "FakeMessagesAPI",
+    "RecordedRequest",
+    "Reply",
+    "Script",
+    "ScriptEntry",
+    "ScriptedHandler",
+    "ScriptedServer",
+]
 
 # The error "type" the real API puts in the body for each status.
 ERROR_TYPES = {
@@ -81,29 +97,6 @@ ERROR_TYPES = {
 
 
 @dataclass(frozen=True)
-class Reply:
-    """One scripted answer. ``body`` overrides the generated body; ``delay`` overrides the
-    server-wide delay (seconds)."""
-
-    #: The HTTP status. Default 200 (a success body); any other gives that status's error body.
-    status: int = 200
-    #: The answer of a 200. Default None: the server's ``text``.
-    text: str | None = None
-    #: The success body's ``stop_reason``. Default ``"end_turn"``.
-    stop_reason: str = "end_turn"
-    #: A body to send instead of the generated one. Default None.
-    body: dict[str, Any] | None = None
-    #: Extra response headers, e.g. ``retry-after``, ``x-should-retry``. Default none.
-    headers: dict[str, str] = field(default_factory=dict)
-    #: Seconds before answering. Default None: the server's ``delay``.
-    delay: float | None = None
-    #: The body in this many pieces, :attr:`chunk_delay` apart. Default 1 (all at once).
-    chunks: int = 1
-    #: Seconds between pieces: a slow answer whose every read is short. Default 0.
-    chunk_delay: float = 0.0
-
-
-@dataclass(frozen=True)
 class RecordedRequest:
     """What the fake saw: the parsed JSON body, headers (lower-cased names), request id sent."""
 
@@ -117,71 +110,7 @@ class RecordedRequest:
     request_id: str
 
 
-class ScriptedServer(LoopbackServer):
-    """A loopback fake answering each request from ``script`` (entries in order, then 200;
-    or a callable ``(index, body) -> entry``), holding on purpose on :attr:`stopping`."""
-
-    script: Script
-
-    def _entry_for(self, index: int, body: dict[str, Any]) -> ScriptEntry:
-        if callable(self.script):
-            return self.script(index, body)
-        if index < len(self.script):
-            return self.script[index]
-        return 200
-
-    def _wait(self, seconds: float) -> None:
-        if seconds > 0:
-            self.stopping.wait(seconds)
-
-
-class ScriptedHandler(BaseHTTPRequestHandler):
-    """A quiet HTTP/1.1 handler of a :class:`ScriptedServer` that writes JSON answers, whole
-    or in chunks, and shrugs off a client that gave up."""
-
-    protocol_version = "HTTP/1.1"
-    server_state: ScriptedServer
-
-    def log_message(self, format: str, *args: object) -> None:
-        # Keep test output clean; the recorded requests are the log.
-        return
-
-    def handle(self) -> None:
-        try:
-            super().handle()
-        except (BrokenPipeError, ConnectionResetError):
-            # The client gave up (its timeout or deadline) mid-request: nothing to do.
-            self.close_connection = True
-
-    def write_json(
-        self,
-        status: int,
-        payload: dict[str, Any],
-        headers: Mapping[str, str],
-        chunks: int = 1,
-        chunk_delay: float = 0.0,
-    ) -> None:
-        """Answer ``payload`` with ``headers``, in ``chunks`` pieces ``chunk_delay`` apart."""
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        size = max(1, -(-len(data) // max(1, chunks)))
-        try:
-            for start in range(0, len(data), size):
-                if start:
-                    self.server_state._wait(chunk_delay)
-                self.wfile.write(data[start : start + size])
-                self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            # The client gave up (its timeout or deadline); nothing left to do.
-            self.close_connection = True
-
-
-class FakeMessagesAPI(ScriptedServer):
+class FakeMessagesAPI(ScriptedServer[RecordedRequest]):
     """A threaded HTTP server that imitates ``POST /v1/messages``.
 
     :param script: scripted entries or a callable, see the module docstring. Default None:
@@ -190,13 +119,14 @@ class FakeMessagesAPI(ScriptedServer):
     :param delay: seconds to wait before every answer (for concurrency tests). Default 0.
     :param timeout_sleep: seconds a ``"timeout"`` entry holds the request; ``stop()``
         interrupts it. Default 5.
-    :param model: ``model`` field of success bodies. Default ``"claude-haiku-5-5"``.
+    :param model: ``model`` of a request that names none. Default ``"claude-haiku-5-5"``.
     :param batch_results: the result type of each batch request, ``{custom_id: type}`` (a
         custom_id not in it succeeds) or ``(custom_id, params) -> type``. Default None: all
         succeed.
     :param batch_delay: seconds (on ``batch_clock``) from a batch's creation to its end.
         Default 0.
     :param batch_clock: the batches' clock, seconds since the epoch. Default ``time.time``.
+    :param models: the model catalogue the fake answers as. Default None: the library's.
     """
 
     #: The name of the server's thread.
@@ -213,21 +143,10 @@ class FakeMessagesAPI(ScriptedServer):
         batch_results: dict[str, str] | Callable[[str, dict[str, Any]], str] | None = None,
         batch_delay: float = 0.0,
         batch_clock: Callable[[], float] | None = None,
+        models: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__()
-        #: The script: change it between requests to answer differently.
-        self.script = script if script is not None else []
-        #: Answer text of a 200 without its own.
-        self.text = text
-        #: Seconds before every answer.
-        self.delay = delay
-        #: Seconds a ``"timeout"`` entry holds its request.
-        self.timeout_sleep = timeout_sleep
+        super().__init__(script, text=text, delay=delay, timeout_sleep=timeout_sleep, models=models)
         self.model = model
-        #: Every request received, in order.
-        self.requests: list[RecordedRequest] = []
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
         decide: Callable[[str, dict[str, Any]], str] | None
         if isinstance(batch_results, dict):
             table = dict(batch_results)
@@ -246,39 +165,37 @@ class FakeMessagesAPI(ScriptedServer):
         """Requests are answered by this server's state."""
         return _make_handler(self)
 
-    @property
-    def request_count(self) -> int:
-        """Number of ``POST /v1/messages`` requests received so far."""
-        with self._lock:
-            return len(self.requests)
-
-    @property
-    def last_request(self) -> RecordedRequest:
-        """The most recent request; raises ``IndexError`` if none."""
-        with self._lock:
-            return self.requests[-1]
-
     # -- internals ---------------------------------------------------------------------------
-    def _record(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, str]:
-        with self._lock:
-            index = len(self.requests)
-            request_id = f"req_fake_{next(self._ids):04d}"
-            self.requests.append(RecordedRequest(path, body, headers, request_id))
-            return index, request_id
+    def _new_request(
+        self, path: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[int, str]:
+        request_id = f"req_fake_{next(self._ids):04d}"
+        return self._record(RecordedRequest(path, body, headers, request_id)), request_id
 
     def _success_body(
         self, text: str, request_body: dict[str, Any], stop_reason: str = "end_turn"
     ) -> dict[str, Any]:
+        model = str(request_body.get("model") or self.model)
+        return self._message(model, request_body, Reply(text=text, stop_reason=stop_reason))
+
+    def _message(self, model: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         return {
             "id": f"msg_fake_{index_hex(len(self.requests))}",
             "type": "message",
             "role": "assistant",
-            "model": request_body.get("model", self.model),
-            "content": [{"type": "text", "text": text}] if text else [],
-            "stop_reason": stop_reason,
+            "model": model,
+            **self.answer(self.model_spec(model), body, reply),
             "stop_sequence": None,
-            "usage": {"input_tokens": 12, "output_tokens": 3},
         }
+
+    def _refusal(self, body: dict[str, Any]) -> tuple[int, str] | None:
+        """A 404 for a model the catalogue does not know, a 400 for a request it refuses."""
+        model = str(body.get("model") or self.model)
+        spec = self.model_spec(model)
+        if spec is None:
+            return 404, f"model: {model}"
+        problem = model_behaviour.request_problem(body, spec)
+        return None if problem is None else (400, problem)
 
 
 def index_hex(value: int) -> str:
@@ -286,10 +203,10 @@ def index_hex(value: int) -> str:
     return f"{value:08x}"
 
 
-def _error_body(status: int) -> dict[str, Any]:
+def _error_body(status: int, message: str | None = None) -> dict[str, Any]:
     error_type = ERROR_TYPES.get(status, "api_error")
-    message = f"fake {status} {error_type}"
-    return {"type": "error", "error": {"type": error_type, "message": message}}
+    text = message or f"fake {status} {error_type}"
+    return {"type": "error", "error": {"type": error_type, "message": text}}
 
 
 def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
@@ -316,8 +233,7 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 self._send(404, _error_body(404), "req_fake_unknown_path")
 
         def do_POST(self) -> None:  # http.server's naming
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            raw = self.read_body()
             if self._batches("POST", raw):
                 return
             if self.path.split("?")[0] != "/v1/messages":
@@ -328,29 +244,23 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = {"_unparseable": raw.decode("utf-8", "replace")}
             headers = {name.lower(): value for name, value in self.headers.items()}
-            index, request_id = api._record(self.path, body, headers)
-            entry = api._entry_for(index, body)
-
-            if entry == "timeout":
-                api._wait(api.timeout_sleep)
-                self.close_connection = True
+            index, request_id = api._new_request(self.path, body, headers)
+            refusal = api._refusal(body)
+            if refusal is not None:
+                self._send(refusal[0], _error_body(*refusal), request_id)
                 return
-            if entry == "disconnect":
-                self.close_connection = True
-                return
+            model = str(body.get("model") or api.model)
 
-            reply = entry if isinstance(entry, Reply) else Reply(status=int(entry))
-            api._wait(api.delay if reply.delay is None else reply.delay)
-            if reply.body is not None:
-                payload = reply.body
-            elif reply.status == 200:
-                text = reply.text if reply.text is not None else api.text
-                payload = api._success_body(text, body, reply.stop_reason)
-            else:
-                payload = _error_body(reply.status)
-            self._send(
-                reply.status, payload, request_id, reply.headers, reply.chunks, reply.chunk_delay
-            )
+            def respond(reply: Reply) -> tuple[dict[str, Any], dict[str, str]]:
+                if reply.body is not None:
+                    payload = reply.body
+                elif reply.status == 200:
+                    payload = api._answered(api._message(model, body, reply))
+                else:
+                    payload = _error_body(reply.status)
+                return payload, {"request-id": request_id, **reply.headers}
+
+            self.play(api._entry_for(index, body), _as_reply, respond)
 
         def _send(
             self,
@@ -358,10 +268,12 @@ def _make_handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             payload: dict[str, Any],
             request_id: str,
             extra: dict[str, str] | None = None,
-            chunks: int = 1,
-            chunk_delay: float = 0.0,
         ) -> None:
             headers = {"request-id": request_id, **(extra or {})}
-            self.write_json(status, payload, headers, chunks, chunk_delay)
+            self.write_json(status, payload, headers)
 
     return Handler
+
+
+def _as_reply(entry: ScriptEntry) -> Reply:
+    return entry if isinstance(entry, Reply) else Reply(status=int(entry))

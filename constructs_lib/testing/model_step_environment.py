@@ -151,6 +151,8 @@ def model_step_environment(
     allowed_labels: Sequence[str] | None = None,
     model_timeout_seconds: float = 5.0,
     environment: Mapping[str, str] | None = None,
+    thinking: str | None = None,
+    effort: str | None = None,
 ) -> Iterator[LocalModelStep]:
     """moto (idempotency table, dead-letter queue, API key secret) and the step's environment.
 
@@ -171,6 +173,11 @@ def model_step_environment(
         Default 5.
     :param environment: extra variables, as the construct's ``environment`` prop. Default
         None: none.
+    :param thinking: the step's ``thinking`` (``"adaptive"``, ``"disabled"``). Default None:
+        the model's default. The step's price (``MODEL_RATES``) is the model catalogue's, as
+        the construct sets it.
+    :param effort: the step's ``effort`` (``"low"`` ... ``"max"``). Default None: the
+        model's default.
 
     Usage::
 
@@ -235,7 +242,19 @@ def model_step_environment(
             env.POWERTOOLS_SERVICE_NAME: "LocalModelStep",
             env.POWERTOOLS_METRICS_NAMESPACE: "IdempotentModelStepTest",
             **({env.ALLOWED_LABELS: ",".join(allowed_labels)} if allowed_labels else {}),
+            **_model_environment(model_id, thinking, effort),
             **dict(environment or {}),
         }
         stack.enter_context(patched_environ(environ, ()))
         yield LocalModelStep(api=api, environ=environ, dynamodb=dynamodb, sqs=sqs)
+
+
+def _model_environment(model_id: str, thinking: str | None, effort: str | None) -> dict[str, str]:
+    """``THINKING``, ``EFFORT`` and ``MODEL_RATES`` as ``IdempotentModelStep`` sets them."""
+    from constructs_lib.model_prices import PRICE_TABLE, price_for
+
+    found = {env.THINKING: thinking, env.EFFORT: effort}
+    price = price_for(model_id, PRICE_TABLE)
+    if price is not None:
+        found[env.MODEL_RATES] = price.for_step()
+    return {name: value for name, value in found.items() if value is not None}

@@ -24,6 +24,7 @@ from .batch_provider import (
 from .client import ModelClientProvider
 from .config import Settings
 from .model_call import system_blocks
+from .model_request import model_fields
 
 T = TypeVar("T")
 #: Statuses of a refused create that are no fault of its requests: a rate limit, a key or
@@ -55,6 +56,8 @@ class AnthropicBatches:
                 "max_tokens": settings.max_tokens,
                 "system": system_blocks(settings),
                 "messages": [{"role": "user", "content": user_message}],
+                # Issue 32: thinking and effort, as the realtime request sends them.
+                **model_fields(settings),
             },
         }
 

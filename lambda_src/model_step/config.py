@@ -19,6 +19,7 @@ from jmespath.exceptions import JMESPathError
 from . import environment as env_names
 from . import lifetime
 from .errors import ConfigurationError
+from .request_cost import StepPrice
 from .system_prompt import load_system_prompt
 
 N = TypeVar("N", int, float)
@@ -86,6 +87,13 @@ class Settings:
     model_delivery: str = DEFAULT_MODEL_DELIVERY
     batch_max_requests: int = DEFAULT_BATCH_MAX_REQUESTS
     batch_max_wait_seconds: int = DEFAULT_BATCH_MAX_WAIT_SECONDS
+    # The model as it really is (issue 32).
+    #: ``thinking.type`` to send (``adaptive``/``disabled``); None: the model's default.
+    thinking: str | None = None
+    #: ``output_config.effort`` to send; None: the model's default.
+    effort: str | None = None
+    #: The model's price (``MODEL_RATES``); None: the cost of a request is unknown.
+    model_rates: StepPrice | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -144,6 +152,7 @@ class Settings:
             result_event_source=env.get(env_names.RESULT_EVENT_SOURCE, "").strip()
             or DEFAULT_SERVICE_NAME,
             **_batch_settings(env, provider),
+            **_model_settings(env),
         )
         _check_lifetime(settings)
         return settings
@@ -166,6 +175,25 @@ def _check_lifetime(settings: Settings) -> None:
             f"{settings.expires_after_seconds}: a key that came back after its memory expired "
             "could be billed again"
         )
+
+
+def _model_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """``THINKING``, ``EFFORT`` and ``MODEL_RATES`` (issue 32); unset ones are None."""
+    found: dict[str, Any] = {}
+    for name, key, values in (
+        (env_names.THINKING, "thinking", env_names.THINKING_VALUES),
+        (env_names.EFFORT, "effort", env_names.EFFORT_VALUES),
+    ):
+        raw = env.get(name, "").strip()
+        if raw and raw not in values:
+            raise ConfigurationError(f"{name} must be one of {values}, got {raw!r}")
+        found[key] = raw or None
+    raw_rates = env.get(env_names.MODEL_RATES, "").strip()
+    try:
+        found["model_rates"] = StepPrice.from_json(raw_rates) if raw_rates else None
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from error
+    return found
 
 
 def _batch_settings(env: Mapping[str, str], provider: str) -> dict[str, Any]:

@@ -94,12 +94,20 @@ ANTHROPIC_BEDROCK_BASE_URL: Final = "ANTHROPIC_BEDROCK_BASE_URL"
 MODEL_DELIVERY: Final = "MODEL_DELIVERY"
 BATCH_MAX_REQUESTS: Final = "BATCH_MAX_REQUESTS"
 BATCH_MAX_WAIT_SECONDS: Final = "BATCH_MAX_WAIT_SECONDS"
+# The model as it really is (issue 32).
+THINKING: Final = "THINKING"
+EFFORT: Final = "EFFORT"
+MODEL_RATES: Final = "MODEL_RATES"
 
 #: Values of ``MODEL_DELIVERY``: one request per row, or Message Batches.
 MODEL_DELIVERY_VALUES: Final = ("realtime", "batch")
 
 #: Values of ``PROMPT_CACHE``: the ``cache_control`` TTL of the system prompt, or ``off``.
 PROMPT_CACHE_VALUES: Final = ("5m", "1h", "off")
+
+#: Values of ``THINKING`` (``thinking.type``) and ``EFFORT`` (``output_config.effort``).
+THINKING_VALUES: Final = ("adaptive", "disabled")
+EFFORT_VALUES: Final = ("low", "medium", "high", "xhigh", "max")
 
 #: Every variable, in the order the docs list them.
 VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
@@ -270,6 +278,22 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         "batch delivery: a staged row is submitted at the latest this long after it was "
         "first enqueued (1-3600)",
         "300",
+    ),
+    # The model as it really is (issue 32).
+    EnvironmentVariable(
+        THINKING,
+        "`adaptive` or `disabled`: each request's `thinking.type`; joins the key "
+        "(unset: none sent, the model's default)",
+    ),
+    EnvironmentVariable(
+        EFFORT,
+        "`low`, `medium`, `high`, `xhigh` or `max`: each request's `output_config.effort`; "
+        "joins the key (unset: none sent, the model's default)",
+    ),
+    EnvironmentVariable(
+        MODEL_RATES,
+        "the model's prices in US dollars per million tokens (JSON, from the model catalogue "
+        "and the `model_prices` prop): each billed request's `cost_usd` (unset: unknown)",
     ),
 )
 

@@ -156,14 +156,18 @@ def should_retry_header(exc: BaseException) -> bool | None:
 
 
 def is_rate_limited(exc: BaseException) -> bool:
-    """A 429 or 529 answer: the provider did not serve (or bill) the request. Whether it is
-    retried at all is ``classify_model_error``'s call (``x-should-retry: false`` says no).
-    Bedrock's ``ModelNotReadyException`` is a 429 too, but transient: see
-    :data:`BEDROCK_TRANSIENT_ERRORS`."""
-    return (
-        getattr(exc, "status_code", None) in RATE_LIMIT_STATUSES
-        and bedrock_error_type(exc) not in BEDROCK_TRANSIENT_ERRORS
-    )
+    """A rate limit: the provider did not serve (or bill) the request, and the row waits it
+    out without spending an attempt. A 429 or 529 of the Claude API; on Bedrock the errors of
+    :data:`BEDROCK_RATE_LIMIT_ERRORS`, whatever their status (``ServiceQuotaExceeded`` is a
+    400, ``ServiceUnavailable`` a 503), but not ``ModelNotReadyException``, a 429 retried
+    within the budget (:data:`BEDROCK_TRANSIENT_ERRORS`). Whether it is retried at all is
+    ``classify_model_error``'s call (``x-should-retry: false`` says no)."""
+    name = bedrock_error_type(exc)
+    if name in BEDROCK_RATE_LIMIT_ERRORS:
+        return True
+    if name in BEDROCK_TRANSIENT_ERRORS:
+        return False
+    return getattr(exc, "status_code", None) in RATE_LIMIT_STATUSES
 
 
 def classify_model_error(exc: BaseException) -> NonRetryableError | None:
@@ -218,26 +222,32 @@ class ReceivesExhaustedError(NonRetryableError):
 # ``{"message": ...}`` in the body. The SDK turns the status into its own class (429 ->
 # RateLimitError, 503 -> ServiceUnavailableError, ...); the ERROR_CODE is Bedrock's name.
 BEDROCK_ERROR_TYPE_HEADER = "x-amzn-errortype"
+#: Bedrock errors that are waited out like the Claude API's 429 and 529: nothing was served or
+#: billed, no attempt is spent, and the row waits (backoff) up to ``MAX_EVENT_AGE_SECONDS``.
+#: ``ThrottlingException`` (429) is the rate limit; ``ServiceQuotaExceededException`` (400)
+#: is the account's quota, and AWS says "you can resubmit your request later";
+#: ``ServiceUnavailableException`` (503) is Bedrock's overload, as Anthropic's 529.
+BEDROCK_RATE_LIMIT_ERRORS = frozenset(
+    {"ThrottlingException", "ServiceQuotaExceededException", "ServiceUnavailableException"}
+)
 #: Bedrock errors a later attempt can cure; each spends an attempt of the key's budget.
 #: ``ModelNotReadyException`` is a 429 but not a rate limit: the model itself is not
-#: serving yet, and a wait bounded by attempts (not by the 24 h event age) is the answer.
-#: ``ThrottlingException`` (429) is the rate limit: it waits and spends no attempt.
+#: serving yet (the AWS SDK retries it), and a wait bounded by attempts (not by the 24 h
+#: event age) is the answer; ``ModelTimeoutException`` (408) may have run the model.
 BEDROCK_TRANSIENT_ERRORS = frozenset(
     {
         "ModelNotReadyException",
         "ModelTimeoutException",
-        "ServiceUnavailableException",
         "InternalServerException",
     }
 )
 #: Bedrock errors that no retry can cure: the request, the model id, the role's grant or the
-#: account's quota is wrong. Each is a stored dead letter after one request.
+#: model's own failure on this input. Each is a stored dead letter after one request.
 BEDROCK_NON_RETRYABLE_ERRORS = frozenset(
     {
         "ValidationException",
         "AccessDeniedException",
         "ResourceNotFoundException",
-        "ServiceQuotaExceededException",
         "ModelErrorException",
     }
 )
@@ -257,7 +267,7 @@ def _bedrock_verdict(exc: BaseException) -> bool | None:
     """True (retry) or False (dead-letter) for a Bedrock error this module names; None for
     any other, which the status code decides."""
     name = bedrock_error_type(exc)
-    if name in BEDROCK_TRANSIENT_ERRORS or name == "ThrottlingException":
+    if name in BEDROCK_TRANSIENT_ERRORS or name in BEDROCK_RATE_LIMIT_ERRORS:
         return True
     if name in BEDROCK_NON_RETRYABLE_ERRORS:
         return False

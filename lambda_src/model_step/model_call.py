@@ -28,6 +28,7 @@ from .errors import (
     should_retry_header,
 )
 from .key import REPLAY_GENERATION_FIELD, RecordKey
+from .model_request import fingerprint_fields, model_fields
 from .outcome import CompletedResult, Usage, as_provider, usage_of, zero_usage
 from .persistence import stored_form
 
@@ -70,7 +71,8 @@ def model_timeout(limit_seconds: float, context: Any) -> float:
 
 def request_fingerprint(settings: Settings, handler_prompt_version: str | None = None) -> str:
     """sha256 over everything that shapes the request: system prompt, model id, max_tokens,
-    sorted allowed labels, PROMPT_VERSION and a custom handler's declared prompt version."""
+    sorted allowed labels, PROMPT_VERSION, a custom handler's declared prompt version, and
+    THINKING and EFFORT when set (:mod:`.model_request`)."""
     document = {
         "system_prompt": settings.system_prompt,
         "model_id": settings.model_id,
@@ -78,6 +80,7 @@ def request_fingerprint(settings: Settings, handler_prompt_version: str | None =
         "allowed_labels": sorted(settings.allowed_labels),
         "prompt_version": settings.prompt_version,
         "handler_prompt_version": handler_prompt_version,
+        **fingerprint_fields(settings),
     }
     encoded = json.dumps(document, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(encoded).hexdigest()
@@ -176,6 +179,7 @@ class ModelCall:
                     system=system_blocks(settings),
                     messages=[{"role": "user", "content": user_message}],
                     timeout=seconds,
+                    **model_fields(settings),
                     **request_options(settings),
                 )
         except Exception as exc:
@@ -213,6 +217,8 @@ class ModelCall:
             usage=usage_of(message.usage),
             completed_at=clock.utc_iso(),
         )
+        # Priced now and stored: a replay, and a later price change, keep what it cost.
+        result["cost_usd"] = request_cost_usd(settings, result["usage"])
         if REPLAY_GENERATION_FIELD in key:
             result["replay_generation"] = key["replay_generation"]
         if settings.allowed_labels:
@@ -248,6 +254,16 @@ class ModelCall:
             # as a dead letter, never three billed calls. ``from None``: the parser's own
             # exception (whose text may quote the answer) must not ride along in a traceback.
             raise InvalidAnswerError(_rejected(exc, text), request_id=request_id) from None
+
+
+def request_cost_usd(settings: Settings, usage: Usage) -> float | None:
+    """What one billed request with ``usage`` cost at ``MODEL_RATES`` (None: unknown); under
+    batch delivery every answer is a Message Batch result, billed at the batch discount."""
+    if settings.model_rates is None:
+        return None
+    return settings.model_rates.cost_usd(
+        usage, prompt_cache=settings.prompt_cache, batch=settings.model_delivery == "batch"
+    )
 
 
 def _rejected(exc: BaseException, answer: str) -> str:

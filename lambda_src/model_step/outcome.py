@@ -58,6 +58,9 @@ class CompletedResult(TypedDict):
     delivery: NotRequired[str]
     #: The Message Batch that answered (batch delivery only).
     batch_id: NotRequired[str]
+    #: What the request cost in US dollars, at ``MODEL_RATES`` when it was billed (its tier,
+    #: the batch discount); None: the model has no price. Absent on older results.
+    cost_usd: NotRequired[float | None]
 
 
 class DeadLetteredResult(TypedDict):
@@ -98,6 +101,9 @@ class Outcome(TypedDict):
     usage: Usage
     result: StepResult | None
     error_code: str | None
+    #: What this delivery's billed request cost in US dollars (0.0: none was made; None: the
+    #: model has no price). A replay costs 0.0; its result carries what the original cost.
+    cost_usd: NotRequired[float | None]
 
 
 def as_provider(name: str) -> Provider:

@@ -52,6 +52,8 @@ COMPLETED_FIELDS = (
     # Message Batches delivery (issue 19): where the answer came from.
     "delivery",
     "batch_id",
+    # Issue 32: what the request cost, at the price it was billed at.
+    "cost_usd",
 )
 #: The result fields a "Model Step Dead Lettered" event carries.
 DEAD_LETTERED_FIELDS = (

@@ -59,6 +59,7 @@ from .model_call import (
     default_user_message,
     error_code,
     model_timeout,
+    request_cost_usd,
     request_fingerprint,
 )
 from .outcome import (
@@ -401,6 +402,10 @@ class ModelStep:
                 usage=Usage(**spend.usage) if billed else zero_usage(),
                 result=result,
                 error_code=code,
+                # Issue 32: this delivery's dollars (a replay's result keeps its original's).
+                cost_usd=request_cost_usd(self._components().settings, spend.usage)
+                if billed
+                else 0.0,
             ),
         )
 

@@ -12,10 +12,16 @@ reported, and no number is guessed.
 
 The four figures of :func:`upload_cost`:
 
-- ``cost_usd``: what the billed requests cost: uncached input, output, cache writes and
-  cache reads, each at its price, less the batch discount on the batch requests' share;
+- ``cost_usd``: what the billed requests cost. Each request's cost is computed by the model
+  step when it is billed (its own long-context tier and batch discount, at the price the
+  step had then: ``MODEL_RATES``) and summed by the ledger (``cost_nanousd``), so a later
+  price change never reprices an upload. Only when some billed request carried no cost (one
+  billed before costs were stored) is it computed here from the counters: uncached input,
+  output, cache writes and cache reads, each at ``MODEL_PRICE``, less the batch discount on
+  the batch requests' share;
 - ``saved_by_replays_usd``: what the replayed duplicates would have cost had each been sent
-  again, billed as its original was;
+  again, billed as its original was: the replayed results' stored costs
+  (``replayed_cost_nanousd``), else their usage at ``MODEL_PRICE``;
 - ``saved_by_cache_usd``: the cached tokens at the input price, less what their writes and
   reads cost (negative when an upload only wrote the cache: a write costs more than input);
 - ``saved_by_batch_usd``: the batch discount (``batch_discount``, 50 %) on the tokens of
@@ -49,6 +55,14 @@ BATCH_TOKENS = tuple(f"batch_{name}" for name in BILLED_TOKENS)
 REPLAYED_TOKENS = tuple(f"replayed_{name}" for name in BILLED_TOKENS)
 #: The dollar figures, in the order the summary lists them.
 COST_FIELDS = ("cost_usd", "saved_by_replays_usd", "saved_by_cache_usd", "saved_by_batch_usd")
+#: Billionths of a dollar a counter of stored costs is kept in (a cached Haiku token costs
+#: ten of them).
+NANOS_PER_USD = 1_000_000_000
+
+
+def nanousd(cost_usd: Any) -> int:
+    """A stored ``cost_usd`` in billionths of a dollar (a counter adds integers exactly)."""
+    return round(float(cost_usd) * NANOS_PER_USD)
 
 
 def batch_token_total(counters: Mapping[str, Any]) -> int:
@@ -99,6 +113,21 @@ class Price:
 
 def upload_cost(counters: Mapping[str, Any], price: Price | None) -> dict[str, float | None]:
     """The four dollar figures of an upload's counters (see the module docstring)."""
+    figures = _from_prices(counters, price)
+    requests = int(counters.get("model_requests") or 0)
+    if requests and int(counters.get("priced_requests") or 0) >= requests:
+        figures["cost_usd"] = _usd(counters.get("cost_nanousd"))
+    if int(counters.get("priced_replays") or 0):
+        figures["saved_by_replays_usd"] = _usd(counters.get("replayed_cost_nanousd"))
+    return figures
+
+
+def _usd(nanos: Any) -> float:
+    return round(int(nanos or 0) / NANOS_PER_USD, USD_DECIMALS)
+
+
+def _from_prices(counters: Mapping[str, Any], price: Price | None) -> dict[str, float | None]:
+    """The four figures at ``price`` from the token counters alone."""
     if price is None:
         return dict.fromkeys(COST_FIELDS)
     written = float(counters.get("cache_creation_input_tokens") or 0)

@@ -79,6 +79,12 @@ UPLOAD_COUNTERS: tuple[str, ...] = (
     "batch_output_tokens",
     "batch_cache_creation_input_tokens",
     "batch_cache_read_input_tokens",
+    # Issue 32: the dollars each billed request cost when it was billed (billionths of a
+    # dollar), and the requests that carried one; the same of the results replayed.
+    "cost_nanousd",
+    "priced_requests",
+    "replayed_cost_nanousd",
+    "priced_replays",
 )
 
 SplitStatus = Literal["completed", "rejected"]
@@ -153,6 +159,12 @@ class UploadCompletedDetail(TypedDict):
     batch_output_tokens: int
     batch_cache_creation_input_tokens: int
     batch_cache_read_input_tokens: int
+    #: Issue 32: billed dollars as each request's result stored them (nano-dollars), the
+    #: requests that stored one, and the same of the replayed results.
+    cost_nanousd: int
+    priced_requests: int
+    replayed_cost_nanousd: int
+    priced_replays: int
     #: The four batch token counters above, summed (as the viewer shows them).
     batch_tokens: int
     batches: int

@@ -49,6 +49,12 @@ _COST_INPUTS = (
     "batch_output_tokens",
     "batch_cache_creation_input_tokens",
     "batch_cache_read_input_tokens",
+    # Issue 32: the stored cost of each billed request and replay (never repriced).
+    "model_requests",
+    "cost_nanousd",
+    "priced_requests",
+    "replayed_cost_nanousd",
+    "priced_replays",
 )
 # Statuses an upload can have (contract): the page shows anything else as is.
 STATUSES = ("splitting", "classifying", "completed", "incomplete", "rejected")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
-from prospect_contract.cost import BILLED_TOKENS
+from prospect_contract.cost import BILLED_TOKENS, nanousd
 from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
 from prospect_contract.metrics import write_closed_upload
 from prospect_contract.put_events import ClassicBus, detail_json, send_batch
@@ -94,11 +94,20 @@ def delivery_increments(outcome: Outcome | Mapping[str, Any] | None) -> dict[str
         "requests_saved": 1 if outcome.get("replayed") else 0,
     }
     result = outcome.get("result") or {}
+    cost = outcome.get("cost_usd")
+    if increments["model_requests"] and isinstance(cost, int | float):
+        # Issue 32: what the request cost when it was billed, never repriced later.
+        increments["cost_nanousd"] = nanousd(cost)
+        increments["priced_requests"] = increments["model_requests"]
     if outcome.get("replayed") and result.get("status") == "completed":
         # What this duplicate would have cost had it been sent again: its original's usage.
         stored = result.get("usage") or {}
         for name in BILLED_TOKENS:
             increments[f"replayed_{name}"] = int(stored.get(name) or 0)
+        stored_cost = result.get("cost_usd")
+        if isinstance(stored_cost, int | float):
+            increments["replayed_cost_nanousd"] = nanousd(stored_cost)
+            increments["priced_replays"] = 1
     if result.get("delivery") == "batch" and increments["model_requests"]:
         # Message Batches delivery (issue 19): this request was billed at the batch price.
         increments["batch_requests"] = increments["model_requests"]

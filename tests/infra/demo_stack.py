@@ -10,7 +10,7 @@ from aws_cdk import aws_sns as sns
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from constructs_lib import EventBusV2, IdempotentModelStep, RetryBudget
+from constructs_lib import Effort, EventBusV2, IdempotentModelStep, RetryBudget, Thinking
 from constructs_lib.checkov_acknowledgments import acknowledge_checkov
 
 #: The demo's own secret, as a user's app would acknowledge it (the step's resources need not).
@@ -60,6 +60,10 @@ class DemoStack(cdk.Stack):
             # Every optional runtime variable is set by the demo (test_runtime_environment).
             tracing=True,
             result_bus=bus,
+            # A one-word answer at the lowest effort; adaptive thinking fits in the default
+            # max_tokens (1,024), and both join the record key's fingerprint.
+            thinking=Thinking.ADAPTIVE,
+            effort=Effort.LOW,
         )
 
 

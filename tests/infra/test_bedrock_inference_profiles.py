@@ -1,8 +1,11 @@
-"""ModelProvider.BEDROCK: foundation-model ids, inference profiles and their grants (issue 22).
+"""ModelProvider.BEDROCK: foundation-model ids, inference profiles and their grants (issues 22
+and 32).
 
 One app, synthesized once under cdk-nag's AwsSolutions checks (an unacknowledged finding
-would fail the synth): a step per kind of model id, in a stack with a resolved region and
-account, and one in an environment-agnostic stack.
+would fail the synth): a step per kind of model id (every profile prefix AWS defines), in a
+stack with a resolved region and account, and one in an environment-agnostic stack. The ids
+are the ones AWS publishes (the model catalogue's): ``anthropic.claude-haiku-5-5``, no
+``-v1:0``.
 """
 
 from __future__ import annotations
@@ -11,23 +14,39 @@ import json
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import assertions
 from aws_cdk import aws_events as events
 from cdk_nag import AwsSolutionsChecks
 
-from constructs_lib import IdempotentModelStep, ModelProvider
+from constructs_lib import IdempotentModelStep, ModelProvider, Thinking
 from constructs_lib.bedrock_models import GEOGRAPHY_REGIONS
+from constructs_lib.model_fit import UNPUBLISHED_ID_WARNING
 
 from .conftest import new_app, synth
 
 ACCOUNT = "123456789012"
-MODEL = "anthropic.claude-haiku-5-5-v1:0"
+MODEL = "anthropic.claude-haiku-5-5"
 STEPS = {
     "Foundation": MODEL,
     "Us": f"us.{MODEL}",
     "Eu": f"eu.{MODEL}",
     "Apac": f"apac.{MODEL}",
+    "Jp": f"jp.{MODEL}",
+    "Au": f"au.{MODEL}",
+    "UsGov": f"us-gov.{MODEL}",
     "Global": f"global.{MODEL}",
 }
+#: aws-cdk's aws-bedrock-alpha ``CrossRegionInferenceProfileRegion`` documented lists.
+DOCUMENTED = {
+    "apac": {
+        "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-south-2",
+        "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4",
+        "ap-southeast-5", "ap-southeast-7", "ap-east-2", "me-central-1",
+    },
+    "jp": {"ap-northeast-1", "ap-northeast-3"},
+    "au": {"ap-southeast-2", "ap-southeast-4"},
+    "us-gov": {"us-gov-east-1", "us-gov-west-1"},
+}  # fmt: skip
 
 
 def bedrock_step(stack: cdk.Stack, step_id: str, model_id: str) -> IdempotentModelStep:
@@ -41,18 +60,25 @@ def bedrock_step(stack: cdk.Stack, step_id: str, model_id: str) -> IdempotentMod
         system_prompt="Answer hot, warm or cold.",
         model_provider=ModelProvider.BEDROCK,
         model_id=model_id,
+        thinking=Thinking.DISABLED,
     )
 
 
 @pytest.fixture(scope="module")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> tuple[cdk.Stack, dict[str, dict]]:
+    """The ``Profiles`` stack and every template of its app."""
     app = new_app(tmp_path_factory, "bedrock")
     stack = cdk.Stack(app, "Profiles", env=cdk.Environment(account=ACCOUNT, region="us-east-1"))
     for step_id, model_id in STEPS.items():
         bedrock_step(stack, step_id, model_id)
     bedrock_step(cdk.Stack(app, "Agnostic"), "Us", f"us.{MODEL}")
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return synth(app).templates
+    return stack, synth(app).templates
+
+
+@pytest.fixture(scope="module")
+def templates(profiles) -> dict[str, dict]:
+    return profiles[1]
 
 
 def invoke_statements(template: dict, step_id: str) -> list[dict]:
@@ -90,7 +116,7 @@ def test_a_foundation_model_id_is_granted_on_the_model_in_the_stacks_region(temp
     assert "Condition" not in statement
 
 
-@pytest.mark.parametrize("step_id", ["Us", "Eu", "Apac"])
+@pytest.mark.parametrize("step_id", ["Us", "Eu", "Apac", "Jp", "Au", "UsGov"])
 def test_a_geographic_profile_is_granted_on_the_profile_and_the_model_in_its_regions(
     templates, step_id
 ):
@@ -106,6 +132,25 @@ def test_a_geographic_profile_is_granted_on_the_profile_and_the_model_in_its_reg
     # The model only through this profile: never invoked directly, in any region.
     [(key, value)] = model["Condition"]["StringEquals"].items()
     assert (key, partitioned(value)) == ("bedrock:InferenceProfileArn", profile_arn)
+
+
+@pytest.mark.parametrize("prefix", sorted(DOCUMENTED))
+def test_each_profile_is_granted_on_every_region_aws_cdk_documents_for_it(templates, prefix):
+    step_id = next(step for step, model_id in STEPS.items() if model_id == f"{prefix}.{MODEL}")
+    _, model = invoke_statements(templates["Profiles"], step_id)
+    granted = {partitioned(r).split(":")[3] for r in resources(model)}
+    assert granted == DOCUMENTED[prefix]
+
+
+def test_an_id_not_published_for_the_model_is_granted_with_a_warning_naming_model_id(profiles):
+    # us-gov. is a profile prefix AWS defines, but the catalogue lists no us-gov profile of
+    # Haiku 5.5: granted all the same (never refused, as above), and synth says so.
+    warnings = assertions.Annotations.from_stack(profiles[0]).find_warning(
+        "*", assertions.Match.string_like_regexp(UNPUBLISHED_ID_WARNING)
+    )
+    assert [warning.id for warning in warnings] == ["/Profiles/UsGov"]  # us., jp., ...: listed
+    text = str(warnings[0].entry.data)
+    assert "model_id 'us-gov.anthropic.claude-haiku-5-5'" in text
 
 
 def test_the_global_profile_is_granted_on_the_model_in_any_region_through_the_profile(templates):
@@ -168,7 +213,12 @@ def test_the_reference_app_on_bedrock_has_no_secret_and_grants_the_us_profile(
         and r["Properties"].get("Environment", {}).get("Variables", {}).get("MODEL_PROVIDER")
     ]
     assert variables["MODEL_PROVIDER"] == "bedrock"
-    assert variables["MODEL_ID"] == f"us.{MODEL}"
+    # The id AWS publishes (issue 32: the old default ended in "-v1:0", a ValidationException).
+    assert variables["MODEL_ID"] == "us.anthropic.claude-haiku-5-5"
+    assert variables["THINKING"] == "disabled"
+    # Priced as the model it names on Bedrock, Haiku 5.5: $0.10 / $0.50 per million tokens.
+    rates = json.loads(variables["MODEL_RATES"])
+    assert (rates["input"], rates["output"], rates["cache_read"]) == (0.1, 0.5, 0.01)
     assert "ANTHROPIC_API_KEY_SECRET_ARN" not in variables
     invoke = [
         statement
@@ -192,6 +242,28 @@ def test_the_reference_app_on_bedrock_sends_auto_uploads_realtime(prospect_bedro
         if k.startswith("Splitter") and r["Type"] == "AWS::Lambda::Function"
     ]
     assert splitter["DELIVERY"] == "realtime"
+
+
+def test_the_reference_app_prices_the_bedrock_model_it_calls(tmp_path):
+    # An Opus profile is priced as Opus (five times Haiku 4.5), never as the default model.
+    import app as app_module
+
+    context = {
+        "aws:cdk:bundling-stacks": [],
+        "model_provider": "bedrock",
+        "bedrock_model_id": "global.anthropic.claude-opus-4-5-20251101-v1:0",
+    }
+    app_module.build_app(cdk.App(context=context, outdir=str(tmp_path))).synth()
+    template = json.loads((tmp_path / "ProspectUploader.template.json").read_text())
+    variables = [
+        r["Properties"]["Environment"]["Variables"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Lambda::Function"
+        and "MODEL_PRICE" in r["Properties"].get("Environment", {}).get("Variables", {})
+    ]
+    assert {json.loads(v["MODEL_PRICE"])["input"] for v in variables} == {5.0}
+    [step] = [v for v in variables if "MODEL_RATES" in v]
+    assert json.loads(step["MODEL_RATES"])["output"] == 25.0
 
 
 def test_the_reference_app_refuses_batch_delivery_on_bedrock():

@@ -205,7 +205,8 @@ def test_a_bad_bedrock_model_id_fails_at_synth_naming_the_prop_the_value_and_wha
     message = str(raised.value)
     assert "model_id must be a Bedrock foundation-model id or inference-profile id" in message
     assert repr(model_id) in message
-    assert "'anthropic.<model>'" in message and "'<us|eu|apac|global>.anthropic.<model>'" in message
+    assert "'anthropic.<model>'" in message
+    assert "'<us|eu|apac|jp|au|us-gov|global>.anthropic.<model>'" in message
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ ENVIRONMENT_PY = lambda_src_root() / "model_step" / "environment.py"
 
 
 def demo_function_environment(demo) -> dict:
-    # The demo step sets every optional name: allowed labels and an API key secret.
+    # The demo step sets every optional name: allowed labels, an API key secret, thinking,
+    # effort and (its model being in the catalogue) MODEL_RATES.
     functions = [
         resource
         for resource in demo.templates["IdempotentModelStepDemo"]["Resources"].values()

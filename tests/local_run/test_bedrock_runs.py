@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 STACK = "ProspectUploader"
 HEADER = "email,first_name,last_name,company,title,country,notes\n"
-PROFILE = "us.anthropic.claude-haiku-5-5-v1:0"
+PROFILE = "us.anthropic.claude-haiku-5-5"
 
 
 def _csv(tmp_path: Path, rows: int = 4) -> Path:

@@ -23,6 +23,8 @@ def _create(client: anthropic.Anthropic, text: str, timeout: float):
     return client.messages.create(
         model="claude-haiku-5-5",
         max_tokens=16,
+        # A one-word label: no thinking, which would use up 16 tokens (issue 32).
+        thinking={"type": "disabled"},
         messages=[{"role": "user", "content": text}],
         timeout=timeout,
     )

@@ -23,6 +23,8 @@ def _ask(api: LocalMessagesAPI, row: str, system: object, model: str = "claude-h
     return client.messages.create(
         model=model,
         max_tokens=16,
+        # A one-word label: no thinking, which would use up 16 tokens (issue 32).
+        thinking={"type": "disabled"},
         system=system,  # type: ignore[arg-type]
         messages=[{"role": "user", "content": row}],
     )

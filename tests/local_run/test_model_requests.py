@@ -24,6 +24,8 @@ def _ask(api: LocalMessagesAPI, text: str):
     return client.messages.create(
         model="claude-haiku-5-5",
         max_tokens=16,
+        # A one-word label: no thinking, which would use up 16 tokens (issue 32).
+        thinking={"type": "disabled"},
         messages=[{"role": "user", "content": text}],
         timeout=5.0,
     )
@@ -73,7 +75,7 @@ def test_a_kill_comes_after_the_model_counted_the_request_and_skips_except_excep
 
 def _ended_batch(api: LocalMessagesAPI, requests: int) -> tuple[anthropic.Anthropic, str]:
     client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
-    params = {"model": "claude-haiku-5-5", "max_tokens": 8}
+    params = {"model": "claude-haiku-5-5", "max_tokens": 8, "thinking": {"type": "disabled"}}
     batch = client.messages.batches.create(
         requests=[
             {

@@ -9,6 +9,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 from prospect_contract import metrics as upload_metrics
+from prospect_contract.cost import Price
 from prospect_contract.errors import ConfigurationError
 from upload_accounting import LedgerSettings, RowAccounted, SummaryPublishError, UploadLedger
 from upload_accounting.ledger import PUBLISH_LEASE_SECONDS
@@ -133,6 +134,9 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         "delivery": None, "batch_requests": 0, "batch_input_tokens": 0,
         "batch_output_tokens": 0, "batch_cache_creation_input_tokens": 0,
         "batch_cache_read_input_tokens": 0, "batch_tokens": 0, "batches": 0,
+        # Issue 32: no outcome here carried a cost.
+        "cost_nanousd": 0, "priced_requests": 0, "replayed_cost_nanousd": 0,
+        "priced_replays": 0,
         # No MODEL_PRICE: the cost is unknown, never a guess.
         "cost_usd": None, "saved_by_replays_usd": None, "saved_by_cache_usd": None,
         "saved_by_batch_usd": None,
@@ -431,6 +435,51 @@ def test_the_summary_reports_cache_tokens_dollars_and_savings(aws, clock):
     # 12,000 cached tokens at $1, less $0.0075 of write and $0.0006 of read.
     assert detail["saved_by_cache_usd"] == 0.0039
     assert detail["saved_by_batch_usd"] == 0.0
+
+
+HAIKU_4_5_PRICE = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
+
+
+def _priced_upload(aws, clock, price: Price, rows: int) -> UploadLedger:
+    """A ledger at ``price`` with upload ``u-1`` split into ``rows`` valid rows."""
+    create_upload_tables(aws.session)
+    ledger = new_ledger(aws, clock, model_price=price)
+    ledger.begin("u-1", bucket="b", key="in/a.csv")
+    ledger.split_finished("u-1", rows=rows, valid=rows, invalid=0)
+    return ledger
+
+
+def test_the_summary_sums_each_requests_stored_cost_so_a_new_price_never_reprices_it(aws, clock):
+    # Issue 32. GIVEN rows billed at the price of their day (each outcome's cost_usd, as the
+    # step computed it, long-context tier included), and a ledger that now has another price
+    later = Price(input=9.0, output=90.0, cache_write=9.0, cache_read=9.0, batch_discount=0.5)
+    ledger = _priced_upload(aws, clock, later, rows=2)
+    stored = {"status": "completed", "label": "hot", "cost_usd": 0.000012345}
+    ledger.row_classified("u-1", 1, "hot", billed(result=stored, cost_usd=0.000012345))
+    ledger.row_classified("u-1", 1, "hot", {**REPLAYED, "result": stored, "cost_usd": 0.0})
+    # A 150,000-token prompt, billed at Haiku 5.5's long-context rates: (150,000 x $0.50 +
+    # 2 x $2.50) / 1e6, which no upload-wide counters-times-price formula could give.
+    ledger.row_classified("u-1", 2, "cold", billed(150_000, cost_usd=0.075005))
+
+    [event] = completed_events(aws.drain_published())
+    detail = event["detail"]
+    # THEN the upload costs what its requests cost when billed, never the later price
+    assert (detail["cost_nanousd"], detail["priced_requests"]) == (75_017_345, 2)
+    assert detail["cost_usd"] == 0.075017
+    # AND the duplicate saved what its original cost, as stored with the original
+    assert (detail["replayed_cost_nanousd"], detail["priced_replays"]) == (12_345, 1)
+    assert detail["saved_by_replays_usd"] == 0.000012
+
+
+def test_a_request_billed_before_costs_were_stored_prices_the_upload_by_the_formula(aws, clock):
+    ledger = _priced_upload(aws, clock, HAIKU_4_5_PRICE, rows=2)
+    ledger.row_classified("u-1", 1, "hot", billed(cost_usd=0.5))
+    ledger.row_classified("u-1", 2, "cold", billed())  # an older runtime's outcome: no cost
+
+    [event] = completed_events(aws.drain_published())
+    # One of two requests carried no cost: the counters at MODEL_PRICE, as before issue 32.
+    assert event["detail"]["priced_requests"] == 1
+    assert event["detail"]["cost_usd"] == (200 * 1.0 + 4 * 5.0) / 1e6
 
 
 def batch_billed(batch_id: str, input_tokens: int = 100, output_tokens: int = 2) -> dict:

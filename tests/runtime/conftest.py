@@ -21,6 +21,7 @@ from model_step import ModelStep
 from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
+from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
 from tests.fakes import FakeMessagesAPI
 
@@ -187,6 +188,8 @@ def model_env(aws, fake_api, monkeypatch) -> Aws:
     monkeypatch.setenv("ANTHROPIC_API_KEY_SECRET_ARN", aws.secret_arn)
     monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "5")
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "IdempotentModelStepTest")
+    # The default model's price, as the construct sets it from the model catalogue.
+    monkeypatch.setenv("MODEL_RATES", PRICE_TABLE["claude-haiku-5-5"].for_step())
     return aws
 
 

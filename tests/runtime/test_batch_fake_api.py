@@ -16,6 +16,8 @@ def request(custom_id: str, text: str = "row") -> dict:
         "params": {
             "model": "claude-haiku-5-5",
             "max_tokens": 16,
+            # A one-word label: thinking off, as the reference classifier sends it (issue 32).
+            "thinking": {"type": "disabled"},
             "messages": [{"role": "user", "content": text}],
         },
     }
@@ -63,7 +65,8 @@ def test_a_batch_is_in_progress_until_its_delay_then_ends_with_every_result_type
     counts = ended.request_counts
     assert (counts.succeeded, counts.errored, counts.expired, counts.canceled) == (1, 2, 1, 1)
     results = {line.custom_id: line.result for line in client.messages.batches.results(batch.id)}
-    assert results["succeeded-1"].message.content[0].text == "warm"
+    # The default model thinks first: the answer is its text block, selected by type.
+    assert _text(results["succeeded-1"].message) == "warm"
     assert results["invalid_request_error-2"].error.error.type == "invalid_request_error"
     assert results["api_error-3"].error.error.type == "api_error"
     assert results["expired-4"].type == "expired"
@@ -156,7 +159,7 @@ def test_the_local_model_processes_batches_on_the_run_clock_with_injected_result
 
     assert counts.succeeded + counts.errored + counts.expired == 40
     assert counts.errored > 0 and counts.expired > 0 and counts.succeeded > 0
-    labels = {r.result.message.content[0].text for r in results if r.result.type == "succeeded"}
+    labels = {_text(r.result.message) for r in results if r.result.type == "succeeded"}
     assert labels <= {"hot", "warm", "cold"}
     assert local.batch_requests == counts.succeeded == local.batches.billed
 
@@ -194,3 +197,8 @@ def test_results_read_again_stream_the_same_answers_billed_and_counted_once(cloc
     assert tokens["output_tokens"] == local.output_tokens
     # The 12 requests' system prompts (parsed apart from one body) are held as one value.
     assert len({id(params["system"]) for _, params in held}) == 1
+
+
+def _text(message) -> str:
+    """The answer of a message: its text blocks (a thinking block comes first)."""
+    return "".join(block.text for block in message.content if block.type == "text")

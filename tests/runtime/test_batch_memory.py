@@ -34,6 +34,7 @@ def test_100000_streamed_results_keep_memory_flat(monkeypatch):
                 "params": {
                     "model": "claude-haiku-5-5",
                     "max_tokens": 8,
+                    "thinking": {"type": "disabled"},
                     "messages": [{"role": "user", "content": "row"}],
                 },
             }

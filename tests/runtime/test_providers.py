@@ -21,7 +21,8 @@ from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI, Reply
 
 from .conftest import FakeLambdaContext, fresh_event, make_event
 
-BEDROCK_MODEL_ID = "us.anthropic.claude-haiku-5-5-v1:0"
+#: The default model through the US profile, as AWS publishes it (no ``-v1:0``).
+BEDROCK_MODEL_ID = "us.anthropic.claude-haiku-5-5"
 # The secrets of the fake credentials a test signs with: conftest's, and moto's own
 # (mock_aws sets them while it is active, and the SDK's session may have read either).
 SECRET_KEYS = {"testing": "testing", "FOOBARKEY": "FOOBARSECRET"}
@@ -60,6 +61,7 @@ COMPLETED_SHAPE = {
     "stop_reason",
     "usage",
     "completed_at",
+    "cost_usd",
 }
 DEAD_LETTERED_SHAPE = {
     "status",
@@ -111,12 +113,14 @@ def test_an_answer_is_stored_with_the_same_shape_and_its_provider(make_step, pro
         provider.name,
     )
     assert result["request_id"] == provider.fake.last_request.request_id
-    assert result["usage"] == {
-        "input_tokens": 12,
-        "output_tokens": 3,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
-    }
+    # The default model thought first: the answer is the text block; the thinking tokens
+    # are output, billed at the output price of the catalogue (Haiku 5.5: $0.10 / $0.50).
+    [thinking, text] = provider.fake.answered[-1]["content"]
+    assert (thinking["type"], text["type"]) == ("thinking", "text")
+    assert result["usage"] == provider.fake.last_usage
+    output = result["usage"]["output_tokens"]
+    assert output > 3
+    assert result["cost_usd"] == pytest.approx((12 * 0.10 + output * 0.50) / 1e6, abs=1e-9)
     _assert_reached_only(provider, fake_api)
 
 

@@ -45,7 +45,9 @@ class RunOptions:
     [anthropic] or ``bedrock``: the provider the stack's classify step was synthesized
     with (``-c model_provider=bedrock``); ``bedrock`` runs it against the local
     ``bedrock-runtime`` (:mod:`~constructs_lib.local_engine.local_bedrock`), each call
-    checked against the step's ``bedrock:InvokeModel`` grant.
+    checked against the step's ``bedrock:InvokeModel`` grant; ``refusal_rate`` [0.0]: the
+    seeded share of rows the local model refuses (``stop_reason: "refusal"``, as the model's
+    safety classifiers may), each one a ``ModelRefused`` dead letter.
 
     Message Batches delivery (issue 19): ``delivery`` [the template's]: ``realtime``,
     ``batch`` or ``auto``, the splitter's ``DELIVERY`` as ``-c delivery=...`` sets it (the
@@ -94,6 +96,8 @@ class RunOptions:
     batch_canceled_rate: float = 0.0
     batch_lost_rate: float = 0.0
     batch_broken_read_rate: float = 0.0
+    # Issue 32.
+    refusal_rate: float = 0.0
 
 
 def validate_options(options: RunOptions) -> None:
@@ -113,6 +117,7 @@ def validate_options(options: RunOptions) -> None:
         ("--fault-rate", options.fault_rate),
         ("--kill-rate", options.kill_rate),
         ("--throttle-rate", options.throttle_rate),
+        ("--refusal-rate", options.refusal_rate),
     ):
         if not 0.0 <= value <= 1.0:  # also false for NaN
             raise UsageError(f"{flag} must be between 0 and 1, got {value:g}")
@@ -132,6 +137,8 @@ def validate_options(options: RunOptions) -> None:
             raise UsageError("--rate-limit needs --model local (the limit is the local model's)")
         if options.fault_rate > 0:
             raise UsageError("--fault-rate needs --model local (faults are injected locally)")
+        if options.refusal_rate > 0:
+            raise UsageError("--refusal-rate needs --model local (refusals are injected locally)")
         if options.kill_rate > 0:
             raise UsageError(
                 "--kill-rate needs --model local (each kill throws away a billed request)"

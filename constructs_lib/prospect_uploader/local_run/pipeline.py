@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -38,7 +39,7 @@ from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_output_to
 from constructs_lib.local_engine.lambda_async import model_deadline_seconds
 from constructs_lib.local_engine.local_bedrock import LocalBedrockRuntime
-from constructs_lib.local_engine.local_model import LocalMessagesAPI, RateLimiter
+from constructs_lib.local_engine.local_model import BILLED_USAGE, LocalMessagesAPI, RateLimiter
 from constructs_lib.local_engine.message_batch_faults import BatchFaultRates, BatchFaults
 from constructs_lib.local_engine.message_batches import BATCH_LIFETIME_SECONDS
 from constructs_lib.local_engine.run_bound import (
@@ -47,7 +48,7 @@ from constructs_lib.local_engine.run_bound import (
     derive_run_bound,
     queue_horizon_seconds,
 )
-from constructs_lib.model_prices import upload_cost
+from constructs_lib.model_prices import request_cost
 
 from .options import RunOptions, require_local_dependencies, validate_options
 from .results import RunResult, count_csv_rows, read_outcome
@@ -152,6 +153,7 @@ class LocalPipeline:
                     run_clock=lambda: time.monotonic() * 60.0 / options.seconds_per_minute,
                     batch_errored_rate=options.batch_errored_rate,
                     batch_expired_rate=options.batch_expired_rate,
+                    refusal_rate=options.refusal_rate,
                 )
             )
             if bedrock:
@@ -241,6 +243,9 @@ class LocalPipeline:
         seed = self.options.seed
 
         def decide(custom_id: str, params: dict[str, Any]) -> str:
+            # A request the model refuses is refused inside a batch too.
+            if model.model_problem({"model": model.model, **params}) is not None:
+                return "invalid_request_error"
             with lock:
                 occurrence = seen[custom_id]
                 seen[custom_id] += 1
@@ -482,17 +487,14 @@ class LocalPipeline:
             result.cache_read_input_tokens = self._model.cache_read_input_tokens
             result.cache_writes = self._model.prompt_cache.writes
             result.cache_reads = self._model.prompt_cache.reads
-            # Priced as the deployed ledger prices it: the stack's MODEL_PRICE (prop and
-            # context overrides included); null for a model the price table does not know.
-            billed = {
-                "input_tokens": result.input_tokens,
-                "output_tokens": result.output_tokens,
-                "cache_creation_input_tokens": result.cache_creation_input_tokens,
-                "cache_read_input_tokens": result.cache_read_input_tokens,
-                **{f"batch_{name}": count for name, count in self._model.batch_tokens.items()},
-            }
-            price = engine.environment.get("MODEL_PRICE")
-            result.cost_usd = upload_cost(billed, price)["cost_usd"]
+            # Priced as the deployed step prices it: each billed request at its own tier (and
+            # batch discount) at the step's MODEL_RATES (prop and context overrides
+            # included), summed as the ledger sums them; null for a model without a price.
+            result.cost_usd = billed_cost_usd(
+                self._model.billed_usages,
+                _step_variable(engine, "MODEL_RATES"),
+                _step_variable(engine, "PROMPT_CACHE") or "5m",
+            )
         else:
             # The real API cannot be asked; the step's own ModelRequests metric (EMF) can.
             sys.stdout.flush()  # The handler log while the run is open: EMF lines to disk.
@@ -558,3 +560,27 @@ def run_pipeline(options: RunOptions) -> RunResult:
     """Run once and return the result (everything is torn down before returning)."""
     with LocalPipeline(options) as pipeline:
         return pipeline.run()
+
+
+def _step_variable(engine: LocalEngine, name: str) -> str | None:
+    """A variable every model step sets alike (two steps scope theirs), or None if unset."""
+    try:
+        return engine.variable(name)
+    except KeyError:
+        return None
+
+
+def billed_cost_usd(
+    usages: Mapping[tuple[tuple[int, ...], bool], int], model_rates: str | None, prompt_cache: str
+) -> float | None:
+    """Dollars of the local model's billed answers (``LocalMessagesAPI.billed_usages``: a
+    count per usage and batch flag) at a step's ``MODEL_RATES``, each priced as the runtime
+    prices it; None without a price."""
+    if not model_rates:
+        return None
+    price = request_cost().StepPrice.from_json(model_rates)
+    total = 0.0
+    for (shape, batch), count in usages.items():
+        usage = dict(zip(BILLED_USAGE, shape, strict=True))
+        total += count * price.cost_usd(usage, prompt_cache=prompt_cache, batch=batch)
+    return round(float(total), 9)

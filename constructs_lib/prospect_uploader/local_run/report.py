@@ -33,7 +33,8 @@ JSON_FIELDS = {
     "cache_read_input_tokens": "input tokens read from the prompt cache (200 answers)",
     "cache_writes": "requests that wrote the prompt cache",
     "cache_reads": "requests that read the prompt cache",
-    "cost_usd": "dollars of the billed tokens at the stack's MODEL_PRICE (null: no price)",
+    "cost_usd": "dollars of the billed requests, each at its tier of the step's MODEL_RATES "
+    "(null: no price)",
     "elapsed_s": "wall seconds from the upload until everything settled",
     "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
     "denied": "of those, denied (the handler got AccessDenied)",
@@ -168,7 +169,7 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
         ),
         (
             "cost",
-            "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}",
+            "unknown" if result.cost_usd is None else f"${result.cost_usd:.9f}",
             JSON_FIELDS["cost_usd"],
         ),
         (

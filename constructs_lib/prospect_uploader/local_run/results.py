@@ -94,7 +94,7 @@ class RunResult:
     cache_read_input_tokens: int = 0  # billed cache reads (200 answers)
     cache_writes: int = 0  # requests that wrote the prompt cache
     cache_reads: int = 0  # requests that read it
-    cost_usd: float | None = None  # the billed tokens at MODEL_PRICE; None: no price
+    cost_usd: float | None = None  # the billed requests at MODEL_RATES; None: no price
     elapsed_s: float = 0.0  # wall time from the upload to the last settled invocation
     run_minutes: float = 0.0  # the same on the run's clock (elapsed_s / seconds per minute)
     iam_checked: bool = False
