@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import ConfigurationError
+from .key import json_number
 from .lifetime import FIRST_SEEN_FIELD
 
 logger = logging.getLogger(__name__)
@@ -77,9 +78,11 @@ class QueueDelivery:
 
 
 def parse_body(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The EventBridge event in a record's body, or None if it is not a JSON object."""
+    """The EventBridge event in a record's body, or None if it is not a JSON object. Numbers
+    keep their exact value (:func:`.key.json_number`): ``9007199254740993.0`` is read as the
+    integer it is, not rounded to a float first."""
     try:
-        event = json.loads(record.get("body") or "")
+        event = json.loads(record.get("body") or "", parse_float=json_number)
     except (TypeError, ValueError):
         return None
     return event if isinstance(event, dict) else None
