@@ -58,6 +58,11 @@ class CompletedResult(TypedDict):
     delivery: NotRequired[str]
     #: The Message Batch that answered (batch delivery only).
     batch_id: NotRequired[str]
+    #: The key's billed requests over all its deliveries when this was stored (absent on
+    #: results stored before issue 31).
+    key_model_requests: NotRequired[int]
+    #: The tokens of all the key's billed answers, this one's included (absent: as above).
+    key_usage: NotRequired[Usage]
 
 
 class DeadLetteredResult(TypedDict):
@@ -80,6 +85,11 @@ class DeadLetteredResult(TypedDict):
     delivery: NotRequired[str]
     #: The Message Batch whose result it is (batch delivery only).
     batch_id: NotRequired[str]
+    #: The key's billed requests over all its deliveries (a dead letter after a billed
+    #: answer, or after failed attempts, cost them too); absent before issue 31.
+    key_model_requests: NotRequired[int]
+    #: The tokens of all the key's billed answers; absent before issue 31.
+    key_usage: NotRequired[Usage]
 
 
 StepResult = CompletedResult | DeadLetteredResult
@@ -91,13 +101,22 @@ class Outcome(TypedDict):
     status: DeliveryStatus
     #: The result came from a stored record: this delivery made no model request for it.
     replayed: bool
-    #: Billed model requests this delivery made (0 or 1).
+    #: Billed model requests this delivery made (0 or 1); see ``key_model_requests``.
     model_requests: int
     #: 429/529 answers this delivery got (0 or 1).
     rate_limited: int
     usage: Usage
     result: StepResult | None
     error_code: str | None
+    #: The record id of the key this delivery served: the same for every delivery of one
+    #: key, another for an operator's retry of it (None for an event with no key).
+    key_record_id: str | None
+    #: The key's billed requests over ALL its deliveries, killed ones included, from its
+    #: stored result: count a key once with these. None until the key has a terminal result
+    #: (and for a result stored before issue 31).
+    key_model_requests: int | None
+    #: The tokens of all the key's billed answers (None as for ``key_model_requests``).
+    key_usage: Usage | None
 
 
 def as_provider(name: str) -> Provider:

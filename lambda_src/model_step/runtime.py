@@ -65,9 +65,7 @@ from .outcome import (
     DeliveryStatus,
     Outcome,
     StepResult,
-    Usage,
     usage_of,
-    zero_usage,
 )
 
 if TYPE_CHECKING:
@@ -294,7 +292,8 @@ class ModelStep:
             raise
         except Wait as wait:
             log.spent(delivery.spend)
-            log.waiting("requeued" if wait.code == "Requeued" else wait.status, wait.code, 0)
+            status = "requeued" if wait.code == "Requeued" else wait.status
+            log.waiting(status, wait.code, 0, counted=wait.counted)
             log.flush()
             raise
         except Exception as exc:
@@ -387,22 +386,8 @@ class ModelStep:
         result: StepResult | None,
         code: str | None,
     ) -> None:
-        if self._on_outcome is None:
-            return
-        spend = delivery.spend
-        billed = spend.requests > 0
-        self._on_outcome(
-            delivery.event,
-            Outcome(
-                status=status,
-                replayed=result is not None and delivery.replayed,
-                model_requests=1 if billed else 0,
-                rate_limited=1 if spend.rate_limited else 0,
-                usage=Usage(**spend.usage) if billed else zero_usage(),
-                result=result,
-                error_code=code,
-            ),
-        )
+        if self._on_outcome is not None:
+            self._on_outcome(delivery.event, delivery.outcome(status, result, code))
 
     def _components(self) -> StepComponents:
         if self._parts is None:

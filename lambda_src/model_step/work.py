@@ -4,6 +4,11 @@
 nobody completed: it spends the key's attempt budget (:mod:`.budget`) and returns the result
 to store, or raises a transient failure or a :class:`~.delivery.Wait` (the lock is then
 released). ``hand_off`` is the DLQ send, under a record of its own.
+
+Every result it returns carries the key's totals so far (``key_model_requests``,
+``key_usage``: billed requests and tokens across all its deliveries, from the budget's own
+counts), so a replay reports them with no extra write. What a request cost is written to
+the metrics as soon as it is answered or fails (:meth:`.delivery_log.DeliveryLog.spent`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import buffer_queue, clock
 from .batch import StagedDeadLetter
-from .budget import AttemptBudget, Claim
+from .budget import AttemptBudget, BudgetState, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
 from .errors import (
@@ -23,8 +28,8 @@ from .errors import (
     RetriesExhaustedError,
     is_rate_limited,
 )
-from .model_call import error_code
-from .outcome import DeadLetteredResult, StepResult, as_provider
+from .model_call import Prepared, Spend, error_code
+from .outcome import DeadLetteredResult, StepResult, Usage, as_provider
 from .tracing import MODEL_CALL
 
 if TYPE_CHECKING:
@@ -48,38 +53,84 @@ class UnitOfWork:
         key = request["key"]
         # Message Batches delivery (issue 19): a batch result (or resubmission) of the key.
         if parts.batch is not None and delivery.batch_answer is not None:
-            return parts.batch.answer(request, delivery)
+            answered = parts.batch.answer(request, delivery)
+            # The batch's one billed request, if any, is this collection's (no claim now).
+            add_key_totals(answered, BudgetState(), delivery.spend)
+            return answered
         budget = parts.budget(request, delivery.first_seen)
         forgotten = self._memory_expired(budget, delivery)
         if forgotten is not None:
-            return self.dead_letter(forgotten, key, dict(key))
+            return self._stored(forgotten, key, BudgetState())
         if delivery.queue is not None and delivery.queue.source == "redrive":
             return self._answer_redriven(request, budget, delivery)
         try:
             # Everything that can fail before the request is sent comes before the claim.
             prepared = parts.model_call.prepare(request["detail"])
         except NonRetryableError as error:
-            return self.dead_letter(error, key, dict(key))
+            return self._stored(error, key, budget.read())
         # Message Batches delivery (issue 19): stage the row instead of sending it.
         if parts.batch is not None:
             try:
                 parts.batch.stage(request, delivery, prepared.user_message)
             except StagedDeadLetter as spent:
-                return self.dead_letter(spent.error, key, dict(key))
+                return self._stored(spent.error, key, budget.read())
         claim = budget.claim()
         delivery.attempts_spent = claim.state.attempts
+        self._count_interrupted(budget, claim, delivery)
         if not claim.granted:
-            return self.dead_letter(_exhausted(claim), key, dict(key))
-        if claim.state.interrupted:
-            delivery.log.interrupted()
+            return self._stored(_exhausted(claim), key, claim.state)
+        return self._attempt(prepared, request, budget, claim, delivery)
+
+    def _attempt(
+        self,
+        prepared: Prepared,
+        request: dict[str, Any],
+        budget: AttemptBudget,
+        claim: Claim,
+        delivery: Delivery,
+    ) -> StepResult:
+        """The claimed attempt: one request. What it cost is written as soon as it is
+        answered or fails, before anything else can kill the delivery."""
+        parts = self._parts
+        spend = delivery.spend
         try:
             with parts.tracer.subsegment(MODEL_CALL):
-                message = parts.model_call.send(prepared, delivery.context, delivery.spend)
-            return parts.model_call.result(message, key)
+                message = parts.model_call.send(prepared, delivery.context, spend)
+            delivery.log.spent(spend)
+            result = parts.model_call.result(message, request["key"])
         except NonRetryableError as error:
-            return self.dead_letter(error, key, dict(key))
+            delivery.log.spent(spend)
+            return self._stored(error, request["key"], claim.state, spend)
         except Exception as exc:
+            delivery.log.spent(spend)
             return self._transient(exc, request, budget, claim, delivery)
+        add_key_totals(result, claim.state, spend)
+        return result
+
+    def _count_interrupted(self, budget: AttemptBudget, claim: Claim, delivery: Delivery) -> None:
+        """Count the key's previous attempt if it never reported back, once: by the claim
+        that replaced its token or, when the budget is spent, by the one delivery whose
+        conditional write settles it."""
+        state = claim.state
+        if not state.interrupted:
+            return
+        if claim.granted or (
+            state.pending is not None and budget.settle_interrupted(state.pending)
+        ):
+            delivery.log.interrupted()
+
+    def _stored(
+        self,
+        error: NonRetryableError,
+        key: Mapping[str, Any],
+        state: BudgetState,
+        spend: Spend | None = None,
+    ) -> DeadLetteredResult:
+        """The dead letter to store for ``key``, with the key's totals (see
+        :func:`add_key_totals`)."""
+        result = self.dead_letter(error, key, dict(key))
+        add_key_totals(result, state, spend)
+        return result
 
     def _transient(
         self,
@@ -96,6 +147,7 @@ class UnitOfWork:
         key = request["key"]
         code = error_code(exc)
         request_id = getattr(exc, "request_id", None)
+        spend = delivery.spend
         if is_rate_limited(exc):
             state = budget.give_back()
             delivery.first_seen = state.first_seen
@@ -111,11 +163,11 @@ class UnitOfWork:
                     error_code="RateLimitExhausted",
                     request_id=request_id,
                 )
-                return self.dead_letter(exhausted, key, dict(key))
+                return self._stored(exhausted, key, state)
             if delivery.queue is None:
                 raise exc
             raise Wait("rate_limited", code, wait) from exc
-        budget.report_failure(code)
+        budget.report_failure(code, billed=spend.requests > 0, usage=spend.usage)
         if claim.state.attempts < budget.limit:
             raise exc
         exhausted = RetriesExhaustedError(
@@ -124,7 +176,7 @@ class UnitOfWork:
             error_code=code,
             request_id=request_id,
         )
-        return self.dead_letter(exhausted, key, dict(key))
+        return self._stored(exhausted, key, claim.state, spend)
 
     def _answer_redriven(
         self, request: dict[str, Any], budget: AttemptBudget, delivery: Delivery
@@ -134,22 +186,22 @@ class UnitOfWork:
         count while its key has budget and time left, else it is stored and dead-lettered."""
         settings = self._parts.settings
         key = request["key"]
-        state = budget.note_requeue()
+        assert delivery.queue is not None
+        state, counted = budget.note_requeue(delivery.queue.message_id)
         delivery.first_seen = state.first_seen
         if state.attempts >= budget.limit:
-            return self.dead_letter(_exhausted(Claim(False, state)), key, dict(key))
+            return self._stored(_exhausted(Claim(False, state)), key, state)
         if (
             state.requeues <= REDRIVE_REQUEUES
             and state.age_seconds(clock.now()) < settings.max_event_age_seconds
         ):
-            raise Wait("retry", "Requeued", 0)
-        assert delivery.queue is not None
+            raise Wait("retry", "Requeued", 0, counted=counted)
         error = ReceivesExhaustedError(
             f"the buffer queue gave up on this row {state.requeues} times (the last after "
             f"{delivery.queue.receive_count} receives) without an answer: crashes, timeouts or "
             f"throttles; {state.attempts} of {budget.limit} attempts were spent"
         )
-        return self.dead_letter(error, key, dict(key))
+        return self._stored(error, key, state)
 
     def _memory_expired(
         self, budget: AttemptBudget, delivery: Delivery
@@ -218,7 +270,10 @@ class UnitOfWork:
         return result
 
     def hand_off_result(
-        self, result: DeadLetteredResult, dead_key: dict[str, Any], delivery: Delivery
+        self,
+        result: DeadLetteredResult,
+        dead_key: dict[str, Any],
+        delivery: Delivery,
     ) -> DeadLetteredResult:
         """Send a dead-lettered result to the DLQ once per key (its own record), and return it
         with the DLQ message id (replayed for duplicates)."""
@@ -243,3 +298,24 @@ def _exhausted(claim: Claim) -> RetriesExhaustedError:
         f"ended with {state.exhaustion_code}",
         error_code=state.exhaustion_code,
     )
+
+
+def add_key_totals(result: StepResult, state: BudgetState, spend: Spend | None = None) -> None:
+    """Add the key's totals to ``result``: ``key_model_requests`` (its billed requests over
+    every delivery: the budget's claimed attempts less the unbilled ones, an interrupted one
+    counted as billed) and ``key_usage`` (the tokens of its billed answers). ``spend``: the
+    cost of this delivery's attempt, whose claim ``state`` already includes."""
+    requests = state.billed_requests
+    usage = Usage(**state.usage)
+    if spend is not None:
+        requests += spend.requests - (1 if state.attempts else 0)
+        usage = Usage(
+            input_tokens=usage["input_tokens"] + spend.usage["input_tokens"],
+            output_tokens=usage["output_tokens"] + spend.usage["output_tokens"],
+            cache_creation_input_tokens=usage["cache_creation_input_tokens"]
+            + spend.usage["cache_creation_input_tokens"],
+            cache_read_input_tokens=usage["cache_read_input_tokens"]
+            + spend.usage["cache_read_input_tokens"],
+        )
+    result["key_model_requests"] = max(0, requests)
+    result["key_usage"] = usage

@@ -60,6 +60,9 @@ COMPLETED_SHAPE = {
     "stop_reason",
     "usage",
     "completed_at",
+    # Issue 31: the key's totals over all its deliveries.
+    "key_model_requests",
+    "key_usage",
 }
 DEAD_LETTERED_SHAPE = {
     "status",
@@ -72,6 +75,9 @@ DEAD_LETTERED_SHAPE = {
     "provider",
     "dead_letter_id",
     "dead_letter_message_id",
+    # Issue 31: the key's totals over all its deliveries.
+    "key_model_requests",
+    "key_usage",
 }
 
 
