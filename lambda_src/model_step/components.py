@@ -17,7 +17,8 @@ from .buffer_queue import BufferQueue
 from .client import ModelClientProvider
 from .config import Settings
 from .dead_letter import DeadLetterPublisher
-from .key import RecordKey
+from .hand_off_item import HandOffItem
+from .key import RecordKey, key_fields
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
 from .persistence import ReleasingDynamoDBPersistenceLayer
 from .result_events import RESULT_EVENT_SUFFIX, BusKind, ResultPublisher
@@ -99,7 +100,9 @@ class StepComponents:
             parse_answer,
         )
         self.dead_letters = DeadLetterPublisher(
-            settings.dead_letter_queue_url, lambda: self.boto3_client("sqs")
+            settings.dead_letter_queue_url,
+            lambda: self.boto3_client("sqs"),
+            protected=key_fields(settings.idempotency_key),
         )
         self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
         self._result_events(settings)
@@ -174,6 +177,15 @@ class StepComponents:
     def hand_off_counter(self, request: dict[str, Any]) -> AttemptBudget:
         """The budget item of a dead letter's hand-off record, which counts it once."""
         return self._budget(self.hand_off_persistence.record_id(request), 0)
+
+    def hand_off_item(self, request: dict[str, Any]) -> HandOffItem:
+        """The same item of a dead letter's hand-off: its failed sends."""
+        return HandOffItem(
+            self.boto3_client("dynamodb"),
+            self.settings.idempotency_table_name,
+            self.hand_off_persistence.record_id(request),
+            self.settings.expires_after_seconds,
+        )
 
     def _budget(self, record_id: str, limit: int, first_seen: float | None = None) -> AttemptBudget:
         return AttemptBudget(

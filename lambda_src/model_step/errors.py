@@ -34,7 +34,13 @@ class ConfigurationError(ModelStepError):
 
 class DeadLetterError(ModelStepError):
     """Sending a non-retryable event to the dead-letter queue failed. Raised, so the delivery
-    is retried; the retry replays the stored outcome and only re-sends (never re-bills)."""
+    is retried; the retry replays the stored outcome and only re-sends (never re-bills).
+    ``failures``: the deliveries whose send of this dead letter failed so far (0 when not
+    counted); past ``MAX_HAND_OFF_FAILURES`` the redrive queue stops putting the row back."""
+
+    def __init__(self, message: str, *, failures: int = 0) -> None:
+        super().__init__(message)
+        self.failures = failures
 
 
 class ResultEventError(ModelStepError):
@@ -202,6 +208,14 @@ class MemoryExpiredError(NonRetryableError):
     made; it is dead-lettered so an operator decides (a DLQ redrive buys one request)."""
 
     error_code = MEMORY_EXPIRED
+
+
+class PayloadOmittedError(NonRetryableError):
+    """An operator redrove a dead letter whose body had to be cut to fit the DLQ
+    (``dead_letter.payload_omitted``). Answering it would send the model a truncated
+    payload, so it is refused; publish the full event again instead."""
+
+    error_code = "PayloadOmitted"
 
 
 class ReceivesExhaustedError(NonRetryableError):

@@ -145,11 +145,34 @@ def split_replay_generation(detail: Mapping[str, Any]) -> tuple[dict[str, Any], 
 def redrive_marker(event: Mapping[str, Any]) -> str | None:
     """The dead-letter id an event carries when an operator moved it back from the DLQ, or
     None (no marker, or one this runtime did not write)."""
+    marker = dead_letter_marker(event)
+    return None if marker is None else str(marker["id"])
+
+
+def dead_letter_marker(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The whole marker (``{"id", "error_code", ...}``) of an event an operator moved back
+    from the DLQ, or None (no marker, or one this runtime did not write)."""
     marker = event.get(DEAD_LETTER_FIELD)
     if not isinstance(marker, Mapping):
         return None
     marker_id = marker.get("id")
-    return marker_id if isinstance(marker_id, str) and _DEAD_LETTER_ID.match(marker_id) else None
+    valid = isinstance(marker_id, str) and _DEAD_LETTER_ID.match(marker_id)
+    return marker if valid else None
+
+
+def key_fields(expression: str) -> frozenset[str]:
+    """Every field name ``expression`` (``IDEMPOTENCY_KEY``, JMESPath) reads, at any depth:
+    the detail fields a dead letter cut to fit its queue never drops. A name that also
+    occurs deeper is kept at the top too: never dropping a key field matters more than the
+    few bytes."""
+    names: set[str] = set()
+    pending = [jmespath.compile(expression).parsed]
+    while pending:
+        node = pending.pop()
+        if node.get("type") == "field" and isinstance(node.get("value"), str):
+            names.add(node["value"])
+        pending.extend(child for child in node.get("children", []) if isinstance(child, dict))
+    return frozenset(names)
 
 
 def record_key(

@@ -40,17 +40,20 @@ from . import batch, buffer_queue, clock, lifetime
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
+from .dead_letter import PAYLOAD_OMITTED
 from .delivery import IN_PROGRESS_ERROR, Delivery, Wait
 from .delivery_log import DeliveryLog
 from .errors import (
+    DeadLetterError,
     NonRetryableError,
     PayloadMismatchError,
 )
+from .hand_off_item import MAX_HAND_OFF_FAILURES
 from .key import (
     canonical,
+    dead_letter_marker,
     extract_business_key,
     record_key,
-    redrive_marker,
     split_replay_generation,
 )
 from .model_call import (
@@ -255,9 +258,11 @@ class ModelStep:
             return
         except Exception as exc:
             self._notify(delivery, "retry", None, error_code(exc))
-            if queue.source == "redrive":
+            if queue.source == "redrive" and not _dead_letter_queue_refuses(exc):
                 # Receives are scarce here and plenty on the buffer queue: the row goes back
-                # there (a stored result replays, a failed hand-off is sent again).
+                # there (a stored result replays, a failed hand-off is sent again). Not when
+                # the DLQ keeps refusing the key's dead letter: raised, the row moves on to
+                # the DLQ by the redrive policy, which needs no send permission.
                 parts.buffer.requeue(
                     event, queue, buffer_queue.RETRY_SPACING_SECONDS, _stamp(delivery)
                 )
@@ -316,7 +321,8 @@ class ModelStep:
         settings = parts.settings
         event = delivery.event
         raw_detail = event.get("detail")
-        redrive_of = redrive_marker(event)
+        marker = dead_letter_marker(event)
+        redrive_of = None if marker is None else str(marker["id"])
         try:
             detail, generation = split_replay_generation(
                 canonical(raw_detail) if isinstance(raw_detail, dict) else {}
@@ -342,6 +348,8 @@ class ModelStep:
         delivery.request = request
         delivery.record_id = parts.persistence.record_id(request)
         delivery.first_seen = lifetime.stamped_first_seen(event, delivery.record_id)
+        if marker is not None and PAYLOAD_OMITTED in marker:
+            return parts.work.refuse_cut_payload(key, delivery)
         try:
             stored: StepResult = parts.complete(request=request, delivery=delivery)
         except IdempotencyValidationError as exc:
@@ -470,6 +478,11 @@ def _stamp(delivery: Delivery) -> dict[str, Any] | None:
     if delivery.first_seen is None or delivery.record_id is None:
         return None
     return lifetime.stamp(delivery.first_seen, delivery.record_id)
+
+
+def _dead_letter_queue_refuses(exc: Exception) -> bool:
+    """The DLQ refused this key's dead letter on ``MAX_HAND_OFF_FAILURES`` deliveries."""
+    return isinstance(exc, DeadLetterError) and exc.failures >= MAX_HAND_OFF_FAILURES
 
 
 def _result_code(result: StepResult) -> str | None:

@@ -22,8 +22,10 @@ from .budget import AttemptBudget, BudgetState, Claim
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
 from .errors import (
+    DeadLetterError,
     MemoryExpiredError,
     NonRetryableError,
+    PayloadOmittedError,
     ReceivesExhaustedError,
     RetriesExhaustedError,
     is_rate_limited,
@@ -228,18 +230,36 @@ class UnitOfWork:
         ``DeadLetterError`` when SQS fails, which releases this record only. The key is
         counted by the first delivery whose send succeeds, once."""
         parts = self._parts
-        message_id = parts.dead_letters.send(
-            request["event"],
-            error_code=request["error_code"],
-            error_message=request["error_message"],
-            dead_letter_id=request["dead_letter_id"],
-            request_id=request.get("request_id"),
-        )
+        try:
+            message_id = parts.dead_letters.send(
+                request["event"],
+                error_code=request["error_code"],
+                error_message=request["error_message"],
+                dead_letter_id=request["dead_letter_id"],
+                request_id=request.get("request_id"),
+                record_id=request.get("record_id"),
+            )
+        except DeadLetterError as error:
+            # Counted on the key, so a DLQ that keeps refusing ends the row's tries.
+            error.failures = parts.hand_off_item(request).failed()
+            raise
         delivery.sent_dead_letter = True
         if parts.hand_off_counter(request).count_dead_letter_once():
             delivery.counted_dead_letter = True
             delivery.log.counted_dead_letter()
         return {"dead_letter_message_id": message_id}
+
+    def refuse_cut_payload(self, key: Mapping[str, Any], delivery: Delivery) -> DeadLetteredResult:
+        """An operator's redrive of a dead letter whose body was cut to fit the DLQ: answering
+        it would send the model a cut payload, so it is dead-lettered again (its body keeps
+        the ``payload_omitted`` note), once per redrive, with no request."""
+        refused = PayloadOmittedError(
+            "this dead letter's body was cut to fit the dead-letter queue "
+            "(dead_letter.payload_omitted), so the model is not asked: publish the full "
+            "event again (a new replay_generation) to retry it"
+        )
+        dead_key = dict(key)
+        return self.hand_off_result(self.dead_letter(refused, key, dead_key), dead_key, delivery)
 
     def publish_result(self, *, request: dict[str, Any], delivery: Delivery) -> dict[str, Any]:
         """The idempotent result-event publish (record suffix ``#result-event``). Raises
@@ -274,9 +294,12 @@ class UnitOfWork:
         result: DeadLetteredResult,
         dead_key: dict[str, Any],
         delivery: Delivery,
+        *,
+        record_id: str | None = None,
     ) -> DeadLetteredResult:
         """Send a dead-lettered result to the DLQ once per key (its own record), and return it
-        with the DLQ message id (replayed for duplicates)."""
+        with the DLQ message id (replayed for duplicates). ``record_id``: the record the
+        dead letter's marker names (one whose redrive republishes that record's result)."""
         request = {
             "key": dead_key,
             "event": delivery.event,
@@ -285,6 +308,8 @@ class UnitOfWork:
             "request_id": result.get("request_id"),
             "dead_letter_id": result.get("dead_letter_id"),
         }
+        if record_id is not None:
+            request["record_id"] = record_id
         sent = self._parts.hand_off(request=request, delivery=delivery)
         handed_off = DeadLetteredResult(**result)
         handed_off["dead_letter_message_id"] = sent["dead_letter_message_id"]
