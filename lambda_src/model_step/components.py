@@ -21,7 +21,14 @@ from .hand_off_item import HandOffItem
 from .key import RecordKey, key_fields
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
 from .persistence import ReleasingDynamoDBPersistenceLayer
-from .result_events import RESULT_EVENT_SUFFIX, BusKind, ResultPublisher
+from .result_events import (
+    CLIENT_CONFIG,
+    CLIENT_SERVICES,
+    RESULT_EVENT_SUFFIX,
+    BusKind,
+    ResultPublisher,
+)
+from .result_hand_off import ResultHandOff
 from .tracing import StepTracer
 from .work import UnitOfWork
 
@@ -114,9 +121,10 @@ class StepComponents:
     def _result_events(self, settings: Settings) -> None:
         """With a result bus: the publisher, and its hand-off under a record of its own
         (suffix ``#result-event``) keyed on the result's record key, so each key's terminal
-        result is published once, whatever its deliveries."""
+        result is published at most once, whatever its deliveries."""
         #: ``None`` without ``RESULT_BUS_ARN``.
         self.result_events: ResultPublisher | None = None
+        self.result_hand_off = ResultHandOff(self)
         if settings.result_bus_arn is None:
             return
         kind: BusKind = "v2" if settings.result_bus_kind == "v2" else "classic"
@@ -131,7 +139,7 @@ class StepComponents:
         prefix = settings.record_prefix + RESULT_EVENT_SUFFIX
         self.result_event_persistence = self._persistence(self.result_event_config, prefix)
         self.publish_result = idempotent_function(
-            self.work.publish_result,
+            self.result_hand_off.publish,
             data_keyword_argument="request",
             persistence_store=self.result_event_persistence,
             config=self.result_event_config,
@@ -154,7 +162,8 @@ class StepComponents:
         with _CLIENT_LOCK:
             if service_name not in self._clients:
                 session = self._session or shared_session()
-                self._clients[service_name] = session.client(service_name)
+                config = CLIENT_CONFIG if service_name in CLIENT_SERVICES else None
+                self._clients[service_name] = session.client(service_name, config=config)
             return self._clients[service_name]
 
     def register_context(self, context: Any) -> None:
@@ -180,10 +189,17 @@ class StepComponents:
 
     def hand_off_item(self, request: dict[str, Any]) -> HandOffItem:
         """The same item of a dead letter's hand-off: its failed sends."""
+        return self._hand_off_item(self.hand_off_persistence.record_id(request))
+
+    def result_event_item(self, request: dict[str, Any]) -> HandOffItem:
+        """The item of a result event's hand-off: its intent and failed publishes."""
+        return self._hand_off_item(self.result_event_persistence.record_id(request))
+
+    def _hand_off_item(self, record_id: str) -> HandOffItem:
         return HandOffItem(
             self.boto3_client("dynamodb"),
             self.settings.idempotency_table_name,
-            self.hand_off_persistence.record_id(request),
+            record_id,
             self.settings.expires_after_seconds,
         )
 

@@ -10,8 +10,10 @@ a holder), ``TransientFailures``, ``AttemptsInterrupted`` (the previous attempt 
 never reported back: a kill, timeout or out-of-memory after its request was sent),
 ``NonRetryableFailures`` (once per dead-lettered key, however many DLQ messages it took) and
 ``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left, once per
-redrive message) and ``RowsStaged`` (batch delivery: a row staged for a Message Batch,
-or found staged).
+redrive message), ``RowsStaged`` (batch delivery: a row staged for a Message Batch, or
+found staged) and ``ResultEventsUncertain`` (a key's result event that an earlier delivery
+was about to publish and never recorded: it may or may not be on the bus, and is not
+published again).
 
 What is spent is written where it is spent, not at the end of the delivery, which a killed
 one never reaches: ``ModelRequests``, ``RateLimited`` and the token counts right after the
@@ -109,6 +111,23 @@ class DeliveryLog:
             "the previous attempt of this key never reported back (killed after its request "
             "was sent); it stays spent",
             extra={**self.fields, "outcome": "interrupted"},
+        )
+
+    def result_event_uncertain(self, bus_kind: str, intent_age: float) -> None:
+        """An earlier delivery meant to publish the key's result event and never recorded
+        the outcome; nothing is published again (at most once). Written NOW."""
+        now = self._now()
+        self._count("ResultEventsUncertain", 1, now)
+        self._write(now)
+        self._logger.warning(
+            "the key's result event may or may not be on the bus: an earlier delivery was "
+            "about to publish it and never recorded the outcome; it is not published again",
+            extra={
+                **self.fields,
+                "outcome": "result_event_uncertain",
+                "bus_kind": bus_kind,
+                "intent_age_s": round(intent_age, 3),
+            },
         )
 
     def in_progress(self) -> None:

@@ -45,7 +45,14 @@ class DeadLetterError(ModelStepError):
 
 class ResultEventError(ModelStepError):
     """Publishing a key's result event on the result bus failed. Raised, so the delivery is
-    retried; the retry replays the stored result and only publishes again (never re-bills)."""
+    retried; the retry replays the stored result and only publishes again (never re-bills).
+    ``uncertain``: the bus may have accepted the event (a read timeout, a connection closed
+    after the request was sent), so the publish's intent is kept for the next delivery to
+    reconcile; False: the bus certainly did not take it."""
+
+    def __init__(self, message: str, *, uncertain: bool = False) -> None:
+        super().__init__(message)
+        self.uncertain = uncertain
 
 
 class RetryableAnswerError(ModelStepError):
@@ -208,6 +215,15 @@ class MemoryExpiredError(NonRetryableError):
     made; it is dead-lettered so an operator decides (a DLQ redrive buys one request)."""
 
     error_code = MEMORY_EXPIRED
+
+
+class ResultEventUndeliverableError(NonRetryableError):
+    """The result bus refused the key's result event on ``MAX_HAND_OFF_FAILURES`` deliveries.
+    The key's stored result is kept; the row is acknowledged and this dead letter (its marker
+    names the key's record) is on the DLQ. An operator's redrive of it publishes the stored
+    result again and never calls the model."""
+
+    error_code = "ResultEventUndeliverable"
 
 
 class PayloadOmittedError(NonRetryableError):

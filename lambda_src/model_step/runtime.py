@@ -47,6 +47,7 @@ from .errors import (
     DeadLetterError,
     NonRetryableError,
     PayloadMismatchError,
+    ResultEventUndeliverableError,
 )
 from .hand_off_item import MAX_HAND_OFF_FAILURES
 from .key import (
@@ -75,6 +76,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 __all__ = ["ModelStep", "default_user_message", "model_timeout", "request_fingerprint"]
+
+RESULT_EVENT_UNDELIVERABLE = ResultEventUndeliverableError.error_code
 
 OnOutcome = Callable[[Mapping[str, Any], Outcome], None]
 
@@ -336,6 +339,9 @@ class ModelStep:
             result = self._components().work.dead_letter(error, None, dead_key)
             return self._components().work.hand_off_result(result, dead_key, delivery)
         delivery.log.fields["business_key"] = business_key
+        if marker is not None and marker.get("error_code") == RESULT_EVENT_UNDELIVERABLE:
+            # An operator's redrive of a result event the bus refused: republish, never ask.
+            return parts.result_hand_off.republish(marker, business_key, delivery)
         key = record_key(
             business_key,
             prompt_version=settings.prompt_version,

@@ -261,15 +261,6 @@ class UnitOfWork:
         dead_key = dict(key)
         return self.hand_off_result(self.dead_letter(refused, key, dead_key), dead_key, delivery)
 
-    def publish_result(self, *, request: dict[str, Any], delivery: Delivery) -> dict[str, Any]:
-        """The idempotent result-event publish (record suffix ``#result-event``). Raises
-        ``ResultEventError`` when the bus refuses it, which releases this record only: the
-        retry replays the key's stored result and publishes again."""
-        publisher = self._parts.result_events
-        assert publisher is not None
-        event_id = publisher.publish(request["result"], request["record_id"])
-        return {"result_event_id": event_id}
-
     def dead_letter(
         self, error: NonRetryableError, key: Mapping[str, Any] | None, dead_key: dict[str, Any]
     ) -> DeadLetteredResult:
