@@ -1029,6 +1029,8 @@ class IdempotentModelStep(Construct):
     def _alarms(self, props: _StepProps) -> None:
         """The step's alarms, each notifying ``alarm_topic`` when given."""
         self.alarms: list[cloudwatch.Alarm] = self._create_alarms(props.max_event_age)
+        if self.result_bus is not None:
+            self.alarms.append(self._result_events_alarm())
         if props.alarm_topic is not None:
             for alarm in self.alarms:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
@@ -1308,18 +1310,6 @@ class IdempotentModelStep(Construct):
                 "dead-lettered this way carries ERROR_CODE ReceivesExhausted.",
             ),
         ]
-        if self.result_bus is not None:
-            specs.append(
-                (
-                    "ResultEventsUncertainAlarm",
-                    self.metric_result_events_uncertain(),
-                    "A key's result event may or may not be on the result bus: the delivery "
-                    "publishing it was killed or timed out before recording it, and it is not "
-                    "published again (at most once). Look up the keys in the function's log "
-                    "(outcome result_event_uncertain) and check the downstream consumer; "
-                    "re-publish a missing one by hand or retry its row.",
-                )
-            )
         alarms = [
             occurrence_alarm(self, alarm_id, metric, description)
             for alarm_id, metric, description in specs
@@ -1341,6 +1331,19 @@ class IdempotentModelStep(Construct):
             )
         )
         return alarms
+
+    def _result_events_alarm(self) -> cloudwatch.Alarm:
+        """With ``result_bus``: a result event the runtime could not tell was published."""
+        return occurrence_alarm(
+            self,
+            "ResultEventsUncertainAlarm",
+            self.metric_result_events_uncertain(),
+            "A key's result event may or may not be on the result bus: the delivery "
+            "publishing it was killed or timed out before recording it, and it is not "
+            "published again (at most once). Look up the keys in the function's log "
+            "(outcome result_event_uncertain) and check the downstream consumer; "
+            "re-publish a missing one by hand or retry its row.",
+        )
 
     # ------------------------------------------- Message Batches delivery (issue 19)
     @staticmethod

@@ -187,6 +187,16 @@ def payload_omitted(body: object) -> dict[str, Any] | None:
     }
 
 
+def _note_cut_body(item: dict[str, Any], body: object) -> str:
+    """Keep a cut body's ``payload_omitted`` note on ``item`` (it is then not retryable:
+    its event is not whole); the words to add to its reason ("" when it was not cut)."""
+    omitted = payload_omitted(body)
+    if omitted is None:
+        return ""
+    item["payload_omitted"] = omitted
+    return f" (body cut to fit the queue: {', '.join(omitted['fields'])} left out)"
+
+
 def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
     """Turn one SQS record into a failures-table item.
 
@@ -232,11 +242,7 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     letter_id = dead_letter_id(original_event, attrs)
     if letter_id is not None:
         item["dead_letter_id"] = letter_id
-    omitted = payload_omitted(original_event)
-    if omitted is not None:
-        # Cut to fit the queue: recorded, and never re-published as if it were whole.
-        item["payload_omitted"] = omitted
-        reason += f" (body cut to fit the queue: {', '.join(omitted['fields'])} left out)"
+    reason += _note_cut_body(item, original_event)
     original_event = _without_dead_letter(original_event)
     upload_id, row_number, detail = _attribution(original_event)
     kind = event_kind(original_event)
@@ -253,7 +259,9 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
         failure_id = f"message#{message_id}"
     item.update(
         kind=kind,
-        retryable=kind == KIND_MODEL and error_code in TRANSIENT_ERROR_CODES and not omitted,
+        retryable=kind == KIND_MODEL
+        and error_code in TRANSIENT_ERROR_CODES
+        and "payload_omitted" not in item,
         upload_id=upload_id or UNATTRIBUTED_UPLOAD_ID,
         failure_id=failure_id,
         error_code=error_code,

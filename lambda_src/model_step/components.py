@@ -106,16 +106,20 @@ class StepComponents:
             build_user_message,
             parse_answer,
         )
-        self.dead_letters = DeadLetterPublisher(
-            settings.dead_letter_queue_url,
-            lambda: self.boto3_client("sqs"),
-            protected=key_fields(settings.idempotency_key),
-        )
+        self.dead_letters = self._dead_letter_publisher(settings)
         self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
         self._result_events(settings)
         # Message Batches delivery (issue 19); None in realtime.
         self.batch: BatchDelivery | None = (
             BatchDelivery(self) if settings.model_delivery == "batch" else None
+        )
+
+    def _dead_letter_publisher(self, settings: Settings) -> DeadLetterPublisher:
+        """The DLQ sender; a body cut to fit never drops the business key's fields."""
+        return DeadLetterPublisher(
+            settings.dead_letter_queue_url,
+            lambda: self.boto3_client("sqs"),
+            protected=key_fields(settings.idempotency_key),
         )
 
     def _result_events(self, settings: Settings) -> None:

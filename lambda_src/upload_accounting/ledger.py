@@ -475,19 +475,9 @@ class UploadLedger:
         for counter, amount in increments.items():
             update.add(counter, amount)
         _add_batch_id(update, outcome)
-        reasons = self._transact(
-            [
-                {
-                    "Update": {
-                        "TableName": self.settings.upload_rows_table_name,
-                        "Key": {"upload_id": _av(upload_id), "row_number": _av(row_number)},
-                        **marker_update.request(condition),
-                    }
-                },
-                self._upload_update(upload_id, update),
-            ]
+        return self._update_marker_and_upload(
+            upload_id, row_number, marker_update.request(condition), update
         )
-        return reasons is None
 
     def _count_key(
         self, upload_id: str, row_number: int, key_id: str, increments: Mapping[str, int]
@@ -501,13 +491,22 @@ class UploadLedger:
         update = _Update()
         for counter, amount in increments.items():
             update.add(counter, amount)
+        return self._update_marker_and_upload(
+            upload_id, row_number, marker_update.request(condition), update
+        )
+
+    def _update_marker_and_upload(
+        self, upload_id: str, row_number: int, marker_request: dict[str, Any], update: _Update
+    ) -> bool:
+        """Update the row's marker and its upload in one transaction; False when a
+        condition did not hold (nothing written)."""
         reasons = self._transact(
             [
                 {
                     "Update": {
                         "TableName": self.settings.upload_rows_table_name,
                         "Key": {"upload_id": _av(upload_id), "row_number": _av(row_number)},
-                        **marker_update.request(condition),
+                        **marker_request,
                     }
                 },
                 self._upload_update(upload_id, update),

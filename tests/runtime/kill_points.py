@@ -1,5 +1,9 @@
 """Kills at chosen points of an invocation, for tests on a movable clock (issue 31).
 
+:func:`movable_clock` installs ``tests.faults.harness.MovableClock`` (moto's SQS, Powertools
+and the runtime read it); advancing it :data:`PAST_THE_DEADLINE` expires a killed
+invocation's lock, as its Lambda deadline would.
+
 A kill is :class:`LambdaKilled`, a ``BaseException`` (the one of ``test_combined_faults``):
 no ``except Exception`` and no Powertools cleanup runs after it, as after a real kill. Each
 helper is a context manager yielding a dict ``{"left": N}``: the Nth next matching call is
@@ -14,10 +18,29 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
+from tests.faults.harness import MovableClock
+
 from .conftest import boto3_session
 from .test_combined_faults import LambdaKilled
 
-__all__ = ["LambdaKilled", "after_model_answer", "after_put_events", "before_save"]
+__all__ = [
+    "PAST_THE_DEADLINE",
+    "LambdaKilled",
+    "after_model_answer",
+    "after_put_events",
+    "before_save",
+    "movable_clock",
+]
+
+#: Past a killed invocation's deadline (FakeLambdaContext gives 30 s): its lock has expired.
+PAST_THE_DEADLINE = 31
+
+
+@contextlib.contextmanager
+def movable_clock() -> Iterator[MovableClock]:
+    clock = MovableClock()
+    with clock.installed():
+        yield clock
 
 
 def _countdown(state: dict, what: str) -> None:

@@ -13,15 +13,11 @@ import json
 import pytest
 from model_step import RetryableAnswerError
 
-from tests.faults.harness import MovableClock
-
 from . import kill_points
 from .conftest import FakeLambdaContext, fresh_event
-from .kill_points import LambdaKilled
+from .kill_points import PAST_THE_DEADLINE, LambdaKilled
 from .test_combined_faults import emf, metric_total, run
 
-#: Past a killed invocation's deadline (FakeLambdaContext gives 30 s): its lock has expired.
-PAST_THE_DEADLINE = 31
 FAKE_USAGE = {
     "input_tokens": 12,
     "output_tokens": 3,
@@ -32,8 +28,7 @@ FAKE_USAGE = {
 
 @pytest.fixture
 def clock():
-    clock = MovableClock()
-    with clock.installed():
+    with kill_points.movable_clock() as clock:
         yield clock
 
 
