@@ -447,8 +447,10 @@ class IdempotentModelStep(Construct):
       ``InvocationsFailedToBeSentToDlq``, or on a v2 bus ``OnFailureDestinationDelivered``
       / ``EventsDropped``); messages on the DLQ (its depth, and every receive from it,
       so SQS's own redrives and messages a DLQ consumer took are both seen); any row
-      reaching ``redrive_queue``; and the buffer's oldest message approaching
-      ``max_event_age``. Each notifies ``alarm_topic`` if given.
+      reaching ``redrive_queue``; the buffer's oldest message approaching
+      ``max_event_age``; and, with ``result_bus``, any result event the runtime could not
+      tell was published (``ResultEventsUncertainAlarm``). Each notifies ``alarm_topic``
+      if given.
 
     Example::
 
@@ -568,7 +570,10 @@ class IdempotentModelStep(Construct):
         ``DeduplicationId`` is the key's record id). Detail types
         ``RESULT_COMPLETED`` ("Model Step Completed") and ``RESULT_DEAD_LETTERED``
         ("Model Step Dead Lettered"), source the step's construct path; subscribe a
-        downstream step with :meth:`result_event_pattern`. Default: none, no events.
+        downstream step with :meth:`result_event_pattern`. At most once per key: an event
+        the runtime cannot tell was published (a kill right after ``PutEvents``) is not
+        sent again and raises ``ResultEventsUncertainAlarm``; one the bus refuses on 5
+        deliveries is a ``ResultEventUndeliverable`` dead letter. Default: none, no events.
     :param tracing: X-Ray active tracing on the function, with Powertools Tracer
         subsegments around the model call and each idempotency-store call (names and an
         error class only, never row or answer text). Default ``False``: X-Ray bills per
@@ -1103,6 +1108,8 @@ class IdempotentModelStep(Construct):
     def _alarms(self, props: _StepProps) -> None:
         """The step's alarms, each notifying ``alarm_topic`` when given."""
         self.alarms: list[cloudwatch.Alarm] = self._create_alarms(props.max_event_age)
+        if self.result_bus is not None:
+            self.alarms.append(self._result_events_alarm())
         if props.alarm_topic is not None:
             for alarm in self.alarms:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
@@ -1306,6 +1313,13 @@ class IdempotentModelStep(Construct):
         """Output tokens of billed answers (EMF ``OutputTokens``, Sum, default 5 minutes)."""
         return self._runtime_metric("OutputTokens", period)
 
+    def metric_result_events_uncertain(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Result events that may or may not be on ``result_bus`` (EMF
+        ``ResultEventsUncertain``, Sum, default 5 minutes): a delivery about to publish a
+        key's event was killed (or timed out) before recording it, and the runtime does not
+        publish it again, so the bus holds it at most once."""
+        return self._runtime_metric("ResultEventsUncertain", period)
+
     def metric_buffer_depth(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Rows waiting in the buffer queue (``ApproximateNumberOfMessagesVisible``, Maximum,
         1 minute)."""
@@ -1398,6 +1412,19 @@ class IdempotentModelStep(Construct):
             )
         )
         return alarms
+
+    def _result_events_alarm(self) -> cloudwatch.Alarm:
+        """With ``result_bus``: a result event the runtime could not tell was published."""
+        return occurrence_alarm(
+            self,
+            "ResultEventsUncertainAlarm",
+            self.metric_result_events_uncertain(),
+            "A key's result event may or may not be on the result bus: the delivery "
+            "publishing it was killed or timed out before recording it, and it is not "
+            "published again (at most once). Look up the keys in the function's log "
+            "(outcome result_event_uncertain) and check the downstream consumer; "
+            "re-publish a missing one by hand or retry its row.",
+        )
 
     # ------------------------------------------- Message Batches delivery (issue 19)
     @staticmethod

@@ -172,6 +172,31 @@ def dead_letter_id(body: object, attrs: dict[str, str]) -> str | None:
     return None
 
 
+def payload_omitted(body: object) -> dict[str, Any] | None:
+    """The model step's ``dead_letter.payload_omitted`` note of a body cut to fit the queue
+    (``fields``, ``bytes``, ``sha256``), or None."""
+    member = body.get(dl.DEAD_LETTER_MEMBER) if isinstance(body, dict) else None
+    note = member.get(dl.PAYLOAD_OMITTED) if isinstance(member, dict) else None
+    if not isinstance(note, dict):
+        return None
+    fields = note.get("fields")
+    return {
+        "fields": [str(name) for name in fields] if isinstance(fields, list) else [],
+        "bytes": int(note["bytes"]) if isinstance(note.get("bytes"), int) else 0,
+        "sha256": str(note.get("sha256") or ""),
+    }
+
+
+def _note_cut_body(item: dict[str, Any], body: object) -> str:
+    """Keep a cut body's ``payload_omitted`` note on ``item`` (it is then not retryable:
+    its event is not whole); the words to add to its reason ("" when it was not cut)."""
+    omitted = payload_omitted(body)
+    if omitted is None:
+        return ""
+    item["payload_omitted"] = omitted
+    return f" (body cut to fit the queue: {', '.join(omitted['fields'])} left out)"
+
+
 def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
     """Turn one SQS record into a failures-table item.
 
@@ -182,7 +207,9 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     kind ``duplicate`` under ``duplicate#%08d``, so it never overwrites the row's real
     failure. ``retryable`` is True for a row whose error is transient
     (TRANSIENT_ERROR_CODES). The model step's ``dead_letter`` member is stored as
-    ``dead_letter_id`` and left out of ``original_event``. Never raises on bad input: a
+    ``dead_letter_id`` and left out of ``original_event``; a body the step cut to fit the
+    queue keeps its ``payload_omitted`` note and is not retryable (its event is not whole).
+    Never raises on bad input: a
     body that is not a JSON object is stored raw with error_code ``UnparseableDeadLetter``.
     """
     message_id = str(record.get("messageId", ""))
@@ -215,6 +242,7 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     letter_id = dead_letter_id(original_event, attrs)
     if letter_id is not None:
         item["dead_letter_id"] = letter_id
+    reason += _note_cut_body(item, original_event)
     original_event = _without_dead_letter(original_event)
     upload_id, row_number, detail = _attribution(original_event)
     kind = event_kind(original_event)
@@ -231,7 +259,9 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
         failure_id = f"message#{message_id}"
     item.update(
         kind=kind,
-        retryable=kind == KIND_MODEL and error_code in TRANSIENT_ERROR_CODES,
+        retryable=kind == KIND_MODEL
+        and error_code in TRANSIENT_ERROR_CODES
+        and "payload_omitted" not in item,
         upload_id=upload_id or UNATTRIBUTED_UPLOAD_ID,
         failure_id=failure_id,
         error_code=error_code,

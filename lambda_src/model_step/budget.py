@@ -14,7 +14,16 @@ and writes the same numbers:
 - ``first_seen``: when the step first saw the row; the rate-limit window starts there, never
   at the producer's ``time``.
 - ``rate_limited``: 429/529 waits so far (the backoff exponent without ``retry-after``).
-- ``requeues``: times the row came back from the redrive queue and was put back.
+- ``requeues``: times the row came back from the redrive queue and was put back, counted
+  once per redrive message (``requeued_message``: the last one counted), so the same message
+  back after a failed ``on_outcome`` spends nothing.
+- ``unbilled`` and the four token counts (``input_tokens``...): what the claimed attempts
+  that failed cost, as each reports back: an attempt the provider did not bill (a 401, or
+  Bedrock's ``ModelNotReadyException``) adds to ``unbilled``, an answer that was billed and
+  still retried (``RetryableAnswerError``) adds its tokens. With ``attempts`` they give the
+  key's billed requests and tokens so far (:meth:`BudgetState.billed_requests`), which the
+  stored result carries, so a replay reports the key's totals with no extra write. An
+  interrupted attempt counts as billed: its request was sent, and nobody saw its answer.
 - ``counted``: set once by the delivery that first reports the key's dead letter, so a
   second DLQ message after a kill is never counted twice.
 
@@ -31,16 +40,21 @@ record.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
 from . import clock
+from .outcome import Usage, zero_usage
 
 BUDGET_SUFFIX = "#budget"
 INTERRUPTED = "AttemptInterrupted"
+#: The token counts an item keeps, as :class:`~.outcome.Usage` names them.
+TOKEN_FIELDS = tuple(Usage.__annotations__)
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,20 @@ class BudgetState:
     last_error: str | None = None
     rate_limited: int = 0
     requeues: int = 0
+    #: The token of the claim that never reported back (``interrupted``), if any.
+    pending: str | None = None
+    #: Claimed attempts the provider did not bill.
+    unbilled: int = 0
+    #: Tokens of billed answers that were retried.
+    usage: Usage = field(default_factory=zero_usage)
+    #: What those answers cost, in billionths of a US dollar at the prices they were billed
+    #: at (issue 32; 0 without a price).
+    cost_nanousd: int = 0
+
+    @property
+    def billed_requests(self) -> int:
+        """The key's billed requests so far: claimed attempts less the unbilled ones."""
+        return max(0, self.attempts - self.unbilled)
 
     @property
     def exhaustion_code(self) -> str:
@@ -78,6 +106,10 @@ class BudgetState:
             last_error=item.get("last_error", {}).get("S"),
             rate_limited=_number(item.get("rate_limited")),
             requeues=_number(item.get("requeues")),
+            pending=item.get("pending", {}).get("S"),
+            unbilled=_number(item.get("unbilled")),
+            usage=_usage(item),
+            cost_nanousd=_number(item.get("cost_nanousd")),
         )
 
 
@@ -169,26 +201,58 @@ class AttemptBudget:
             old_item = {}
         old = BudgetState.from_item(old_item, now)
         self._token = token
-        return Claim(
-            True,
-            BudgetState(
-                attempts=old.attempts + 1,
-                first_seen=old.first_seen
-                if old.first_seen is not None
-                else float(self._start(now)),
-                interrupted=old.interrupted,
-                last_error=old.last_error,
-                rate_limited=old.rate_limited,
-                requeues=old.requeues,
-            ),
-        )
+        first = old.first_seen if old.first_seen is not None else float(self._start(now))
+        return Claim(True, dataclasses.replace(old, attempts=old.attempts + 1, first_seen=first))
 
-    def report_failure(self, error_code: str) -> None:
-        """The claimed attempt failed with ``error_code`` (it stays spent)."""
-        self._update(
-            "SET #last = :code, #exp = :exp REMOVE #pending",
-            {":code": {"S": error_code}, ":exp": self._expiry(clock.now())},
-        )
+    def report_failure(
+        self,
+        error_code: str,
+        *,
+        billed: bool = True,
+        usage: Usage | None = None,
+        cost_nanousd: int = 0,
+    ) -> None:
+        """The claimed attempt failed with ``error_code`` (it stays spent). ``billed``: the
+        provider billed it (default True); ``usage``: the tokens of a billed answer that is
+        retried anyway (default None: none), ``cost_nanousd`` what it cost (default 0). All
+        join the key's totals in the same write."""
+        expression = "SET #last = :code, #exp = :exp REMOVE #pending"
+        values: dict[str, Any] = {":code": {"S": error_code}, ":exp": self._expiry(clock.now())}
+        adds = [] if billed else ["#unbilled :one"]
+        values.update({} if billed else {":one": {"N": "1"}})
+        counts = {**cast(Mapping[str, int], usage or zero_usage()), "cost_nanousd": cost_nanousd}
+        for name, count in counts.items():
+            if count:
+                adds.append(f"#{name} :{name}")
+                values[f":{name}"] = {"N": str(count)}
+        self._update(expression + (" ADD " + ", ".join(adds) if adds else ""), values)
+
+    def settle_interrupted(self, token: str) -> bool:
+        """Mark the interrupted attempt ``token`` as settled (its code ``AttemptInterrupted``
+        kept as the last error): True for the one caller whose conditional write removed it,
+        so a used-up budget's last interrupted attempt is counted once."""
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._key,
+                UpdateExpression="SET #last = :code, #exp = :exp REMOVE #pending",
+                ConditionExpression="#pending = :token",
+                ExpressionAttributeNames={
+                    "#last": "last_error",
+                    "#exp": "expiration",
+                    "#pending": "pending",
+                },
+                ExpressionAttributeValues={
+                    ":code": {"S": INTERRUPTED},
+                    ":exp": self._expiry(clock.now()),
+                    ":token": {"S": token},
+                },
+            )
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def give_back(self) -> BudgetState:
         """The claimed attempt was not billed (429/529): return it and count the wait."""
@@ -198,18 +262,44 @@ class AttemptBudget:
             returns=True,
         )
 
-    def note_requeue(self) -> BudgetState:
-        """The row came back from the redrive queue: count it (and start the window if the
-        step never saw the row before)."""
+    def note_requeue(self, message_id: str) -> tuple[BudgetState, bool]:
+        """The redrive message ``message_id`` brought the row back: count it once (and start
+        the window if the step never saw the row before). Returns the state and whether this
+        call counted it: the same message again (its delivery failed after this, e.g. in
+        ``on_outcome``) is not another requeue."""
         now = clock.now()
         current = self._client.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
         if _expired(current.get("Item") or {}, now):
             self._restart(now)
-        return self._update(
-            "SET #first = if_not_exists(#first, :first), #exp = :exp ADD #requeues :one",
-            {":first": {"N": self._start(now)}, ":exp": self._expiry(now), ":one": {"N": "1"}},
-            returns=True,
-        )
+        try:
+            response = self._client.update_item(
+                TableName=self._table,
+                Key=self._key,
+                UpdateExpression=(
+                    "SET #first = if_not_exists(#first, :first), #exp = :exp, #message = :message "
+                    "ADD #requeues :one"
+                ),
+                ConditionExpression="attribute_not_exists(#message) OR #message <> :message",
+                ExpressionAttributeNames={
+                    "#first": "first_seen",
+                    "#exp": "expiration",
+                    "#message": "requeued_message",
+                    "#requeues": "requeues",
+                },
+                ExpressionAttributeValues={
+                    ":first": {"N": self._start(now)},
+                    ":exp": self._expiry(now),
+                    ":message": {"S": message_id},
+                    ":one": {"N": "1"},
+                },
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if _code(error) != "ConditionalCheckFailedException":
+                raise
+            return BudgetState.from_item(error.response.get("Item"), now), False
+        return BudgetState.from_item(response.get("Attributes"), now), True
 
     def read(self) -> BudgetState:
         """The current state (one consistent GetItem)."""
@@ -274,6 +364,9 @@ class AttemptBudget:
             "#first": "first_seen",
             "#exp": "expiration",
             "#requeues": "requeues",
+            "#unbilled": "unbilled",
+            "#cost_nanousd": "cost_nanousd",
+            **{f"#{name}": name for name in TOKEN_FIELDS},
         }
         used = {name: attribute for name, attribute in names.items() if name in expression}
         response = self._client.update_item(
@@ -290,6 +383,15 @@ class AttemptBudget:
 def _expired(item: dict[str, Any], now: float) -> bool:
     expiration = item.get("expiration", {}).get("N")
     return expiration is not None and float(expiration) < now
+
+
+def _usage(item: dict[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=_number(item.get("input_tokens")),
+        output_tokens=_number(item.get("output_tokens")),
+        cache_creation_input_tokens=_number(item.get("cache_creation_input_tokens")),
+        cache_read_input_tokens=_number(item.get("cache_read_input_tokens")),
+    )
 
 
 def _number(attribute: dict[str, str] | None) -> int:

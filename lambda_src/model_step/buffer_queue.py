@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .dead_letter import MAX_MESSAGE_BYTES, json_body
 from .errors import ConfigurationError
+from .key import json_number
 from .lifetime import FIRST_SEEN_FIELD
 
 logger = logging.getLogger(__name__)
@@ -77,9 +79,11 @@ class QueueDelivery:
 
 
 def parse_body(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The EventBridge event in a record's body, or None if it is not a JSON object."""
+    """The EventBridge event in a record's body, or None if it is not a JSON object. Numbers
+    keep their exact value (:func:`.key.json_number`): ``9007199254740993.0`` is read as the
+    integer it is, not rounded to a float first."""
     try:
-        event = json.loads(record.get("body") or "")
+        event = json.loads(record.get("body") or "", parse_float=json_number)
     except (TypeError, ValueError):
         return None
     return event if isinstance(event, dict) else None
@@ -150,14 +154,17 @@ class BufferQueue:
     ) -> None:
         """A copy of ``event`` on the buffer queue, visible after ``wait`` seconds (at most
         15 minutes). It carries nothing of this message (the key's budget is on the key),
-        only, when ``stamp`` is given, the key's first-seen time (:mod:`.lifetime`)."""
-        body = {name: value for name, value in event.items() if name != FIRST_SEEN_FIELD}
+        only, when ``stamp`` is given, the key's first-seen time (:mod:`.lifetime`), left
+        out of a copy it would take past the size every queue accepts (the key's budget
+        item has the time too). The body is UTF-8 JSON, as the event came: escaped ASCII
+        would make a non-ASCII row up to twice as large as the message it came in."""
+        document = {name: value for name, value in event.items() if name != FIRST_SEEN_FIELD}
+        body = json_body(document)
         if stamp is not None:
-            body[FIRST_SEEN_FIELD] = dict(stamp)
+            stamped = json_body({**document, FIRST_SEEN_FIELD: dict(stamp)})
+            body = stamped if len(stamped.encode()) <= MAX_MESSAGE_BYTES else body
         self._sqs_client().send_message(
-            QueueUrl=self._url(queue),
-            MessageBody=json.dumps(body, default=str),
-            DelaySeconds=delay_seconds(wait),
+            QueueUrl=self._url(queue), MessageBody=body, DelaySeconds=delay_seconds(wait)
         )
 
     def space_retry(self, queue: QueueDelivery, attempts_spent: int) -> None:

@@ -17,10 +17,18 @@ from .buffer_queue import BufferQueue
 from .client import ModelClientProvider
 from .config import Settings
 from .dead_letter import DeadLetterPublisher
-from .key import RecordKey
+from .hand_off_item import HandOffItem
+from .key import RecordKey, key_fields
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
 from .persistence import ReleasingDynamoDBPersistenceLayer
-from .result_events import RESULT_EVENT_SUFFIX, BusKind, ResultPublisher
+from .result_events import (
+    CLIENT_CONFIG,
+    CLIENT_SERVICES,
+    RESULT_EVENT_SUFFIX,
+    BusKind,
+    ResultPublisher,
+)
+from .result_hand_off import ResultHandOff
 from .tracing import StepTracer
 from .work import UnitOfWork
 
@@ -98,9 +106,7 @@ class StepComponents:
             build_user_message,
             parse_answer,
         )
-        self.dead_letters = DeadLetterPublisher(
-            settings.dead_letter_queue_url, lambda: self.boto3_client("sqs")
-        )
+        self.dead_letters = self._dead_letter_publisher(settings)
         self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
         self._result_events(settings)
         # Message Batches delivery (issue 19); None in realtime.
@@ -108,12 +114,21 @@ class StepComponents:
             BatchDelivery(self) if settings.model_delivery == "batch" else None
         )
 
+    def _dead_letter_publisher(self, settings: Settings) -> DeadLetterPublisher:
+        """The DLQ sender; a body cut to fit never drops the business key's fields."""
+        return DeadLetterPublisher(
+            settings.dead_letter_queue_url,
+            lambda: self.boto3_client("sqs"),
+            protected=key_fields(settings.idempotency_key),
+        )
+
     def _result_events(self, settings: Settings) -> None:
         """With a result bus: the publisher, and its hand-off under a record of its own
         (suffix ``#result-event``) keyed on the result's record key, so each key's terminal
-        result is published once, whatever its deliveries."""
+        result is published at most once, whatever its deliveries."""
         #: ``None`` without ``RESULT_BUS_ARN``.
         self.result_events: ResultPublisher | None = None
+        self.result_hand_off = ResultHandOff(self)
         if settings.result_bus_arn is None:
             return
         kind: BusKind = "v2" if settings.result_bus_kind == "v2" else "classic"
@@ -128,7 +143,7 @@ class StepComponents:
         prefix = settings.record_prefix + RESULT_EVENT_SUFFIX
         self.result_event_persistence = self._persistence(self.result_event_config, prefix)
         self.publish_result = idempotent_function(
-            self.work.publish_result,
+            self.result_hand_off.publish,
             data_keyword_argument="request",
             persistence_store=self.result_event_persistence,
             config=self.result_event_config,
@@ -151,7 +166,8 @@ class StepComponents:
         with _CLIENT_LOCK:
             if service_name not in self._clients:
                 session = self._session or shared_session()
-                self._clients[service_name] = session.client(service_name)
+                config = CLIENT_CONFIG if service_name in CLIENT_SERVICES else None
+                self._clients[service_name] = session.client(service_name, config=config)
             return self._clients[service_name]
 
     def register_context(self, context: Any) -> None:
@@ -174,6 +190,22 @@ class StepComponents:
     def hand_off_counter(self, request: dict[str, Any]) -> AttemptBudget:
         """The budget item of a dead letter's hand-off record, which counts it once."""
         return self._budget(self.hand_off_persistence.record_id(request), 0)
+
+    def hand_off_item(self, request: dict[str, Any]) -> HandOffItem:
+        """The same item of a dead letter's hand-off: its failed sends."""
+        return self._hand_off_item(self.hand_off_persistence.record_id(request))
+
+    def result_event_item(self, request: dict[str, Any]) -> HandOffItem:
+        """The item of a result event's hand-off: its intent and failed publishes."""
+        return self._hand_off_item(self.result_event_persistence.record_id(request))
+
+    def _hand_off_item(self, record_id: str) -> HandOffItem:
+        return HandOffItem(
+            self.boto3_client("dynamodb"),
+            self.settings.idempotency_table_name,
+            record_id,
+            self.settings.expires_after_seconds,
+        )
 
     def _budget(self, record_id: str, limit: int, first_seen: float | None = None) -> AttemptBudget:
         return AttemptBudget(

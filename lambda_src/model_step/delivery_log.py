@@ -9,8 +9,18 @@ usage: ``cache_creation_input_tokens`` and ``cache_read_input_tokens``),
 a holder), ``TransientFailures``, ``AttemptsInterrupted`` (the previous attempt of the key
 never reported back: a kill, timeout or out-of-memory after its request was sent),
 ``NonRetryableFailures`` (once per dead-lettered key, however many DLQ messages it took) and
-``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left) and
-``RowsStaged`` (batch delivery: a row staged for a Message Batch, or found staged).
+``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left, once per
+redrive message), ``RowsStaged`` (batch delivery: a row staged for a Message Batch, or
+found staged) and ``ResultEventsUncertain`` (a key's result event that an earlier delivery
+was about to publish and never recorded: it may or may not be on the bus, and is not
+published again).
+
+What is spent is written where it is spent, not at the end of the delivery, which a killed
+one never reaches: ``ModelRequests``, ``RateLimited`` and the token counts right after the
+request is answered or fails (:meth:`DeliveryLog.spent`, once per delivery),
+``AttemptsInterrupted`` the moment a delivery finds an interrupted attempt, and
+``NonRetryableFailures`` right after the write that won the key's one count. The rest are
+written by :meth:`DeliveryLog.flush` at the end.
 
 Logs carry codes, ids and the business key, never the row's values or the model's text.
 """
@@ -38,44 +48,86 @@ class DeliveryLog:
         self._metrics = EphemeralMetrics(
             namespace=settings.metrics_namespace, service=settings.service_name
         )
+        self._spent_written = False
         self.fields: dict[str, Any] = {
             "prompt_version": settings.prompt_version,
             "model_id": settings.model_id,
             "aws_request_id": getattr(context, "aws_request_id", None),
         }
 
-    def _count(self, name: str, value: int = 1) -> None:
-        self._metrics.add_metric(name, MetricUnit.Count, value)
+    def _count(self, name: str, value: int = 1, into: EphemeralMetrics | None = None) -> None:
+        """Add ``value`` to ``name`` in the delivery's metrics, or in ``into``."""
+        (self._metrics if into is None else into).add_metric(name, MetricUnit.Count, value)
+
+    def _now(self) -> EphemeralMetrics:
+        """Metrics to write at once (:meth:`_write`), apart from :meth:`flush`."""
+        return EphemeralMetrics(namespace=self._namespace, service=self._service)
+
+    @staticmethod
+    def _write(metrics: EphemeralMetrics) -> None:
+        if metrics.metric_set:  # an empty flush warns
+            metrics.flush_metrics()
 
     def counted_dead_letter(self) -> None:
         """This delivery won the key's one count of its dead letter: the metric is written
         NOW, right after the conditional write that won it, not at the end of the delivery,
         so a kill later in the delivery (while its record is saved) cannot lose it."""
-        metrics = EphemeralMetrics(namespace=self._namespace, service=self._service)
-        metrics.add_metric("NonRetryableFailures", MetricUnit.Count, 1)
-        metrics.flush_metrics()
+        now = self._now()
+        self._count("NonRetryableFailures", 1, now)
+        self._write(now)
 
     def spent(self, spend: Spend) -> None:
+        """Write what the delivery's model call cost, NOW and once: the unit of work calls it
+        as soon as the request is answered or fails, so a kill later in the delivery (its
+        save, the DLQ hand-off, the result event) cannot lose a billed request; a second
+        call (the end of the delivery) writes nothing."""
+        if self._spent_written:
+            return
+        self._spent_written = True
+        now = self._now()
         if spend.requests:
-            self._count("ModelRequests", spend.requests)
+            self._count("ModelRequests", spend.requests, now)
         if spend.rate_limited:
-            self._count("RateLimited", spend.rate_limited)
+            self._count("RateLimited", spend.rate_limited, now)
         if spend.requests and spend.usage["cache_creation_input_tokens"]:
-            self._count("CacheWriteInputTokens", spend.usage["cache_creation_input_tokens"])
+            self._count("CacheWriteInputTokens", spend.usage["cache_creation_input_tokens"], now)
         if spend.requests and spend.usage["cache_read_input_tokens"]:
-            self._count("CacheReadInputTokens", spend.usage["cache_read_input_tokens"])
+            self._count("CacheReadInputTokens", spend.usage["cache_read_input_tokens"], now)
         # Only a billed answer reports usage; a zero is left out (a Sum graph reads the same).
         if spend.usage["input_tokens"]:
-            self._count("InputTokens", spend.usage["input_tokens"])
+            self._count("InputTokens", spend.usage["input_tokens"], now)
         if spend.usage["output_tokens"]:
-            self._count("OutputTokens", spend.usage["output_tokens"])
+            self._count("OutputTokens", spend.usage["output_tokens"], now)
+        self._write(now)
 
     def interrupted(self) -> None:
-        self._count("AttemptsInterrupted")
+        """The key's previous attempt never reported back. Called once per such attempt (the
+        claim that replaced it, or the one delivery that settled it) and written NOW: the
+        delivery that finds it may itself be killed."""
+        now = self._now()
+        self._count("AttemptsInterrupted", 1, now)
+        self._write(now)
         self._logger.warning(
             "the previous attempt of this key never reported back (killed after its request "
             "was sent); it stays spent",
             extra={**self.fields, "outcome": "interrupted"},
+        )
+
+    def result_event_uncertain(self, bus_kind: str, intent_age: float) -> None:
+        """An earlier delivery meant to publish the key's result event and never recorded
+        the outcome; nothing is published again (at most once). Written NOW."""
+        now = self._now()
+        self._count("ResultEventsUncertain", 1, now)
+        self._write(now)
+        self._logger.warning(
+            "the key's result event may or may not be on the bus: an earlier delivery was "
+            "about to publish it and never recorded the outcome; it is not published again",
+            extra={
+                **self.fields,
+                "outcome": "result_event_uncertain",
+                "bus_kind": bus_kind,
+                "intent_age_s": round(intent_age, 3),
+            },
         )
 
     def in_progress(self) -> None:
@@ -85,8 +137,9 @@ class DeliveryLog:
             extra={**self.fields, "outcome": "in_progress"},
         )
 
-    def waiting(self, status: str, code: str, seconds: float) -> None:
-        if status == "requeued":
+    def waiting(self, status: str, code: str, seconds: float, *, counted: bool = True) -> None:
+        """A wait; ``counted`` False: a row put back by a redrive message already counted."""
+        if status == "requeued" and counted:
             self._count("RowsRequeued")
         self._logger.warning(
             "rate limited; the row waits"

@@ -228,7 +228,7 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
     ),
     EnvironmentVariable(
         RESULT_BUS_ARN,
-        "the result bus: each key's terminal result is published on it once "
+        "the result bus: each key's terminal result is published on it at most once "
         "(unset: no result events)",
     ),
     EnvironmentVariable(

@@ -34,12 +34,25 @@ class ConfigurationError(ModelStepError):
 
 class DeadLetterError(ModelStepError):
     """Sending a non-retryable event to the dead-letter queue failed. Raised, so the delivery
-    is retried; the retry replays the stored outcome and only re-sends (never re-bills)."""
+    is retried; the retry replays the stored outcome and only re-sends (never re-bills).
+    ``failures``: the deliveries whose send of this dead letter failed so far (0 when not
+    counted); past ``MAX_HAND_OFF_FAILURES`` the redrive queue stops putting the row back."""
+
+    def __init__(self, message: str, *, failures: int = 0) -> None:
+        super().__init__(message)
+        self.failures = failures
 
 
 class ResultEventError(ModelStepError):
     """Publishing a key's result event on the result bus failed. Raised, so the delivery is
-    retried; the retry replays the stored result and only publishes again (never re-bills)."""
+    retried; the retry replays the stored result and only publishes again (never re-bills).
+    ``uncertain``: the bus may have accepted the event (a read timeout, a connection closed
+    after the request was sent), so the publish's intent is kept for the next delivery to
+    reconcile; False: the bus certainly did not take it."""
+
+    def __init__(self, message: str, *, uncertain: bool = False) -> None:
+        super().__init__(message)
+        self.uncertain = uncertain
 
 
 class RetryableAnswerError(ModelStepError):
@@ -206,6 +219,23 @@ class MemoryExpiredError(NonRetryableError):
     made; it is dead-lettered so an operator decides (a DLQ redrive buys one request)."""
 
     error_code = MEMORY_EXPIRED
+
+
+class ResultEventUndeliverableError(NonRetryableError):
+    """The result bus refused the key's result event on ``MAX_HAND_OFF_FAILURES`` deliveries.
+    The key's stored result is kept; the row is acknowledged and this dead letter (its marker
+    names the key's record) is on the DLQ. An operator's redrive of it publishes the stored
+    result again and never calls the model."""
+
+    error_code = "ResultEventUndeliverable"
+
+
+class PayloadOmittedError(NonRetryableError):
+    """An operator redrove a dead letter whose body had to be cut to fit the DLQ
+    (``dead_letter.payload_omitted``). Answering it would send the model a truncated
+    payload, so it is refused; publish the full event again instead."""
+
+    error_code = "PayloadOmitted"
 
 
 class ReceivesExhaustedError(NonRetryableError):

@@ -7,9 +7,10 @@ business key (``IDEMPOTENCY_KEY`` over the detail) plus everything that shapes t
 from the DLQ). :func:`record_key` is the one function that builds it.
 
 Canonical form (see ``docs/runtime.md``, "Key canonicalisation"): before anything is hashed,
-numbers are compared by value (``1``, ``1.0`` and ``Decimal("1")`` are one key part, ``1.5``
-another) and strings are in Unicode NFC (a precomposed "é" and "e" + combining accent are one
-spelling). Booleans stay booleans: ``true`` is not ``1``.
+numbers are compared by value (``1``, ``1.0``, ``Decimal("1")`` and ``1e0`` are one key part,
+``1e30`` and ``10**30`` another, ``1.5`` a third) and strings are in Unicode NFC (a precomposed
+"é" and "e" + combining accent are one spelling). Booleans stay booleans: ``true`` is not
+``1``. Whitespace is significant: ``" 7"`` and ``"7"`` are two key parts.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ REPLAY_GENERATION_FIELD = "replay_generation"
 #: Top-level member the runtime adds to each event it dead-letters (see :mod:`.dead_letter`).
 DEAD_LETTER_FIELD = "dead_letter"
 _DEAD_LETTER_ID = re.compile(r"^[0-9a-f]{64}$")
+#: Python's default limit on the digits of an int read from or written as text (``json.loads``
+#: refuses longer integer literals): a larger integral value stays a float.
+_MAX_INT_DIGITS = 4300
 
 
 class RecordKey(TypedDict):
@@ -46,8 +50,9 @@ class RecordKey(TypedDict):
 
 
 def canonical(value: Any) -> Any:
-    """``value`` in canonical form: integral numbers as ``int``, other numbers as ``float``,
-    strings (and mapping keys) in NFC, recursively through lists and mappings."""
+    """``value`` in canonical form: integral numbers as the exact ``int`` (a float through its
+    shortest repr, so ``1e30`` is ``10**30``), other numbers as ``float``, strings (and
+    mapping keys) in NFC, recursively through lists and mappings."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, str):
@@ -63,16 +68,38 @@ def canonical(value: Any) -> Any:
     return value
 
 
+def json_number(text: str) -> int | float:
+    """``parse_float`` for the JSON the step reads itself (SQS bodies): a number written with
+    a fraction or an exponent, by its exact value. An integral one is the exact ``int``
+    (``"9007199254740993.0"`` is ``2**53 + 1``, which a float cannot hold), any other a
+    ``float``, as ``json.loads`` makes it."""
+    integral = _integral(decimal.Decimal(text))
+    return float(text) if integral is None else integral
+
+
 def _canonical_number(value: float | decimal.Decimal) -> int | float | decimal.Decimal:
     if isinstance(value, decimal.Decimal):
+        integral = _integral(value)
+        if integral is not None:
+            return integral
         if not value.is_finite():
             return value
-        if value == value.to_integral_value():
-            return int(value)
-        return float(value)
-    if math.isfinite(value) and value.is_integer():
-        return int(value)
+        value = float(value)  # then as any float: rounding may make it integral
+    if math.isfinite(value):
+        # The shortest repr is the number as written: 1e30 is 10**30, not int(1e30).
+        integral = _integral(decimal.Decimal(repr(value)))
+        if integral is not None:
+            return integral
     return value
+
+
+def _integral(value: decimal.Decimal) -> int | None:
+    """The exact ``int`` of an integral finite ``value`` (``-0`` is ``0``), else None."""
+    if not value.is_finite() or value != value.to_integral_value():
+        return None
+    if value and value.adjusted() >= _MAX_INT_DIGITS:
+        return None
+    return int(value)
 
 
 def extract_business_key(detail: Mapping[str, Any], expression: str) -> list[Any]:
@@ -118,11 +145,34 @@ def split_replay_generation(detail: Mapping[str, Any]) -> tuple[dict[str, Any], 
 def redrive_marker(event: Mapping[str, Any]) -> str | None:
     """The dead-letter id an event carries when an operator moved it back from the DLQ, or
     None (no marker, or one this runtime did not write)."""
+    marker = dead_letter_marker(event)
+    return None if marker is None else str(marker["id"])
+
+
+def dead_letter_marker(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The whole marker (``{"id", "error_code", ...}``) of an event an operator moved back
+    from the DLQ, or None (no marker, or one this runtime did not write)."""
     marker = event.get(DEAD_LETTER_FIELD)
     if not isinstance(marker, Mapping):
         return None
     marker_id = marker.get("id")
-    return marker_id if isinstance(marker_id, str) and _DEAD_LETTER_ID.match(marker_id) else None
+    valid = isinstance(marker_id, str) and _DEAD_LETTER_ID.match(marker_id)
+    return marker if valid else None
+
+
+def key_fields(expression: str) -> frozenset[str]:
+    """Every field name ``expression`` (``IDEMPOTENCY_KEY``, JMESPath) reads, at any depth:
+    the detail fields a dead letter cut to fit its queue never drops. A name that also
+    occurs deeper is kept at the top too: never dropping a key field matters more than the
+    few bytes."""
+    names: set[str] = set()
+    pending = [jmespath.compile(expression).parsed]
+    while pending:
+        node = pending.pop()
+        if node.get("type") == "field" and isinstance(node.get("value"), str):
+            names.add(node["value"])
+        pending.extend(child for child in node.get("children", []) if isinstance(child, dict))
+    return frozenset(names)
 
 
 def record_key(

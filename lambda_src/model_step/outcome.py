@@ -61,6 +61,14 @@ class CompletedResult(TypedDict):
     #: What the request cost in US dollars, at ``MODEL_RATES`` when it was billed (its tier,
     #: the batch discount); None: the model has no price. Absent on older results.
     cost_usd: NotRequired[float | None]
+    #: The key's billed requests over all its deliveries when this was stored (absent on
+    #: results stored before issue 31).
+    key_model_requests: NotRequired[int]
+    #: The tokens of all the key's billed answers, this one's included (absent: as above).
+    key_usage: NotRequired[Usage]
+    #: What all the key's billed answers cost in US dollars at the prices they were billed
+    #: at (None: the model has no price; absent: as above).
+    key_cost_usd: NotRequired[float | None]
 
 
 class DeadLetteredResult(TypedDict):
@@ -83,6 +91,14 @@ class DeadLetteredResult(TypedDict):
     delivery: NotRequired[str]
     #: The Message Batch whose result it is (batch delivery only).
     batch_id: NotRequired[str]
+    #: The key's billed requests over all its deliveries (a dead letter after a billed
+    #: answer, or after failed attempts, cost them too); absent before issue 31.
+    key_model_requests: NotRequired[int]
+    #: The tokens of all the key's billed answers; absent before issue 31.
+    key_usage: NotRequired[Usage]
+    #: What they cost in US dollars at the prices they were billed at (None: the model has
+    #: no price); absent before issues 31 and 32.
+    key_cost_usd: NotRequired[float | None]
 
 
 StepResult = CompletedResult | DeadLetteredResult
@@ -94,7 +110,7 @@ class Outcome(TypedDict):
     status: DeliveryStatus
     #: The result came from a stored record: this delivery made no model request for it.
     replayed: bool
-    #: Billed model requests this delivery made (0 or 1).
+    #: Billed model requests this delivery made (0 or 1); see ``key_model_requests``.
     model_requests: int
     #: 429/529 answers this delivery got (0 or 1).
     rate_limited: int
@@ -104,6 +120,18 @@ class Outcome(TypedDict):
     #: What this delivery's billed request cost in US dollars (0.0: none was made; None: the
     #: model has no price). A replay costs 0.0; its result carries what the original cost.
     cost_usd: NotRequired[float | None]
+    #: The record id of the key this delivery served: the same for every delivery of one
+    #: key, another for an operator's retry of it (None for an event with no key).
+    key_record_id: str | None
+    #: The key's billed requests over ALL its deliveries, killed ones included, from its
+    #: stored result: count a key once with these. None until the key has a terminal result
+    #: (and for a result stored before issue 31).
+    key_model_requests: int | None
+    #: The tokens of all the key's billed answers (None as for ``key_model_requests``).
+    key_usage: Usage | None
+    #: What the key's billed answers cost in US dollars (None as for ``key_model_requests``,
+    #: and when the model has no price).
+    key_cost_usd: NotRequired[float | None]
 
 
 def as_provider(name: str) -> Provider:

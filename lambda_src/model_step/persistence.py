@@ -178,8 +178,19 @@ class ReleasingDynamoDBPersistenceLayer(DynamoDBPersistenceLayer):
         """The COMPLETED result stored for ``data``'s record, or None (absent, in progress,
         or unreadable)."""
         try:
-            record = self._get_record(self.record_id(data))
+            record_id = self.record_id(data)
         except Exception:
+            return None
+        return self.stored_result_of(record_id)
+
+    def stored_result_of(self, record_id: str) -> dict[str, Any] | None:
+        """The COMPLETED, unexpired result stored under ``record_id``, or None (absent,
+        expired, in progress, or unreadable)."""
+        try:
+            record = self._get_record(record_id)
+        except Exception:
+            return None
+        if record.is_expired:
             return None
         if record.status != STATUS_CONSTANTS["COMPLETED"]:
             return None

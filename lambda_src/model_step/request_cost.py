@@ -33,6 +33,8 @@ RATE_NAMES = ("input", "output", "cache_write_5m", "cache_write_1h", "cache_read
 LONG_CONTEXT_PREFIX = "long_context_"
 #: Dollar figures are rounded to a billionth of a dollar: a cached token can cost 1e-8 $.
 USD_DECIMALS = 9
+#: Billionths of a dollar in one: a key's costs are added as integers, exactly.
+NANOS_PER_USD = 10**USD_DECIMALS
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Result events: each key's terminal outcome, published once on the step's result bus.
+"""Result events: each key's terminal outcome, published at most once on the step's result bus.
 
 With ``RESULT_BUS_ARN`` set, a key's stored result becomes one event:
 
@@ -9,12 +9,17 @@ With ``RESULT_BUS_ARN`` set, a key's stored result becomes one event:
   :data:`DEAD_LETTERED_FIELDS`: the label, parsed value, request id and usage, or the error
   code, but never the model's raw answer text nor an error message (which may quote a row).
 
-Exactly once: the publish is an idempotent hand-off under its own record (suffix
-``#result-event``), like the DLQ's, so a duplicate delivery replays the hand-off and
-publishes nothing, and an operator's retry (a new record key) publishes once more. On a v2 bus
-each entry also carries ``SystemMetadata.DeduplicationId``: the key's record id. A publish
-that fails raises :class:`~.errors.ResultEventError`: the hand-off record is released and
-the delivery is retried, and its stored result replays, so a retry never calls the model.
+At most once per key and terminal outcome: the publish is an idempotent hand-off under its own
+record (suffix ``#result-event``), like the DLQ's, so a duplicate delivery replays the
+hand-off and publishes nothing, and an operator's retry (a new record key) publishes once
+more. A kill between PutEvents and that record is reconciled through an intent written
+before the publish (:mod:`.result_hand_off`). On a v2 bus each entry also carries
+``SystemMetadata.DeduplicationId``: the key's record id. A publish that fails raises
+:class:`~.errors.ResultEventError`, ``uncertain`` when the bus may have taken the event
+(a read timeout, a connection closed after the request went out): the hand-off record is
+released and the delivery is retried, and its stored result replays, so a retry never calls
+the model. The ``events`` and ``eventbridgev2`` clients make one HTTP attempt per call
+(:data:`CLIENT_CONFIG`): botocore's own retry after a timeout would be a hidden resend.
 
 Example::
 
@@ -29,6 +34,9 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
+
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
 from .errors import ResultEventError
 from .outcome import StepResult
@@ -77,6 +85,16 @@ PUT_ATTEMPTS = 3
 MAX_DETAIL_BYTES = 200_000
 #: DeduplicationId is at most 128 characters; a longer record id is sent as its SHA-256.
 MAX_DEDUPLICATION_ID = 128
+#: The result bus clients: one HTTP attempt per call (the publisher re-sends throttled
+#: entries itself, and botocore's retry after a timeout would publish again unseen), and
+#: short timeouts, so a v2 re-send ends well inside the bus's deduplication window.
+#: ``total_max_attempts``, not ``max_attempts``: botocore reads ``max_attempts`` as retries
+#: AFTER the first attempt, so ``{"max_attempts": 1}`` still sends twice.
+CLIENT_CONFIG = Config(
+    retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=10
+)
+#: The services of the result bus clients.
+CLIENT_SERVICES = ("events", "eventbridgev2")
 
 
 def result_detail(result: StepResult) -> dict[str, Any]:
@@ -119,6 +137,8 @@ class ResultPublisher:
     ) -> None:
         """``client(service_name)`` returns a boto3 client; it is called on first publish."""
         self._bus_arn = bus_arn
+        #: ``classic`` or ``v2``.
+        self.kind: BusKind = kind
         self._kind = kind
         self._source = source
         self._client = client
@@ -130,7 +150,8 @@ class ResultPublisher:
         entry: dict[str, Any] = {
             "Source": self._source,
             "DetailType": detail_type(result),
-            "Detail": json.dumps(result_detail(result), default=str),
+            # Sorted: a replayed result (stored sorted) sends the same text as the fresh one.
+            "Detail": json.dumps(result_detail(result), default=str, sort_keys=True),
         }
         if self._kind == "v2":
             entry["SystemMetadata"] = {"DeduplicationId": deduplication_id(record_id)}
@@ -142,7 +163,8 @@ class ResultPublisher:
                 answer = self._put(entry)
             except Exception as exc:
                 raise ResultEventError(
-                    f"could not publish {entry['DetailType']!r}: {type(exc).__name__}"
+                    f"could not publish {entry['DetailType']!r}: {type(exc).__name__}",
+                    uncertain=may_have_been_accepted(exc),
                 ) from exc
             if not answer.get("ErrorCode"):
                 return str(answer.get("EventId") or "")
@@ -162,3 +184,15 @@ class ResultPublisher:
             response = self._client("events").put_events(Entries=[entry])
         [answer] = response.get("Entries") or [{"ErrorCode": "NoEntryInAnswer"}]
         return dict(answer)
+
+
+def may_have_been_accepted(exc: BaseException) -> bool:
+    """False when the bus certainly did not take the event: it answered with an error
+    (``ClientError``), or botocore failed before a request went out (no connection, bad
+    parameters, no credentials). True otherwise: a timeout or a connection closed after the
+    request was sent, or an error this module does not know."""
+    if isinstance(exc, ClientError):
+        return False
+    if isinstance(exc, HTTPClientError):
+        return True  # sent, and no valid answer read: ReadTimeoutError, ConnectionClosedError
+    return not isinstance(exc, BotoCoreError)

@@ -40,17 +40,21 @@ from . import batch, buffer_queue, clock, lifetime
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
+from .dead_letter import PAYLOAD_OMITTED
 from .delivery import IN_PROGRESS_ERROR, Delivery, Wait
 from .delivery_log import DeliveryLog
 from .errors import (
+    DeadLetterError,
     NonRetryableError,
     PayloadMismatchError,
+    ResultEventUndeliverableError,
 )
+from .hand_off_item import MAX_HAND_OFF_FAILURES
 from .key import (
     canonical,
+    dead_letter_marker,
     extract_business_key,
     record_key,
-    redrive_marker,
     split_replay_generation,
 )
 from .model_call import (
@@ -66,15 +70,15 @@ from .outcome import (
     DeliveryStatus,
     Outcome,
     StepResult,
-    Usage,
     usage_of,
-    zero_usage,
 )
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 __all__ = ["ModelStep", "default_user_message", "model_timeout", "request_fingerprint"]
+
+RESULT_EVENT_UNDELIVERABLE = ResultEventUndeliverableError.error_code
 
 OnOutcome = Callable[[Mapping[str, Any], Outcome], None]
 
@@ -258,9 +262,11 @@ class ModelStep:
             return
         except Exception as exc:
             self._notify(delivery, "retry", None, error_code(exc))
-            if queue.source == "redrive":
+            if queue.source == "redrive" and not _dead_letter_queue_refuses(exc):
                 # Receives are scarce here and plenty on the buffer queue: the row goes back
-                # there (a stored result replays, a failed hand-off is sent again).
+                # there (a stored result replays, a failed hand-off is sent again). Not when
+                # the DLQ keeps refusing the key's dead letter: raised, the row moves on to
+                # the DLQ by the redrive policy, which needs no send permission.
                 parts.buffer.requeue(
                     event, queue, buffer_queue.RETRY_SPACING_SECONDS, _stamp(delivery)
                 )
@@ -295,7 +301,8 @@ class ModelStep:
             raise
         except Wait as wait:
             log.spent(delivery.spend)
-            log.waiting("requeued" if wait.code == "Requeued" else wait.status, wait.code, 0)
+            status = "requeued" if wait.code == "Requeued" else wait.status
+            log.waiting(status, wait.code, 0, counted=wait.counted)
             log.flush()
             raise
         except Exception as exc:
@@ -318,7 +325,8 @@ class ModelStep:
         settings = parts.settings
         event = delivery.event
         raw_detail = event.get("detail")
-        redrive_of = redrive_marker(event)
+        marker = dead_letter_marker(event)
+        redrive_of = None if marker is None else str(marker["id"])
         try:
             detail, generation = split_replay_generation(
                 canonical(raw_detail) if isinstance(raw_detail, dict) else {}
@@ -332,6 +340,9 @@ class ModelStep:
             result = self._components().work.dead_letter(error, None, dead_key)
             return self._components().work.hand_off_result(result, dead_key, delivery)
         delivery.log.fields["business_key"] = business_key
+        if marker is not None and marker.get("error_code") == RESULT_EVENT_UNDELIVERABLE:
+            # An operator's redrive of a result event the bus refused: republish, never ask.
+            return parts.result_hand_off.republish(marker, business_key, delivery)
         key = record_key(
             business_key,
             prompt_version=settings.prompt_version,
@@ -344,6 +355,8 @@ class ModelStep:
         delivery.request = request
         delivery.record_id = parts.persistence.record_id(request)
         delivery.first_seen = lifetime.stamped_first_seen(event, delivery.record_id)
+        if marker is not None and PAYLOAD_OMITTED in marker:
+            return parts.work.refuse_cut_payload(key, delivery)
         try:
             stored: StepResult = parts.complete(request=request, delivery=delivery)
         except IdempotencyValidationError as exc:
@@ -391,23 +404,13 @@ class ModelStep:
         if self._on_outcome is None:
             return
         spend = delivery.spend
-        billed = spend.requests > 0
-        self._on_outcome(
-            delivery.event,
-            Outcome(
-                status=status,
-                replayed=result is not None and delivery.replayed,
-                model_requests=1 if billed else 0,
-                rate_limited=1 if spend.rate_limited else 0,
-                usage=Usage(**spend.usage) if billed else zero_usage(),
-                result=result,
-                error_code=code,
-                # Issue 32: this delivery's dollars (a replay's result keeps its original's).
-                cost_usd=request_cost_usd(self._components().settings, spend.usage)
-                if billed
-                else 0.0,
-            ),
+        # Issue 32: this delivery's dollars (a replay's result keeps its original's).
+        cost = (
+            request_cost_usd(self._components().settings, spend.usage)
+            if spend.requests > 0
+            else 0.0
         )
+        self._on_outcome(delivery.event, delivery.outcome(status, result, code, cost_usd=cost))
 
     def _components(self) -> StepComponents:
         if self._parts is None:
@@ -490,6 +493,11 @@ def _stamp(delivery: Delivery) -> dict[str, Any] | None:
     if delivery.first_seen is None or delivery.record_id is None:
         return None
     return lifetime.stamp(delivery.first_seen, delivery.record_id)
+
+
+def _dead_letter_queue_refuses(exc: Exception) -> bool:
+    """The DLQ refused this key's dead letter on ``MAX_HAND_OFF_FAILURES`` deliveries."""
+    return isinstance(exc, DeadLetterError) and exc.failures >= MAX_HAND_OFF_FAILURES
 
 
 def _result_code(result: StepResult) -> str | None:

@@ -4,7 +4,9 @@
 (``batch``), and both use the components back. Naming ``StepComponents`` for that, even
 for type checking only, closed an import cycle (``components -> work -> components``,
 ``components -> batch -> components``). These Protocols sit below all three instead:
-``StepComponents`` satisfies them structurally, and nothing here imports it.
+``StepComponents`` satisfies them structurally, and nothing here imports it. The result
+event's hand-off (``result_hand_off``) reads the components through :class:`HandOffParts`
+for the same reason.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from .dead_letter import DeadLetterPublisher
     from .delivery import Delivery
     from .errors import NonRetryableError
+    from .hand_off_item import HandOffItem
     from .model_call import ModelCall
     from .outcome import DeadLetteredResult, StepResult
     from .result_events import ResultPublisher
@@ -84,6 +87,48 @@ class StepParts(Protocol):
 
     def hand_off_counter(self, request: dict[str, Any]) -> AttemptBudget: ...
 
+    def hand_off_item(self, request: dict[str, Any]) -> HandOffItem: ...
+
     def dead_letter_id(self, dead_key: dict[str, Any]) -> str: ...
 
     def boto3_client(self, service_name: str) -> Any: ...
+
+
+class StoredResults(Protocol):
+    """The idempotency records' stored results, as a redrive republishes them."""
+
+    def stored_result_of(self, record_id: str) -> dict[str, Any] | None: ...
+
+
+class ResultDeadLettering(DeadLettering, Protocol):
+    """The unit of work's dead letters, as the result event's hand-off sends them."""
+
+    def hand_off_result(
+        self,
+        result: DeadLetteredResult,
+        dead_key: dict[str, Any],
+        delivery: Delivery,
+        *,
+        record_id: str | None = None,
+    ) -> DeadLetteredResult: ...
+
+
+class HandOffParts(Protocol):
+    """What the result event's hand-off (``result_hand_off.ResultHandOff``) uses of a
+    step's parts, read-only."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def result_events(self) -> ResultPublisher | None: ...
+
+    @property
+    def persistence(self) -> StoredResults: ...
+
+    @property
+    def work(self) -> ResultDeadLettering: ...
+
+    def result_event_item(self, request: dict[str, Any]) -> HandOffItem: ...
+
+    def publish_result(self, *, request: dict[str, Any], delivery: Delivery) -> Any: ...

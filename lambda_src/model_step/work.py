@@ -4,6 +4,11 @@
 nobody completed: it spends the key's attempt budget (:mod:`.budget`) and returns the result
 to store, or raises a transient failure or a :class:`~.delivery.Wait` (the lock is then
 released). ``hand_off`` is the DLQ send, under a record of its own.
+
+Every result it returns carries the key's totals so far (``key_model_requests``,
+``key_usage``: billed requests and tokens across all its deliveries, from the budget's own
+counts), so a replay reports them with no extra write. What a request cost is written to
+the metrics as soon as it is answered or fails (:meth:`.delivery_log.DeliveryLog.spent`).
 """
 
 from __future__ import annotations
@@ -14,18 +19,22 @@ from typing import Any
 from . import buffer_queue, clock
 from .batch_staging import StagedDeadLetter
 from .batch_staging import exhausted as _exhausted
-from .budget import AttemptBudget, Claim
+from .budget import AttemptBudget, BudgetState, Claim
+from .config import Settings
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
 from .errors import (
+    DeadLetterError,
     MemoryExpiredError,
     NonRetryableError,
+    PayloadOmittedError,
     ReceivesExhaustedError,
     RetriesExhaustedError,
     is_rate_limited,
 )
-from .model_call import error_code
-from .outcome import DeadLetteredResult, StepResult, as_provider
+from .model_call import Prepared, Spend, error_code, request_cost_usd
+from .outcome import DeadLetteredResult, StepResult, Usage, as_provider
+from .request_cost import NANOS_PER_USD
 from .step_parts import StepParts
 from .tracing import MODEL_CALL
 
@@ -47,11 +56,14 @@ class UnitOfWork:
         key = request["key"]
         # Message Batches delivery (issue 19): a batch result (or resubmission) of the key.
         if parts.batch is not None and delivery.batch_answer is not None:
-            return parts.batch.answer(request, delivery)
+            answered = parts.batch.answer(request, delivery)
+            # The batch's one billed request, if any, is this collection's (no claim now).
+            add_key_totals(answered, BudgetState(), delivery.spend, settings=parts.settings)
+            return answered
         budget = parts.budget(request, delivery.first_seen)
         forgotten = self._memory_expired(budget, delivery)
         if forgotten is not None:
-            return self.dead_letter(forgotten, key, dict(key))
+            return self._stored(forgotten, key, BudgetState())
         # Under batch delivery a redriven copy is staged as any copy is: a row that waits in
         # a batch makes it a duplicate, and staging sends no request to bounce off.
         redriven = delivery.queue is not None and delivery.queue.source == "redrive"
@@ -61,27 +73,70 @@ class UnitOfWork:
             # Everything that can fail before the request is sent comes before the claim.
             prepared = parts.model_call.prepare(request["detail"])
         except NonRetryableError as error:
-            return self.dead_letter(error, key, dict(key))
+            return self._stored(error, key, budget.read())
         # Message Batches delivery (issue 19): stage the row instead of sending it.
         if parts.batch is not None:
             try:
                 parts.batch.stage(request, delivery, prepared.user_message)
             except StagedDeadLetter as spent:
-                return self.dead_letter(spent.error, key, dict(key))
+                return self._stored(spent.error, key, budget.read())
         claim = budget.claim()
         delivery.attempts_spent = claim.state.attempts
+        self._count_interrupted(budget, claim, delivery)
         if not claim.granted:
-            return self.dead_letter(_exhausted(claim), key, dict(key))
-        if claim.state.interrupted:
-            delivery.log.interrupted()
+            return self._stored(_exhausted(claim), key, claim.state)
+        return self._attempt(prepared, request, budget, claim, delivery)
+
+    def _attempt(
+        self,
+        prepared: Prepared,
+        request: dict[str, Any],
+        budget: AttemptBudget,
+        claim: Claim,
+        delivery: Delivery,
+    ) -> StepResult:
+        """The claimed attempt: one request. What it cost is written as soon as it is
+        answered or fails, before anything else can kill the delivery."""
+        parts = self._parts
+        spend = delivery.spend
         try:
             with parts.tracer.subsegment(MODEL_CALL):
-                message = parts.model_call.send(prepared, delivery.context, delivery.spend)
-            return parts.model_call.result(message, key)
+                message = parts.model_call.send(prepared, delivery.context, spend)
+            delivery.log.spent(spend)
+            result = parts.model_call.result(message, request["key"])
         except NonRetryableError as error:
-            return self.dead_letter(error, key, dict(key))
+            delivery.log.spent(spend)
+            return self._stored(error, request["key"], claim.state, spend)
         except Exception as exc:
+            delivery.log.spent(spend)
             return self._transient(exc, request, budget, claim, delivery)
+        add_key_totals(result, claim.state, spend, settings=self._parts.settings)
+        return result
+
+    def _count_interrupted(self, budget: AttemptBudget, claim: Claim, delivery: Delivery) -> None:
+        """Count the key's previous attempt if it never reported back, once: by the claim
+        that replaced its token or, when the budget is spent, by the one delivery whose
+        conditional write settles it."""
+        state = claim.state
+        if not state.interrupted:
+            return
+        if claim.granted or (
+            state.pending is not None and budget.settle_interrupted(state.pending)
+        ):
+            delivery.log.interrupted()
+
+    def _stored(
+        self,
+        error: NonRetryableError,
+        key: Mapping[str, Any],
+        state: BudgetState,
+        spend: Spend | None = None,
+    ) -> DeadLetteredResult:
+        """The dead letter to store for ``key``, with the key's totals (see
+        :func:`add_key_totals`)."""
+        result = self.dead_letter(error, key, dict(key))
+        add_key_totals(result, state, spend, settings=self._parts.settings)
+        return result
 
     def _transient(
         self,
@@ -98,6 +153,7 @@ class UnitOfWork:
         key = request["key"]
         code = error_code(exc)
         request_id = getattr(exc, "request_id", None)
+        spend = delivery.spend
         if is_rate_limited(exc):
             state = budget.give_back()
             delivery.first_seen = state.first_seen
@@ -113,11 +169,14 @@ class UnitOfWork:
                     error_code="RateLimitExhausted",
                     request_id=request_id,
                 )
-                return self.dead_letter(exhausted, key, dict(key))
+                return self._stored(exhausted, key, state)
             if delivery.queue is None:
                 raise exc
             raise Wait("rate_limited", code, wait) from exc
-        budget.report_failure(code)
+        cost = spend_cost_nanousd(settings, spend)
+        budget.report_failure(
+            code, billed=spend.requests > 0, usage=spend.usage, cost_nanousd=cost or 0
+        )
         if claim.state.attempts < budget.limit:
             raise exc
         exhausted = RetriesExhaustedError(
@@ -126,7 +185,7 @@ class UnitOfWork:
             error_code=code,
             request_id=request_id,
         )
-        return self.dead_letter(exhausted, key, dict(key))
+        return self._stored(exhausted, key, claim.state, spend)
 
     def _answer_redriven(
         self, request: dict[str, Any], budget: AttemptBudget, delivery: Delivery
@@ -136,22 +195,22 @@ class UnitOfWork:
         count while its key has budget and time left, else it is stored and dead-lettered."""
         settings = self._parts.settings
         key = request["key"]
-        state = budget.note_requeue()
+        assert delivery.queue is not None
+        state, counted = budget.note_requeue(delivery.queue.message_id)
         delivery.first_seen = state.first_seen
         if state.attempts >= budget.limit:
-            return self.dead_letter(_exhausted(Claim(False, state)), key, dict(key))
+            return self._stored(_exhausted(Claim(False, state)), key, state)
         if (
             state.requeues <= REDRIVE_REQUEUES
             and state.age_seconds(clock.now()) < settings.max_event_age_seconds
         ):
-            raise Wait("retry", "Requeued", 0)
-        assert delivery.queue is not None
+            raise Wait("retry", "Requeued", 0, counted=counted)
         error = ReceivesExhaustedError(
             f"the buffer queue gave up on this row {state.requeues} times (the last after "
             f"{delivery.queue.receive_count} receives) without an answer: crashes, timeouts or "
             f"throttles; {state.attempts} of {budget.limit} attempts were spent"
         )
-        return self.dead_letter(error, key, dict(key))
+        return self._stored(error, key, state)
 
     def _memory_expired(
         self, budget: AttemptBudget, delivery: Delivery
@@ -178,27 +237,36 @@ class UnitOfWork:
         ``DeadLetterError`` when SQS fails, which releases this record only. The key is
         counted by the first delivery whose send succeeds, once."""
         parts = self._parts
-        message_id = parts.dead_letters.send(
-            request["event"],
-            error_code=request["error_code"],
-            error_message=request["error_message"],
-            dead_letter_id=request["dead_letter_id"],
-            request_id=request.get("request_id"),
-        )
+        try:
+            message_id = parts.dead_letters.send(
+                request["event"],
+                error_code=request["error_code"],
+                error_message=request["error_message"],
+                dead_letter_id=request["dead_letter_id"],
+                request_id=request.get("request_id"),
+                record_id=request.get("record_id"),
+            )
+        except DeadLetterError as error:
+            # Counted on the key, so a DLQ that keeps refusing ends the row's tries.
+            error.failures = parts.hand_off_item(request).failed()
+            raise
         delivery.sent_dead_letter = True
         if parts.hand_off_counter(request).count_dead_letter_once():
             delivery.counted_dead_letter = True
             delivery.log.counted_dead_letter()
         return {"dead_letter_message_id": message_id}
 
-    def publish_result(self, *, request: dict[str, Any], delivery: Delivery) -> dict[str, Any]:
-        """The idempotent result-event publish (record suffix ``#result-event``). Raises
-        ``ResultEventError`` when the bus refuses it, which releases this record only: the
-        retry replays the key's stored result and publishes again."""
-        publisher = self._parts.result_events
-        assert publisher is not None
-        event_id = publisher.publish(request["result"], request["record_id"])
-        return {"result_event_id": event_id}
+    def refuse_cut_payload(self, key: Mapping[str, Any], delivery: Delivery) -> DeadLetteredResult:
+        """An operator's redrive of a dead letter whose body was cut to fit the DLQ: answering
+        it would send the model a cut payload, so it is dead-lettered again (its body keeps
+        the ``payload_omitted`` note), once per redrive, with no request."""
+        refused = PayloadOmittedError(
+            "this dead letter's body was cut to fit the dead-letter queue "
+            "(dead_letter.payload_omitted), so the model is not asked: publish the full "
+            "event again (a new replay_generation) to retry it"
+        )
+        dead_key = dict(key)
+        return self.hand_off_result(self.dead_letter(refused, key, dead_key), dead_key, delivery)
 
     def dead_letter(
         self, error: NonRetryableError, key: Mapping[str, Any] | None, dead_key: dict[str, Any]
@@ -220,10 +288,16 @@ class UnitOfWork:
         return result
 
     def hand_off_result(
-        self, result: DeadLetteredResult, dead_key: dict[str, Any], delivery: Delivery
+        self,
+        result: DeadLetteredResult,
+        dead_key: dict[str, Any],
+        delivery: Delivery,
+        *,
+        record_id: str | None = None,
     ) -> DeadLetteredResult:
         """Send a dead-lettered result to the DLQ once per key (its own record), and return it
-        with the DLQ message id (replayed for duplicates)."""
+        with the DLQ message id (replayed for duplicates). ``record_id``: the record the
+        dead letter's marker names (one whose redrive republishes that record's result)."""
         request = {
             "key": dead_key,
             "event": delivery.event,
@@ -232,7 +306,46 @@ class UnitOfWork:
             "request_id": result.get("request_id"),
             "dead_letter_id": result.get("dead_letter_id"),
         }
+        if record_id is not None:
+            request["record_id"] = record_id
         sent = self._parts.hand_off(request=request, delivery=delivery)
         handed_off = DeadLetteredResult(**result)
         handed_off["dead_letter_message_id"] = sent["dead_letter_message_id"]
         return handed_off
+
+
+def add_key_totals(
+    result: StepResult, state: BudgetState, spend: Spend | None = None, *, settings: Settings
+) -> None:
+    """Add the key's totals to ``result``: ``key_model_requests`` (its billed requests over
+    every delivery: the budget's claimed attempts less the unbilled ones, an interrupted one
+    counted as billed), ``key_usage`` (the tokens of its billed answers) and
+    ``key_cost_usd`` (what they cost at the prices they were billed at; None when the model
+    has no price). ``spend``: the cost of this delivery's attempt, whose claim ``state``
+    already includes."""
+    requests = state.billed_requests
+    usage = Usage(**state.usage)
+    nanousd = state.cost_nanousd
+    if spend is not None:
+        requests += spend.requests - (1 if state.attempts else 0)
+        usage = Usage(
+            input_tokens=usage["input_tokens"] + spend.usage["input_tokens"],
+            output_tokens=usage["output_tokens"] + spend.usage["output_tokens"],
+            cache_creation_input_tokens=usage["cache_creation_input_tokens"]
+            + spend.usage["cache_creation_input_tokens"],
+            cache_read_input_tokens=usage["cache_read_input_tokens"]
+            + spend.usage["cache_read_input_tokens"],
+        )
+        nanousd += spend_cost_nanousd(settings, spend) or 0
+    result["key_model_requests"] = max(0, requests)
+    result["key_usage"] = usage
+    result["key_cost_usd"] = None if settings.model_rates is None else nanousd / NANOS_PER_USD
+
+
+def spend_cost_nanousd(settings: Settings, spend: Spend) -> int | None:
+    """What ``spend``'s billed request cost in billionths of a dollar (0 without one; None
+    when the model has no price)."""
+    if spend.requests <= 0:
+        return 0
+    cost = request_cost_usd(settings, spend.usage)
+    return None if cost is None else round(cost * NANOS_PER_USD)

@@ -8,7 +8,7 @@ Standard library only.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 # -- message attributes of an EventBridge rule's DLQ message (the body is the event)
 RULE_ARN = "RULE_ARN"
@@ -35,12 +35,30 @@ ON_FAILURE_RESPONSE = "responsePayload"
 DEAD_LETTER_MEMBER = "dead_letter"
 
 
+class PayloadOmitted(TypedDict):
+    """``dead_letter.payload_omitted``: the body was cut to fit the queue. ``fields`` are
+    the members left out (``detail.<name>``; never the event's ids nor the business key),
+    ``bytes`` and ``sha256`` describe the full body the model step could not send."""
+
+    fields: list[str]
+    bytes: int
+    sha256: str
+
+
 class DeadLetterMember(TypedDict):
     """``body["dead_letter"]``: ``id`` (64 lowercase hex) is stable per dead-lettered
-    record, so every DLQ message for one key carries the same id."""
+    record, so every DLQ message for one key carries the same id. ``record``: the key's
+    idempotency record, on a ``ResultEventUndeliverable`` dead letter (its redrive publishes
+    that record's result). ``payload_omitted``: see :class:`PayloadOmitted`."""
 
     id: str
     error_code: str
+    record: NotRequired[str]
+    payload_omitted: NotRequired[PayloadOmitted]
+
+
+#: The marker member of a body cut to fit its queue.
+PAYLOAD_OMITTED = "payload_omitted"
 
 
 #: The code of a row the classify step's buffer queue gave up on after its last receive:

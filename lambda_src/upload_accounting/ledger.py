@@ -8,7 +8,10 @@ Two tables:
   open uploads, never the whole table.
 - upload rows (pk ``upload_id``, sk ``row_number`` N): one marker per accounted row.
   The marker's conditional Put and the counter update are one transaction, so a row is
-  counted once whatever its deliveries, and never lost between the two writes.
+  counted once whatever its deliveries, and never lost between the two writes. The marker
+  also lists the keys whose billed requests and tokens are counted (``counted_keys``, the
+  outcomes' ``key_record_id``): each key's totals are added once, by the transaction that
+  adds its id (:mod:`.increments`).
 
 Closing is a conditional status change (``classifying`` -> ``completed`` / ``incomplete``,
 ``splitting`` -> ``rejected``): only one writer wins it. The event is then published under
@@ -29,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
-from prospect_contract.cost import BILLED_TOKENS, nanousd
 from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
 from prospect_contract.metrics import write_closed_upload
 from prospect_contract.put_events import ClassicBus, detail_json, send_batch
 
 from .config import LedgerSettings
 from .errors import SummaryPublishError
+from .increments import delivery_increments, key_increments
 from .summary import BATCH_IDS, summary_detail
 
 if TYPE_CHECKING:
@@ -61,6 +64,8 @@ PUBLISH_LEASE_SECONDS = 120
 #: Message Batch of up to ``BATCH_MAX_REQUESTS`` rows, about 40 bytes each: far from
 #: DynamoDB's 400 KB item limit.
 ERROR_CODE_MAX_CHARS = 100
+#: The row marker's string set of the keys whose billed totals are counted (issue 31).
+COUNTED_KEYS = "counted_keys"
 _TRANSACTION_ATTEMPTS = 5
 
 _serializer = TypeSerializer()
@@ -80,40 +85,6 @@ def utc_now_iso(now: float) -> str:
     return (
         datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     )
-
-
-def delivery_increments(outcome: Outcome | Mapping[str, Any] | None) -> dict[str, int]:
-    """Per-delivery counters from a model-step outcome (contract §3), zeros dropped."""
-    if not outcome:
-        return {}
-    usage = outcome.get("usage") or {}
-    increments = {
-        "model_requests": int(outcome.get("model_requests") or 0),
-        "rate_limited": int(outcome.get("rate_limited") or 0),
-        **{name: int(usage.get(name) or 0) for name in BILLED_TOKENS},
-        "requests_saved": 1 if outcome.get("replayed") else 0,
-    }
-    result = outcome.get("result") or {}
-    cost = outcome.get("cost_usd")
-    if increments["model_requests"] and isinstance(cost, int | float):
-        # Issue 32: what the request cost when it was billed, never repriced later.
-        increments["cost_nanousd"] = nanousd(cost)
-        increments["priced_requests"] = increments["model_requests"]
-    if outcome.get("replayed") and result.get("status") == "completed":
-        # What this duplicate would have cost had it been sent again: its original's usage.
-        stored = result.get("usage") or {}
-        for name in BILLED_TOKENS:
-            increments[f"replayed_{name}"] = int(stored.get(name) or 0)
-        stored_cost = result.get("cost_usd")
-        if isinstance(stored_cost, int | float):
-            increments["replayed_cost_nanousd"] = nanousd(stored_cost)
-            increments["priced_replays"] = 1
-    if result.get("delivery") == "batch" and increments["model_requests"]:
-        # Message Batches delivery (issue 19): this request was billed at the batch price.
-        increments["batch_requests"] = increments["model_requests"]
-        for name in BILLED_TOKENS:
-            increments[f"batch_{name}"] = increments[name]
-    return {name: value for name, value in increments.items() if value}
 
 
 def batch_id_of(outcome: Outcome | Mapping[str, Any] | None) -> str | None:
@@ -401,8 +372,9 @@ class UploadLedger:
         outcome: Mapping[str, Any] | None,
     ) -> RowAccounted:
         now = self._clock()
-        increments = delivery_increments(outcome)
-        marker = {
+        key_id, billed = key_increments(outcome)
+        increments = _summed(delivery_increments(outcome), billed)
+        marker: dict[str, Any] = {
             "upload_id": upload_id,
             "row_number": int(row_number),
             "outcome": kind,
@@ -411,6 +383,8 @@ class UploadLedger:
             "recorded_at": utc_now_iso(now),
             "expires_at": self._expires_at(now),
         }
+        if key_id is not None:
+            marker[COUNTED_KEYS] = {key_id}
         update = _Update().increment_in_map(kind, name).add(f"{kind}_total", 1)
         for counter, amount in increments.items():
             update.add(counter, amount)
@@ -445,35 +419,19 @@ class UploadLedger:
         now: float,
     ) -> RowAccounted:
         existing = self._get_marker(upload_id, row_number)
+        key_id, billed = key_increments(outcome)
         increments = delivery_increments(outcome)
+        if key_id is None:
+            increments = _summed(increments, billed)  # an older step's: per delivery
+            billed = {}
+        elif key_id in set((existing or {}).get(COUNTED_KEYS) or ()):
+            billed = {}  # this key's totals are counted already
         if existing and kind == "classified" and existing.get("outcome") == "failed":
             # An operator retry succeeded: move the row from failed[code] to classified.
-            old_code = str(existing.get("error_code") or "Unknown")
-            marker_update = _Update().set("outcome", "classified").set("label", name)
-            marker_update.set("reclassified_at", utc_now_iso(now)).remove("error_code")
-            marker_request = marker_update.request(
-                f"{marker_update.name('outcome')} = {marker_update.value('failed')}"
-            )
-            update = _Update().increment_in_map("classified", name).add("classified_total", 1)
-            failed_path = f"{update.name('failed')}.{update.name(old_code)}"
-            update.sets.append(f"{failed_path} = {failed_path} - {update.value(1)}")
-            update.add("failed_total", -1)
-            for counter, amount in increments.items():
-                update.add(counter, amount)
-            _add_batch_id(update, outcome)
-            reasons = self._transact(
-                [
-                    {
-                        "Update": {
-                            "TableName": self.settings.upload_rows_table_name,
-                            "Key": {"upload_id": _av(upload_id), "row_number": _av(row_number)},
-                            **marker_request,
-                        }
-                    },
-                    self._upload_update(upload_id, update),
-                ]
-            )
-            if reasons is None:
+            totals = _summed(increments, billed)
+            if self._reclassify(
+                upload_id, row_number, name, existing, totals, key_id, now, outcome
+            ):
                 return RowAccounted.RECLASSIFIED
         first_report = (
             existing is not None
@@ -483,8 +441,78 @@ class UploadLedger:
         )
         if outcome is not None and not first_report:
             increments["duplicates_suppressed"] = 1
+        if key_id is not None and billed:
+            if self._count_key(upload_id, row_number, key_id, _summed(increments, billed)):
+                return RowAccounted.DUPLICATE
         self._add_counters(upload_id, increments, batch_id_of(outcome))
         return RowAccounted.DUPLICATE
+
+    def _reclassify(
+        self,
+        upload_id: str,
+        row_number: int,
+        label: str,
+        existing: Mapping[str, Any],
+        increments: Mapping[str, int],
+        key_id: str | None,
+        now: float,
+        outcome: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Move a failed row to ``label`` (an operator retry succeeded), adding
+        ``increments`` and, with ``key_id``, the key's id to the marker: one transaction,
+        conditional on the row still being failed (and the key not yet counted)."""
+        old_code = str(existing.get("error_code") or "Unknown")
+        marker_update = _Update().set("outcome", "classified").set("label", label)
+        marker_update.set("reclassified_at", utc_now_iso(now)).remove("error_code")
+        condition = f"{marker_update.name('outcome')} = {marker_update.value('failed')}"
+        if key_id is not None:
+            condition += " AND " + _not_counted(marker_update, key_id)
+            marker_update.add_to_set(COUNTED_KEYS, key_id)
+        update = _Update().increment_in_map("classified", label).add("classified_total", 1)
+        failed_path = f"{update.name('failed')}.{update.name(old_code)}"
+        update.sets.append(f"{failed_path} = {failed_path} - {update.value(1)}")
+        update.add("failed_total", -1)
+        for counter, amount in increments.items():
+            update.add(counter, amount)
+        _add_batch_id(update, outcome)
+        return self._update_marker_and_upload(
+            upload_id, row_number, marker_update.request(condition), update
+        )
+
+    def _count_key(
+        self, upload_id: str, row_number: int, key_id: str, increments: Mapping[str, int]
+    ) -> bool:
+        """Add a key's billed totals (with this delivery's counters) to its upload and its id
+        to the row's marker, in one transaction conditional on the id being new. False when
+        another report of the key counted it first (nothing written)."""
+        marker_update = _Update()
+        condition = _not_counted(marker_update, key_id)
+        marker_update.add_to_set(COUNTED_KEYS, key_id)
+        update = _Update()
+        for counter, amount in increments.items():
+            update.add(counter, amount)
+        return self._update_marker_and_upload(
+            upload_id, row_number, marker_update.request(condition), update
+        )
+
+    def _update_marker_and_upload(
+        self, upload_id: str, row_number: int, marker_request: dict[str, Any], update: _Update
+    ) -> bool:
+        """Update the row's marker and its upload in one transaction; False when a
+        condition did not hold (nothing written)."""
+        reasons = self._transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self.settings.upload_rows_table_name,
+                        "Key": {"upload_id": _av(upload_id), "row_number": _av(row_number)},
+                        **marker_request,
+                    }
+                },
+                self._upload_update(upload_id, update),
+            ]
+        )
+        return reasons is None
 
     def _upload_update(self, upload_id: str, update: _Update) -> dict[str, Any]:
         return {
@@ -678,6 +706,19 @@ def _add_batch_id(update: _Update, outcome: Mapping[str, Any] | None) -> None:
     batch_id = batch_id_of(outcome)
     if batch_id is not None:
         update.add_to_set(BATCH_IDS, batch_id)
+
+
+def _summed(*parts: Mapping[str, int]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for name, amount in part.items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def _not_counted(update: _Update, key_id: str) -> str:
+    """The condition that ``key_id`` is not yet in the marker's :data:`COUNTED_KEYS`."""
+    return f"NOT contains({update.name(COUNTED_KEYS)}, {update.value(key_id)})"
 
 
 def _code(exc: ClientError) -> str:

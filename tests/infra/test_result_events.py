@@ -136,3 +136,29 @@ def _bus(template: dict) -> str:
         k for k, r in template["Resources"].items() if r["Type"] == "AWS::Events::EventBus"
     ]
     return logical
+
+
+def uncertain_alarms(template: dict, prefix: str) -> list[dict]:
+    return [
+        alarm
+        for alarm in resources(template, "AWS::CloudWatch::Alarm", prefix)
+        if alarm.get("MetricName") == "ResultEventsUncertain"
+    ]
+
+
+@pytest.mark.parametrize("step", ["Classify", "OnV2"])
+def test_a_step_with_a_result_bus_alarms_on_an_uncertain_result_event(template, step):
+    # GIVEN a step with a classic or a v2 result bus  THEN one alarm on the runtime's count of
+    # result events it could not tell were published (issue 31), at the first occurrence
+    [alarm] = uncertain_alarms(template, step)
+    assert alarm["Namespace"] == "IdempotentModelStep"
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": f"Results/{step}"}]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        1,
+        "GreaterThanOrEqualToThreshold",
+    )
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_a_step_without_a_result_bus_has_no_such_alarm(template):
+    assert uncertain_alarms(template, "Outreach") == []

@@ -409,6 +409,29 @@ def test_a_row_failure_counts_once_however_many_dead_letters_arrive(aws, ledger,
     assert failure["dead_letter_id"] == letter_ids[1]
 
 
+def test_a_dead_letter_the_model_step_cut_to_fit_the_queue_is_recorded_and_counted(aws, ledger):
+    # GIVEN the model step's own body for a row too big for the queue (issue 31): its largest
+    # detail field left out, its key kept, and the marker saying so
+    from model_step.dead_letter import marked_body
+
+    event = _row_event(row_number=4, notes="n" * 300_000)
+    body = marked_body(event, LETTER_A, {"error_code": "RateLimitExhausted"},
+                       {"upload_id", "row_number"}, room=200_000)  # fmt: skip
+    assert len(body) < 200_000
+    record = _record("m-cut", body, ERROR_CODE="RateLimitExhausted", DEAD_LETTER_ID=LETTER_A)
+
+    # WHEN the recorder files it
+    assert record_batch([record], aws.failures_table, ledger=ledger) == {"batchItemFailures": []}
+
+    # THEN the row's failure is recorded with the note, counted, and not offered for a retry
+    item = aws.failures("u-123")["model#00000004"]
+    assert item["payload_omitted"]["fields"] == ["detail.notes"]
+    assert item["payload_omitted"]["bytes"] > 300_000
+    assert (item["error_code"], item["retryable"]) == ("RateLimitExhausted", False)
+    assert json.loads(item["original_event"])["detail"] == {"upload_id": "u-123", "row_number": 4}
+    assert upload_item(aws.session, "u-123")["failed"] == {"RateLimitExhausted": 1}
+
+
 def test_the_last_failed_row_completes_the_upload(aws, ledger):
     ledger.row_classified("u-123", 7, "hot")
     record_batch([_model_step()], aws.failures_table, ledger=ledger)

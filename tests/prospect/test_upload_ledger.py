@@ -246,6 +246,71 @@ def test_rate_limited_and_retry_deliveries_only_add_counters(aws, ledger):
     assert (item["rate_limited"], item["model_requests"], item["classified_total"]) == (1, 1, 0)
 
 
+# -- issue 31: each key's billed requests and tokens, once, from its totals ----------------------
+def keyed(status="completed", *, key="model-step#k1", requests=None, replayed=False, billed=0,
+          tokens=(0, 0), label="hot"):  # fmt: skip
+    """An outcome of a model step that reports its key's totals (``key_*``)."""
+    result = None
+    if status == "completed":
+        result = {"status": "completed", "label": label,
+                  "usage": {"input_tokens": tokens[0], "output_tokens": tokens[1]}}  # fmt: skip
+    elif status == "dead_lettered":
+        result = {"status": "dead_lettered", "error_code": "InternalServerError"}
+    return {
+        "status": status, "replayed": replayed, "model_requests": billed, "rate_limited": 0,
+        "usage": {"input_tokens": tokens[0] * billed, "output_tokens": tokens[1] * billed},
+        "result": result,
+        "error_code": "InternalServerError" if status == "dead_lettered" else None,
+        "key_record_id": key, "key_model_requests": requests,
+        "key_usage": None if requests is None else {"input_tokens": tokens[0] * requests,
+                                                    "output_tokens": tokens[1] * requests},
+    }  # fmt: skip
+
+
+def test_a_key_replayed_after_its_billed_delivery_was_lost_is_counted_from_its_totals(aws, ledger):
+    # GIVEN the delivery that billed the key never reported (killed after storing the answer)
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    # WHEN only its replay reports, then a duplicate
+    ledger.record_outcome(row_event(), keyed(requests=1, replayed=True, tokens=(100, 2)))
+    ledger.record_outcome(row_event(), keyed(requests=1, replayed=True, tokens=(100, 2)))
+    # THEN the key's one request and its tokens are counted, once
+    item = upload_item(aws.session, "u-1")
+    assert (item["model_requests"], item["input_tokens"], item["output_tokens"]) == (1, 100, 2)
+    assert (item["requests_saved"], item["duplicates_suppressed"]) == (2, 1)
+
+
+def test_a_keys_failed_attempts_count_once_through_its_terminal_totals(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    for _ in range(2):  # two billed 500s: counted by the key's totals, not here
+        ledger.record_outcome(row_event(), keyed("retry", billed=1))
+    ledger.record_outcome(row_event(), keyed(requests=3, billed=1, tokens=(10, 1)))
+    item = upload_item(aws.session, "u-1")
+    assert item["model_requests"] == 3 and item["input_tokens"] == 30
+
+
+def test_an_operator_retry_that_fails_again_counts_its_own_key(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    ledger.row_failed("u-1", 1, "InternalServerError")  # the recorder, first
+    for key in ("model-step#k1", "model-step#k1", "model-step#retry1"):
+        ledger.record_outcome(row_event(), keyed("dead_lettered", key=key, requests=3))
+    item = upload_item(aws.session, "u-1")
+    assert item["failed"] == {"InternalServerError": 1}
+    assert item["model_requests"] == 6  # 3 for the key, 3 for its retry: each once
+
+
+def test_a_reclassifying_retry_counts_its_key_once(aws, ledger):
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    ledger.split_finished("u-1", rows=1, valid=1, invalid=0)
+    ledger.record_outcome(row_event(), keyed("dead_lettered", requests=1))
+    retried = keyed(key="model-step#retry1", requests=1, billed=1, tokens=(7, 1))
+    assert ledger.row_classified("u-1", 1, "hot", retried) is RowAccounted.RECLASSIFIED
+    assert ledger.row_classified("u-1", 1, "hot", retried) is RowAccounted.DUPLICATE
+    item = upload_item(aws.session, "u-1")
+    assert (item["model_requests"], item["input_tokens"]) == (2, 7)
+
+
 def test_rows_of_an_unknown_upload_are_not_accounted(aws, ledger):
     assert ledger.row_classified("ghost", 1, "hot", billed()) is RowAccounted.UNKNOWN_UPLOAD
     ledger.record_delivery("ghost", billed())

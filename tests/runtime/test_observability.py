@@ -1,4 +1,6 @@
-"""Powertools EMF metrics: one line per invocation, no warnings."""
+"""Powertools EMF metrics, no warnings: what a request cost is one line written as soon as it is
+answered or fails (issue 31: a killed delivery still counts it), the rest one line at the end
+of the delivery."""
 
 from __future__ import annotations
 
@@ -34,16 +36,17 @@ def test_metrics_for_request_duplicate_and_failure(make_step, fake_api, capsys):
         step.handle(make_event(), FakeLambdaContext())
         step.handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())
 
-    # The dead letter's count is its own document, written the moment it is won (issue 15.12).
-    # Only the answered request reports tokens (the fake API's usage: 12 in, and 3 out after
-    # the default model's thinking tokens, which are output too).
+    # The dead letter's count is its own document, written the moment it is won (issue 15.12),
+    # and so is each request's cost, written when it is answered (issue 31). Only the answered
+    # request reports tokens (the fake API's usage: 12 in, and 3 out after the default model's
+    # thinking tokens, which are output too).
     output = float(fake_api.answered[0]["usage"]["output_tokens"])
     assert output > 3
     assert _emf_metrics(capsys.readouterr().out) == [
         {"ModelRequests": [1.0], "InputTokens": [12.0], "OutputTokens": [output]},
         {"DuplicatesSuppressed": [1.0]},
-        {"NonRetryableFailures": [1.0]},
         {"ModelRequests": [1.0]},
+        {"NonRetryableFailures": [1.0]},
     ]
 
 
@@ -55,8 +58,10 @@ def test_metrics_for_transient_failure(make_step, fake_api, capsys):
 
     # A rate-limit answer (429/529) is counted apart from model requests: it is not billed.
     assert _emf_metrics(capsys.readouterr().out) == [
-        {"ModelRequests": [1.0], "TransientFailures": [1.0]},
-        {"RateLimited": [1.0], "TransientFailures": [1.0]},
+        {"ModelRequests": [1.0]},
+        {"TransientFailures": [1.0]},
+        {"RateLimited": [1.0]},
+        {"TransientFailures": [1.0]},
     ]
 
 
@@ -74,7 +79,8 @@ def test_non_retryable_failures_counted_only_once_the_dead_letter_is_sent(
     make_step().handle(make_event(), FakeLambdaContext())
 
     assert _emf_metrics(capsys.readouterr().out) == [
-        {"ModelRequests": [1.0], "TransientFailures": [1.0]},
+        {"ModelRequests": [1.0]},
+        {"TransientFailures": [1.0]},
         {"NonRetryableFailures": [1.0]},
         {"DuplicatesSuppressed": [1.0]},
     ]

@@ -62,6 +62,10 @@ COMPLETED_SHAPE = {
     "usage",
     "completed_at",
     "cost_usd",
+    # Issue 31: the key's totals over all its deliveries.
+    "key_model_requests",
+    "key_usage",
+    "key_cost_usd",
 }
 DEAD_LETTERED_SHAPE = {
     "status",
@@ -74,6 +78,10 @@ DEAD_LETTERED_SHAPE = {
     "provider",
     "dead_letter_id",
     "dead_letter_message_id",
+    # Issue 31: the key's totals over all its deliveries.
+    "key_model_requests",
+    "key_usage",
+    "key_cost_usd",
 }
 
 
