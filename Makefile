@@ -34,7 +34,7 @@ CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 	$(CURDIR)/$(CHECKOV_VENV)/bin/checkov --skip-download --framework cloudformation
 
 .PHONY: setup synth test test-unit soak lint typecheck typecheck-runtime checkov docs demo \
-	demo-faults bench deploy-local mutate lock dist clean
+	demo-faults bench deploy-local mutate fault-stats lock dist clean
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 
@@ -101,8 +101,9 @@ test: setup cdk.out/manifest.json
 	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; rm -f $$log; exit $$status
 
 # The long run of the property-based fault schedules (tests/faults): 10,000 random schedules
-# (5,000 in each of the two modules) against the real handler, moto and the fake Messages API.
-# `make test` runs the derandomized fast profile (200). Hours on 2 cores; not in CI.
+# (5,000 in each of the two modules) against the real handler, moto, the fake Messages API and
+# the fake Bedrock runtime. `make test` runs the derandomized fast profile (200). Hours on 2
+# cores; not in CI. `make fault-stats` prints what the schedules reached.
 soak: setup cdk.out/manifest.json
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
 
@@ -149,8 +150,15 @@ deploy-local: setup cdk.out/manifest.json
 # Mutation testing of lambda_src/model_step against tests/runtime (slow; not part of CI).
 # MUTANTS narrows the run to mutant names, e.g. MUTANTS='model_step.errors*'. Results stay
 # in .mutate/mutants/: `cd .mutate && ../.venv/bin/mutmut results` lists the survivors.
+# PROFILE=schedules: the named mutants of tests/faults/mutants.py instead, each applied to a
+# staged copy and run against the 200 fast fault schedules of `make test`; prints the kill
+# table (MUTANTS=name,name narrows it; MUTATE_JOBS pytest workers, default 2). About 3-6
+# minutes a mutant on 2 cores.
 MUTATE_DIR := .mutate
-mutate: setup
+mutate: setup $(if $(filter schedules,$(PROFILE)),cdk.out/manifest.json)
+ifeq ($(PROFILE),schedules)
+	$(BIN)/python -m tests.faults.mutants $(if $(MUTANTS),--only '$(MUTANTS)')
+else
 	rm -rf $(MUTATE_DIR) && mkdir -p $(MUTATE_DIR)/src
 	cp -r lambda_src/model_step $(MUTATE_DIR)/src/
 	cp -r lambda_src constructs_lib tests pyproject.toml $(MUTATE_DIR)/
@@ -158,6 +166,12 @@ mutate: setup
 	find $(MUTATE_DIR) -name __pycache__ -prune -exec rm -rf {} +
 	cd $(MUTATE_DIR) && $(BIN)/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
 	cd $(MUTATE_DIR) && $(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
+endif
+
+# The statistics of the last fault-lab run (make test, make soak, the mutants): share of
+# schedules reaching budget exhaustion, clock spans, faults per schedule (tests/faults/stats.py).
+fault-stats:
+	$(BIN)/python -m tests.faults.stats
 
 # The dev lock, then every bundled function's runtime lock (lambda_src/*/requirements-<machine>.lock:
 # CPython 3.13 on manylinux2014 x86_64 and aarch64, hashes included; see docs/bundling.md).

@@ -49,10 +49,11 @@ from .observed import Life, Send
 from .rows import ACCOUNT, REGION
 
 TABLE = "fault-lab-idempotency"
-#: Invocations one life of a key may take before the lab calls its cycle unbounded. The
-#: most a key needs is far below: 9 buffer receives x 3 rounds, the redrive queue's
-#: receives, rate-limit waits up to ``max_event_age``, a few copies and operator retries.
-MAX_INVOCATIONS_PER_LIFE = 150
+#: Invocations one life of a key may take before the lab calls its cycle unbounded. A key
+#: needs far fewer: three attempts, a few kills, waits for a killed holder's lock, two
+#: put-backs from the redrive queue, rate-limit waits (a persistent one waits 900 s at a time
+#: for at most ``max_event_age``, 16 waits in 4 hours), a few copies.
+MAX_INVOCATIONS_PER_LIFE = 100
 #: Polls a drain may take beyond its lives' own caps before the lab calls it unbounded.
 MAX_DRAIN_POLLS = 200
 #: Seconds the lab waits (real time) for the fake API to read every request sent.
@@ -215,3 +216,5 @@ class Poll:
     #: The row's targeted points this invocation carries (see ``Persistent``), if any.
     targeted_kill: tuple[str, str, int] | None = None
     targeted_fail: tuple[str, str, int] | None = None
+    #: The budget item was written and no request followed yet.
+    claimed_unsent: bool = False

@@ -21,14 +21,16 @@ Each check returns :class:`Violation` s naming the invariant, so a run can stop 
     at most one result event per life; none only when a kill may have lost the publish
     after the result was stored, or a dead letter tells the operator;
 ``metric-model-requests`` / ``metric-attempts-interrupted`` / ``metric-tokens``
-    the metrics count what the fake API billed: every billed request that reported back
-    is in ``ModelRequests``, none that was not billed is, and each billed request is in
-    ``ModelRequests`` or ``AttemptsInterrupted``; ``AttemptsInterrupted`` is at least the
-    attempts killed after their request was sent and before they reported back; the token
-    metrics lie between the tokens of the reported answers and all billed tokens;
+    the metrics count what the fake API billed: every billed request that reported back (a
+    DynamoDB write followed it in its invocation) is in ``ModelRequests``, none that was not
+    billed is (but an attempt killed before it reported back and not billed, which no one
+    can tell from a billed one, may be), and each billed request is in ``ModelRequests`` or
+    ``AttemptsInterrupted``; ``AttemptsInterrupted`` is at least the attempts killed after
+    their request was sent and before they reported back; the token metrics lie between
+    the tokens of the reported answers and all billed tokens;
 ``outcome-totals``
     the ``model_requests`` and tokens ``on_outcome`` recorded for the life (the ledger sums
-    them) lie between what reported back and what was billed;
+    them; a call the hook failed recorded nothing) lie within the same bounds;
 ``window``
     no rate-limit wait and no put-back past ``max_event_age`` from the key's first-seen time
     (the first write of its budget item in this life);
@@ -193,10 +195,11 @@ def _metrics(record: LifeRecord) -> Iterator[tuple[str, str]]:
     metrics = record.metrics
     requests, interrupted = metrics["ModelRequests"], metrics["AttemptsInterrupted"]
     billed, reported = record.billed, record.billed_reported
-    if not reported <= requests <= billed:
+    if not reported <= requests <= billed + record.uncertain:
         yield (
             "metric-model-requests",
-            (f"ModelRequests {requests:g}; billed {billed}, of which {reported} reported back"),
+            f"ModelRequests {requests:g}; billed {billed}, of which {reported} reported back "
+            f"({record.uncertain} more attempts uncertain)",
         )
     if requests + interrupted < billed:
         yield (
@@ -227,13 +230,11 @@ def _metrics(record: LifeRecord) -> Iterator[tuple[str, str]]:
 def _totals(record: LifeRecord) -> Iterator[tuple[str, str]]:
     recorded = record.recorded
     requests = sum(int(o.get("model_requests") or 0) for o in recorded)
-    if not record.billed_reported <= requests <= record.billed:
+    if not record.billed_reported <= requests <= record.billed + record.uncertain:
         yield (
             "outcome-totals",
-            (
-                f"on_outcome recorded {requests} model requests; billed {record.billed}, of which "
-                f"{record.billed_reported} reported back"
-            ),
+            f"on_outcome recorded {requests} model requests; billed {record.billed}, of which "
+            f"{record.billed_reported} reported back ({record.uncertain} more uncertain)",
         )
     tokens = sum(int((o.get("usage") or {}).get("input_tokens") or 0) for o in recorded)
     low = record.tokens(reported_only=True) * model_api.INPUT_TOKENS

@@ -433,8 +433,10 @@ class FaultLab:
             state.unreported.clear()
             key = (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
             if key is not None and state.record_id is not None:
-                if key == state.record_id + BUDGET_SUFFIX and record.first_seen is None:
-                    record.first_seen = self.clock.now()
+                if key == state.record_id + BUDGET_SUFFIX:
+                    state.claimed_unsent = True
+                    if record.first_seen is None:
+                        record.first_seen = self.clock.now()
                 if key == state.record_id and self.stored(state.life.scope) is not None:
                     record.stored_once = True
         if status < 300 and operation == "PutEvents":
@@ -460,6 +462,8 @@ class FaultLab:
             record = self.record(state.life)
             if counted:
                 record.count_window_kill = True
+            if state.claimed_unsent:
+                record.unsent_claims += 1
             if self.stored(state.life.scope) is not None:
                 record.kills_after_result += 1
             raise LambdaKilled(f"killed {kind} {operation}")
@@ -479,6 +483,7 @@ class FaultLab:
         state = self.poll_state
         if state is None:
             return
+        state.claimed_unsent = False
         send = Send(state.life, state.fault.api)
         number = str(len(self.world.sent) + 1)
         self.world.sent[number] = send

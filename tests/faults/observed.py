@@ -88,6 +88,9 @@ class LifeRecord:
     count_window_kill: bool = False
     #: Copies SQS dropped at the end of their retention.
     retention_drops: int = 0
+    #: Invocations killed after a write of the budget item and before any request: an
+    #: attempt claimed and never sent, which no one can tell from one sent and lost.
+    unsent_claims: int = 0
 
     @property
     def billed(self) -> int:
@@ -100,6 +103,13 @@ class LifeRecord:
     @property
     def interrupted(self) -> int:
         return sum(1 for send in self.sends if send.interrupted)
+
+    @property
+    def uncertain(self) -> int:
+        """Attempts the runtime cannot know were billed: interrupted before they reported
+        back, yet not billed (a rate limit, or never sent). A count may include them."""
+        lost = sum(1 for send in self.sends if send.interrupted and not send.billed)
+        return lost + self.unsent_claims
 
     def tokens(self, *, reported_only: bool) -> int:
         """Billed 200 answers (each bills the fakes' fixed usage)."""

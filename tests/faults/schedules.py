@@ -19,7 +19,9 @@ runs steps:
   ``on_outcome`` failing for a few calls;
 - time passing, minutes to a day, and **paused mappings** (no poll for hours to a day), on a
   clock with no cap: a schedule crosses key lifetimes (never past the queues' retention
-  while they hold a copy: that loses rows in AWS too, and is the operator's doing);
+  while they hold a copy: that loses rows in AWS too, and is the operator's doing), and a
+  producer that sends a row again after everything settled and the key's memory expired
+  (a new life of the key);
 - throttle storms, operator retries and DLQ redrives.
 
 After each schedule the queues are drained with only the persistent faults left, and the
@@ -133,6 +135,8 @@ PERSISTENT_BEHAVIOURS = ("500", "503", "408", "disconnect", "slow", "rate_limit"
 #: Slack kept below a held copy's retention when time moves: the longest the key may still
 #: wait (``max_event_age``) plus an hour.
 RETENTION_SLACK_SECONDS = 3600
+#: What a doomed row meets (see ``FaultSchedule.start``): each spends the key's budget.
+DOOMED = st.sampled_from([b for b in PERSISTENT_BEHAVIOURS if b != "400"] + ["killed"])
 STATS: list[dict[str, Any]] = []
 
 
@@ -193,10 +197,7 @@ class FaultSchedule(RuleBasedStateMachine):
         provider=st.sampled_from([*PROVIDERS, "anthropic"]),
         bus=st.sampled_from([None, *BUS_KINDS]),
         second=st.sampled_from(SECOND_ROWS),
-        doomed=st.one_of(
-            st.none(),
-            st.tuples(st.integers(0, 1), st.sampled_from([*PERSISTENT_BEHAVIOURS, "killed"])),
-        ),
+        doomed=st.one_of(st.none(), DOOMED, DOOMED),
     )
     def start(
         self,
@@ -204,10 +205,11 @@ class FaultSchedule(RuleBasedStateMachine):
         provider: str,
         bus: str | None,
         second: Row,
-        doomed: tuple[int, str] | None,
+        doomed: str | None,
     ) -> None:
-        """The schedule's variant, and maybe a row doomed from the start: every request of
-        it fails one way, or every invocation of it is killed after the answer."""
+        """The schedule's variant, and, two times in three, its first row doomed from the
+        start: every request of it fails one way, or every invocation of it is killed after
+        the answer (keys driven to budget exhaustion)."""
         template = self.world.settings
         lab_settings = template.short_lived() if short else template.for_the_lab()
         self.variant = {
@@ -221,12 +223,10 @@ class FaultSchedule(RuleBasedStateMachine):
         self.rows = (PLAIN, second)
         self.generations: dict[int, int] = {}
         self.world.lab = self.lab
-        if doomed is not None:
-            row, behaviour = doomed
-            if behaviour == "killed":
-                self.killed_after_every_answer(row)
-            else:
-                self.api_keeps_failing(row, behaviour)
+        if doomed == "killed":
+            self.killed_after_every_answer(0)
+        elif doomed is not None:
+            self.api_keeps_failing(0, doomed)
         self.lab.publish(PLAIN)
 
     # -- copies and polls -------------------------------------------------------------------
@@ -265,6 +265,19 @@ class FaultSchedule(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([1, 25, 61, 130, 541, 900, 4_000, 3 * 3_600]))
     def time_passes(self, seconds: int) -> None:
         self._advance(seconds)
+
+    @rule(row=st.integers(0, 1), spelling=st.integers(0, 2))
+    def republished_after_its_memory(self, row: int, spelling: int) -> None:
+        """Everything settles (the queues drain), the key's memory lifetime passes, and the
+        producer sends the row again: a new life, which may be billed again."""
+        self.lab.actions["republished_later"] += 1
+        try:
+            self.lab.drain()
+        except Unbounded as cycle:
+            self.lab.unbounded = str(cycle)
+            return
+        self.lab.clock.advance(self.lab.settings.expires_after + 60)
+        self.lab.publish(self.rows[row], spelling)
 
     @rule(hours=st.sampled_from([2, 6, 13, 25]))
     def mappings_paused(self, hours: int) -> None:
