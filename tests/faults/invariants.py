@@ -43,9 +43,10 @@ Each check returns :class:`Violation` s naming the invariant, so a run can stop 
 ``queues-drained`` / ``bounded``
     the buffer and redrive queues drain, and no life takes more than
     :data:`~.harness.MAX_INVOCATIONS_PER_LIFE` invocations;
-``uncoded-dead-letter`` / ``dead-letter-identity``
+``uncoded-dead-letter`` / ``dead-letter-identity`` / ``dead-letter-visible``
     a DLQ message without a code only after every receive the redrive queue gave it
-    failed; a coded one names its row (its business key is in the body);
+    failed; a coded one names its row (its business key is in the body); every message on
+    the DLQ is visible to its alarm (``ApproximateNumberOfMessagesVisible``);
 ``result-bus``
     (classic) moto delivered every event the bus said it took.
 """
@@ -308,6 +309,13 @@ def _queues(lab: FaultLab) -> Iterator[Violation]:
 
 def _dead_letter_messages(lab: FaultLab, dead: DeadLetters) -> Iterator[Violation]:
     least = lab.settings.redrive_max_receive_count - lab.settings.buffer_max_receive_count
+    visible = int(
+        lab.sqs.get_queue_attributes(
+            QueueUrl=lab.dlq_url, AttributeNames=["ApproximateNumberOfMessagesVisible"]
+        )["Attributes"]["ApproximateNumberOfMessagesVisible"]
+    )
+    if visible != len(lab.dead_letters()):
+        yield Violation("dead-letter-visible", "DLQ", f"{visible} visible to the alarm")
     for message in dead.messages:
         where = f"DLQ message {message['message_id']}"
         if not _coded(message):
