@@ -23,11 +23,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import model_api
-from .lab import FaultLab
-from .observed import Life, LifeRecord
+
+if TYPE_CHECKING:  # the report needs no runtime: `make fault-stats` reads JSON only
+    from .lab import FaultLab
+    from .observed import Life, LifeRecord
 
 STATS_DIR = Path(__file__).resolve().parents[2] / "build" / "fault-lab"
 #: Dead-letter codes that are budget exhaustion whatever the attempts.
