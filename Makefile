@@ -152,12 +152,13 @@ deploy-local: setup cdk.out/manifest.json
 # in .mutate/mutants/: `cd .mutate && ../.venv/bin/mutmut results` lists the survivors.
 # PROFILE=schedules: the named mutants of tests/faults/mutants.py instead, each applied to a
 # staged copy and run against the 200 fast fault schedules of `make test`; prints the kill
-# table (MUTANTS=name,name narrows it; MUTATE_JOBS pytest workers, default 2). About 3-6
-# minutes a mutant on 2 cores.
+# table (MUTANTS=name,name narrows it; MUTATE_JOBS pytest workers, default 2;
+# MUTATE_BASELINES=2 on a runtime with known bugs). Minutes a mutant on 2 cores.
 MUTATE_DIR := .mutate
 mutate: setup $(if $(filter schedules,$(PROFILE)),cdk.out/manifest.json)
 ifeq ($(PROFILE),schedules)
-	$(BIN)/python -m tests.faults.mutants $(if $(MUTANTS),--only '$(MUTANTS)')
+	$(BIN)/python -m tests.faults.mutants $(if $(MUTANTS),--only '$(MUTANTS)') \
+		$(if $(MUTATE_BASELINES),--baselines $(MUTATE_BASELINES))
 else
 	rm -rf $(MUTATE_DIR) && mkdir -p $(MUTATE_DIR)/src
 	cp -r lambda_src/model_step $(MUTATE_DIR)/src/

@@ -46,7 +46,8 @@ Each check returns :class:`Violation` s naming the invariant, so a run can stop 
 ``uncoded-dead-letter`` / ``dead-letter-identity`` / ``dead-letter-visible``
     a DLQ message without a code only after every receive the redrive queue gave it
     failed; a coded one names its row (its business key is in the body); every message on
-    the DLQ is visible to its alarm (``ApproximateNumberOfMessagesVisible``);
+    the DLQ is visible to its alarm (the queue's ``ApproximateNumberOfMessages``, CloudWatch's
+    ``ApproximateNumberOfMessagesVisible``);
 ``result-bus``
     (classic) moto delivered every event the bus said it took.
 """
@@ -309,10 +310,12 @@ def _queues(lab: FaultLab) -> Iterator[Violation]:
 
 def _dead_letter_messages(lab: FaultLab, dead: DeadLetters) -> Iterator[Violation]:
     least = lab.settings.redrive_max_receive_count - lab.settings.buffer_max_receive_count
+    # SQS's ApproximateNumberOfMessages is what CloudWatch graphs as the alarm's metric,
+    # ApproximateNumberOfMessagesVisible.
     visible = int(
         lab.sqs.get_queue_attributes(
-            QueueUrl=lab.dlq_url, AttributeNames=["ApproximateNumberOfMessagesVisible"]
-        )["Attributes"]["ApproximateNumberOfMessagesVisible"]
+            QueueUrl=lab.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]["ApproximateNumberOfMessages"]
     )
     if visible != len(lab.dead_letters()):
         yield Violation("dead-letter-visible", "DLQ", f"{visible} visible to the alarm")
