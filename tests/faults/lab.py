@@ -83,6 +83,22 @@ class FaultLab:
         self.faults = 0
         self.actions: Counter[str] = Counter()
         self.unbounded: str | None = None
+        self._create_queues()
+        self.bus = (
+            ResultBus.create(bus_kind, prefix, world.lab_session, self.clock.now)
+            if bus_kind
+            else None
+        )
+        self.step = ModelStep(self._step_settings(), on_outcome=self._on_outcome,
+                              boto3_session=world.step_session)  # fmt: skip
+        parts = self.step._components()
+        if parts.result_events is not None:
+            # The publisher's pause between sends of a throttled entry runs on the lab's clock.
+            parts.result_events._sleep = self.clock.advance
+
+    def _create_queues(self) -> None:
+        """The DLQ, the redrive queue and the buffer queue, as the template sets them."""
+        settings, prefix = self.settings, self.prefix
         self.dlq_url, self.dlq_arn = self._queue(
             f"{prefix}-dlq",
             retention=settings.dlq_retention,
@@ -102,17 +118,6 @@ class FaultLab:
             redrive=(self.redrive_arn, settings.buffer_max_receive_count),
             visibility=settings.visibility_timeout,
         )
-        self.bus = (
-            ResultBus.create(bus_kind, prefix, world.lab_session, self.clock.now)
-            if bus_kind
-            else None
-        )
-        self.step = ModelStep(self._step_settings(), on_outcome=self._on_outcome,
-                              boto3_session=world.step_session)  # fmt: skip
-        parts = self.step._components()
-        if parts.result_events is not None:
-            # The publisher's pause between sends of a throttled entry runs on the lab's clock.
-            parts.result_events._sleep = self.clock.advance
 
     def _step_settings(self) -> Settings:
         bedrock = self.provider == "bedrock"

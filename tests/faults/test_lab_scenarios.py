@@ -17,6 +17,7 @@ from . import invariants
 from .harness import Fault, LabWorld
 from .lab import FaultLab
 from .lab_settings import QueueSettings
+from .observed import Life, scope_of
 from .rows import BIG, HUGE_NUMBER, PAST_FLOAT, PLAIN, Row
 from .schedules import fault_world
 
@@ -50,9 +51,7 @@ def finish(lab: FaultLab) -> list[str]:
         lab.world.lab = None
 
 
-def life_of(lab: FaultLab, row: Row, spelling: int = 0):
-    from .observed import scope_of
-
+def life_of(lab: FaultLab, row: Row, spelling: int = 0) -> Life:
     return lab.life_of(scope_of(row.body(spelling)))
 
 
