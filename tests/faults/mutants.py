@@ -95,7 +95,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "budget-per-event-copy",
         "work.py",
-        "        budget = parts.budget(request)\n",
+        "        budget = parts.budget(request, delivery.first_seen)\n",
         "        budget = parts._budget(  # mutant: each event copy has its own budget\n"
         "            parts.persistence.record_id(request) + str(delivery.event.get('id')),\n"
         "            parts.settings.max_attempts,\n"
@@ -106,20 +106,16 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "F1-first-seen-reset-on-claim",
         "budget.py",
-        '"SET #pending = :token, #first = if_not_exists(#first, :now), "',
-        '"SET #pending = :token, #first = :now, "',
-        "F1: the key's first-seen time moves to every claim (the rate-limit window never ends)",
+        '"SET #pending = :token, #first = if_not_exists(#first, :first), "',
+        '"SET #pending = :token, #first = :first, "',
+        "F1: the key's first-seen time moves to every claim a copy without a stamp makes",
     ),
     Mutant(
         "F1-budget-forgotten-in-flight",
         "budget.py",
-        '                    ":token": {"S": token},\n'
-        '                    ":now": {"N": _n(now)},\n'
-        '                    ":exp": {"N": str(int(now) + self._expires_after)},\n',
-        '                    ":token": {"S": token},\n'
-        '                    ":now": {"N": _n(now)},\n'
-        '                    ":exp": {"N": str(int(now) + 300)},\n',
-        "F1: the attempt budget expires 5 minutes after its last claim, long before the key",
+        '        return {"N": str(int(now) + self._lifetime)}\n',
+        '        return {"N": str(int(now) + 300)}  # mutant\n',
+        "F1: the attempt budget expires 5 minutes after its last write, long before the key",
     ),
     Mutant(
         "F2-result-published-by-every-delivery",
@@ -155,8 +151,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "F6-redrive-put-back-counted-twice",
         "budget.py",
-        '                ":one": {"N": "1"},\n            },\n            returns=True,\n',
-        '                ":one": {"N": "2"},\n            },\n            returns=True,\n',
+        '{":first": {"N": self._start(now)}, ":exp": self._expiry(now), ":one": {"N": "1"}}',
+        '{":first": {"N": self._start(now)}, ":exp": self._expiry(now), ":one": {"N": "2"}}',
         "F6: one message from the redrive queue counts as two put-backs (ReceivesExhausted early)",
     ),
     Mutant(
