@@ -28,7 +28,7 @@ from typing import Any
 import boto3
 from botocore.awsrequest import AWSResponse
 
-from .sqs_rules import ACCOUNT, REGION
+from .sqs_rules import ACCOUNT, REGION, moto_queue
 
 #: EventBridge v2 drops a repeated DeduplicationId within this many seconds.
 DEDUPLICATION_WINDOW_SECONDS = 300
@@ -149,15 +149,9 @@ class ResultBus:
             taken.append(Accepted(str(entry.get("DetailType")), answer["EventId"], detail))
         return taken
 
-    def delivered(self, sqs: Any) -> int:
-        """Events moto delivered to the classic bus's rule (0 for a v2 bus)."""
+    def delivered(self) -> int:
+        """Events moto delivered to the classic bus's rule (0 for a v2 bus), read from the
+        seen queue itself: a schedule can outlast any queue's retention."""
         if self.seen_url is None:
             return 0
-        count = 0
-        while True:
-            messages = sqs.receive_message(
-                QueueUrl=self.seen_url, MaxNumberOfMessages=10, VisibilityTimeout=3600
-            ).get("Messages", [])
-            if not messages:
-                return count
-            count += len(messages)
+        return len(moto_queue(self.seen_url)._messages)
