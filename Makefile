@@ -42,7 +42,7 @@ CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 	$(CURDIR)/$(CHECKOV_VENV)/bin/checkov --skip-download --framework cloudformation
 
 .PHONY: setup synth test test-loaded test-unit soak lint typecheck typecheck-runtime checkov docs demo \
-	demo-faults bench deploy-local mutate lock dist clean
+	demo-faults bench deploy-local mutate fault-stats lock dist clean
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 
@@ -121,8 +121,9 @@ test-loaded: setup cdk.out/manifest.json
 
 # The long run of the property-based fault schedules (tests/faults): 10,000 random realtime
 # schedules (5,000 in each of the two modules) and 2,000 long-horizon batch schedules
-# (test_batch_schedules.py) against the real handler, moto and the fake Messages API.
-# `make test` runs the derandomized fast profiles (200 and 100). Hours on 2 cores; not in CI.
+# (test_batch_schedules.py) against the real handler, moto, the fake Messages API and the fake
+# Bedrock runtime. `make test` runs the derandomized fast profiles (200 and 100). Hours on 2
+# cores; not in CI. `make fault-stats` prints what the schedules reached.
 soak: setup cdk.out/manifest.json
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
 
@@ -169,8 +170,16 @@ deploy-local: setup cdk.out/manifest.json
 # Mutation testing of lambda_src/model_step against tests/runtime (slow; not part of CI).
 # MUTANTS narrows the run to mutant names, e.g. MUTANTS='model_step.errors*'. Results stay
 # in .mutate/mutants/: `cd .mutate && ../.venv/bin/mutmut results` lists the survivors.
+# PROFILE=schedules: the named mutants of tests/faults/mutants.py instead, each applied to a
+# staged copy and run against the 200 fast fault schedules of `make test`; prints the kill
+# table (MUTANTS=name,name narrows it; MUTATE_JOBS pytest workers, default 2;
+# MUTATE_BASELINES=2 on a runtime with known bugs). Minutes a mutant on 2 cores.
 MUTATE_DIR := .mutate
-mutate: setup
+mutate: setup $(if $(filter schedules,$(PROFILE)),cdk.out/manifest.json)
+ifeq ($(PROFILE),schedules)
+	$(BIN)/python -m tests.faults.mutants $(if $(MUTANTS),--only '$(MUTANTS)') \
+		$(if $(MUTATE_BASELINES),--baselines $(MUTATE_BASELINES))
+else
 	rm -rf $(MUTATE_DIR) && mkdir -p $(MUTATE_DIR)/src
 	cp -r lambda_src/model_step $(MUTATE_DIR)/src/
 	cp -r lambda_src constructs_lib tests pyproject.toml $(MUTATE_DIR)/
@@ -178,6 +187,12 @@ mutate: setup
 	find $(MUTATE_DIR) -name __pycache__ -prune -exec rm -rf {} +
 	cd $(MUTATE_DIR) && $(BIN)/mutmut run --max-children $${MUTATE_JOBS:-2} $(MUTANTS)
 	cd $(MUTATE_DIR) && $(BIN)/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
+endif
+
+# The statistics of the last fault-lab run (make test, make soak, the mutants): share of
+# schedules reaching budget exhaustion, clock spans, faults per schedule (tests/faults/stats.py).
+fault-stats:
+	$(BIN)/python -m tests.faults.stats
 
 # The dev lock, then every bundled function's runtime lock (lambda_src/*/requirements-<machine>.lock:
 # CPython 3.13 on manylinux2014 x86_64 and aarch64, hashes included; see docs/bundling.md).

@@ -1,26 +1,38 @@
-"""Generated fault schedules against the real handler: the per-key invariants of issue 15.
+"""Generated fault schedules against the real handler: the per-key, per-lifetime invariants.
 
-Hypothesis writes the schedules (a stateful test): copies of events at any moment, polls of
-the buffer and redrive queues that are throttled, killed at any point of the invocation
-(before or after the request is sent, between the DLQ send and its record, ...) or meet a
-failing AWS call (a save that fails, a save that applied but answered with an error, a DLQ
-send that fails), answers that are 200s, 500s, 429/529 with retry-after, dropped connections,
-slow chunked streams or 400s, time passing, operator retries and DLQ redrives. After each
-schedule the queues are drained without faults and, per record key:
+Hypothesis writes the schedules (a stateful test). Each starts by drawing its variant: the
+settings (the template's, or the short-lived ones whose key memory lasts hours), the provider
+(the Claude API or Bedrock, each with its documented errors), the result bus (none, classic,
+v2) and its second row (a plain one, 150 KB of non-ASCII text, ``1e30``, ``2**53 + 1``), then
+runs steps:
 
-1. at most ``MAX_ATTEMPTS`` billed requests (one for a key an operator redrove from the DLQ),
-   and none once the key's result is stored;
-2. exactly one terminal result: a stored answer, or a stored dead letter whose code is on a
-   DLQ message (``ERROR_CODE``, ``DEAD_LETTER_ID``), counted once (``NonRetryableFailures``)
-   and visible to the DLQ alarms; every later delivery replays it;
-3. nothing is left on the buffer or redrive queues, and every message on the DLQ carries a
-   code, unless the redrive queue's every receive of it failed (the function could not run
-   at all: only the DLQ alarm can see that, and it does).
+- copies of events at any moment, each row number spelled any way a producer may;
+- polls of the buffer and redrive queues that are throttled, killed at any point of the
+  invocation (numbered, or named: after the model answered, around ``PutEvents``, between
+  the DLQ send and its record, ...), meet a failing AWS call, a failing ``on_outcome``, or
+  any answer of the provider (200, 5xx, 408, 429/529, 400, quota, dropped connections, slow
+  chunked streams, an answer that is not a label);
+- **persistent** faults that hold through the drain: a row whose every request fails the
+  same way (keys driven to budget exhaustion), a row whose every invocation is killed right
+  after the model answered, a result bus that refuses every publish, a DLQ that refuses
+  every send; and faults that come and go: the bus refusing then recovering, the DLQ too,
+  ``on_outcome`` failing for a few calls;
+- time passing, minutes to a day, and **paused mappings** (no poll for hours to a day), on a
+  clock with no cap: a schedule crosses key lifetimes (never past the queues' retention
+  while they hold a copy: that loses rows in AWS too, and is the operator's doing), and a
+  producer that sends a row again after everything settled and the key's memory expired
+  (a new life of the key);
+- throttle storms, operator retries and DLQ redrives.
+
+After each schedule the queues are drained with only the persistent faults left, and the
+invariants of :mod:`.invariants` are checked per key and lifetime.
 
 Profiles: ``fast`` (``make test``: 100 schedules in each of two test modules, which
 pytest-xdist runs side by side; derandomized, so CI sees the same 200 every run) and
 ``soak`` (``make soak``: ``HYPOTHESIS_PROFILE=soak``, 5,000 random schedules per module,
 10,000 in all). ``hunt`` (300 random, printing a reproducer blob) is for local bug hunts.
+``FAULT_LAB_COLLECT=<file>`` records every violation there (JSON lines) instead of failing
+the first schedule that has one: the mutant runner's mode.
 """
 
 from __future__ import annotations
@@ -30,6 +42,8 @@ import itertools
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import boto3
 from hypothesis import HealthCheck, settings
@@ -38,130 +52,192 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from model_step import model_call
 from moto import mock_aws
 
-from tests.fakes import FakeMessagesAPI
+from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI
+from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
-from .harness import (
-    API_BEHAVIOURS,
-    REGION,
-    Fault,
-    FaultLab,
-    MovableClock,
-    QueueSettings,
-    Scope,
-    _scope_of,
-    create_table,
-    installed_hooks,
-)
+from . import invariants, sqs_rules, stats
+from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded
+from .hooks import installed_hooks
+from .lab import FaultLab, answer_request
+from .lab_settings import QueueSettings
+from .model_api import BEHAVIOURS, PROVIDERS
+from .result_bus import BUS_KINDS, REFUSALS
+from .rows import PLAIN, SECOND_ROWS, Row
 
-settings.register_profile(
-    "fast",
-    max_examples=100,
-    stateful_step_count=20,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    derandomize=True,
-)
-settings.register_profile(
-    "hunt",
-    max_examples=300,
-    print_blob=True,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-settings.register_profile(
-    "soak",
-    max_examples=5_000,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+_common = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
+}
+settings.register_profile("fast", max_examples=100, stateful_step_count=20, derandomize=True,
+                          **_common)  # fmt: skip
+settings.register_profile("hunt", max_examples=300, print_blob=True, stateful_step_count=30,
+                          **_common)  # fmt: skip
+settings.register_profile("soak", max_examples=5_000, stateful_step_count=30, **_common)
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "fast")
+COLLECT = os.environ.get("FAULT_LAB_COLLECT")
 
-ROWS = (1, 2)
 _names = itertools.count(1)
 #: A hook point of an invocation (see ``Fault``), or none: most polls meet no fault.
 hook_points = st.one_of(st.none(), st.none(), st.integers(min_value=1, max_value=16))
+#: Named points: where the bugs of issue 31 hide (after the answer, around PutEvents, between
+#: the DLQ send and its record, around the saves), or none.
+named_points = st.one_of(
+    st.none(),
+    st.none(),
+    st.none(),
+    st.tuples(
+        st.sampled_from(["before", "after"]),
+        st.sampled_from(["model", "PutEvents", "SendMessage", "UpdateItem", "PutItem"]),
+        st.integers(min_value=1, max_value=3),
+    ),
+)
 #: Failures are drawn more often than a real provider gives them, so schedules meet them.
-api_behaviours = st.sampled_from(["ok", "ok", "500", "500", "disconnect", "slow", *API_BEHAVIOURS])
+api_behaviours = st.sampled_from(["ok", "ok", "ok", "500", "disconnect", "slow", *BEHAVIOURS[:-1]])
 faults = st.builds(
     Fault,
     throttle=st.integers(min_value=0, max_value=4).map(lambda n: n == 0),
     kill_at=hook_points,
     fail_at=hook_points,
     api=api_behaviours,
+    kill_on=named_points,
+    fail_on=named_points,
+    hook_fails=st.integers(min_value=0, max_value=9).map(lambda n: n == 0),
 )
-STATS: dict[str, int] = {}
+#: Points a row's next invocation is killed at (see ``Persistent.kill_points``): after the
+#: answer, around the saves (UpdateItem 1 claims, 2 saves or reports, 3-4 count and save a
+#: dead letter's hand-off), between the DLQ send and its record, around PutEvents.
+TARGETED_KILLS = (
+    ("after", "model", 1),
+    ("after", "UpdateItem", 1),
+    ("before", "UpdateItem", 2),
+    ("after", "UpdateItem", 2),
+    ("before", "UpdateItem", 3),
+    ("after", "UpdateItem", 3),
+    ("before", "UpdateItem", 4),
+    ("after", "SendMessage", 1),
+    ("before", "PutEvents", 1),
+    ("after", "PutEvents", 1),
+    ("after", "PutItem", 2),
+)
+#: Calls a row's next invocation sees fail (a "after" point: the call applied, its answer
+#: was lost): a save, a claim, a DLQ send, a hand-off lock.
+TARGETED_FAILS = (
+    ("after", "UpdateItem", 2),
+    ("after", "UpdateItem", 1),
+    ("before", "UpdateItem", 2),
+    ("after", "PutItem", 1),
+    ("before", "SendMessage", 1),
+    ("after", "SendMessage", 1),
+)
+#: Behaviours a row can keep through the drain: each ends the key within its budget or its
+#: rate-limit window (a 429 with retry-after 20 s would take a poll per 20 s for hours).
+PERSISTENT_BEHAVIOURS = ("500", "503", "408", "disconnect", "slow", "rate_limit", "400")
+#: Slack kept below a held copy's retention when time moves: the longest the key may still
+#: wait (``max_event_age``) plus an hour.
+RETENTION_SLACK_SECONDS = 3600
+#: What a doomed row meets (see ``FaultSchedule.start``): each spends the key's budget.
+DOOMED = st.sampled_from([b for b in PERSISTENT_BEHAVIOURS if b != "400"] + ["killed"])
+STATS: list[dict[str, Any]] = []
 
 
 @contextlib.contextmanager
-def fault_world(settings_: QueueSettings) -> Iterator[tuple]:
-    """One moto account, one fake Messages API and one hooked session, for one test module;
-    ``settings_`` are the step's settings from the synthesized template."""
+def fault_world(settings_: QueueSettings) -> Iterator[LabWorld]:
+    """One moto account, the two fake model APIs and one hooked session, for one test
+    module; ``settings_`` are the step's settings as the synthesized template has them
+    (each schedule derives its variant from them)."""
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
         "ANTHROPIC_API_KEY": "sk-ant-fault-lab",
     }
-    saved = {name: os.environ.get(name) for name in [*env, "ANTHROPIC_BASE_URL"]}
+    urls = ["ANTHROPIC_BASE_URL", "ANTHROPIC_BEDROCK_BASE_URL"]
+    saved = {name: os.environ.get(name) for name in [*env, *urls]}
     os.environ.update(env)
     # The lab's deadline is 0.3 s of real time, so a slow answer costs little; the runtime's
     # floor for a deadline (1 s) is lowered to match.
     floor = model_call.MIN_MODEL_TIMEOUT_SECONDS
     model_call.MIN_MODEL_TIMEOUT_SECONDS = 0.1
-    with mock_aws(), FakeMessagesAPI() as api:
-        os.environ["ANTHROPIC_BASE_URL"] = api.base_url
-        step_session = boto3.session.Session(region_name=REGION)
-        lab_session = boto3.session.Session(region_name=REGION)
-        create_table(lab_session)
-        clock = MovableClock()
-        current: dict[str, FaultLab | None] = {"lab": None}
-        # A request read after its schedule ended (the lab is gone) is answered 200, uncounted.
-        api.script = lambda index, body: (
-            current["lab"].on_request(index) if current["lab"] is not None else 200
-        )
-        with clock.installed(), installed_hooks(lambda: current["lab"], step_session):
-            FaultSchedule.world = (api, step_session, lab_session, clock, current, settings_)
-            yield FaultSchedule.world
-    model_call.MIN_MODEL_TIMEOUT_SECONDS = floor
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    try:
+        with mock_aws(), FakeMessagesAPI() as api, FakeBedrockRuntime() as bedrock:
+            os.environ["ANTHROPIC_BASE_URL"] = api.base_url
+            os.environ["ANTHROPIC_BEDROCK_BASE_URL"] = bedrock.base_url
+            lab_session = boto3.session.Session(region_name="us-east-1")
+            create_stack_table(lab_session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
+            world = LabWorld(
+                api=api,
+                bedrock=bedrock,
+                step_session=boto3.session.Session(region_name="us-east-1"),
+                lab_session=lab_session,
+                clock=MovableClock(),
+                settings=settings_,
+            )
+            api.script = lambda index, body: answer_request(world, "anthropic", index, api)
+            bedrock.script = lambda index, body: answer_request(world, "bedrock", index, bedrock)
+            with world.clock.installed(), installed_hooks(world):
+                FaultSchedule.world = world
+                yield world
+    finally:
+        model_call.MIN_MODEL_TIMEOUT_SECONDS = floor
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class FaultSchedule(RuleBasedStateMachine):
-    """One schedule: see the module docstring. ``world`` is set by the test function."""
+    """One schedule: see the module docstring. ``world`` is set by :func:`fault_world`."""
 
-    world: tuple = ()
+    world: LabWorld
 
-    @initialize()
-    def start(self) -> None:
-        api, step_session, lab_session, clock, current, lab_settings = self.world
-        self.lab = FaultLab(
-            api, step_session, lab_session, f"lab{next(_names)}", clock, lab_settings
-        )
+    @initialize(
+        short=st.booleans(),
+        provider=st.sampled_from([*PROVIDERS, "anthropic"]),
+        bus=st.sampled_from([None, *BUS_KINDS]),
+        second=st.sampled_from(SECOND_ROWS),
+        doomed=st.one_of(st.none(), DOOMED, DOOMED),
+    )
+    def start(
+        self,
+        short: bool,
+        provider: str,
+        bus: str | None,
+        second: Row,
+        doomed: str | None,
+    ) -> None:
+        """The schedule's variant, and, two times in three, its first row doomed from the
+        start: every request of it fails one way, or every invocation of it is killed after
+        the answer (keys driven to budget exhaustion)."""
+        template = self.world.settings
+        lab_settings = template.short_lived() if short else template.for_the_lab()
+        self.variant = {
+            "settings": lab_settings.variant,
+            "provider": provider,
+            "bus": bus,
+            "row": second.name,
+        }
+        self.lab = FaultLab(self.world, f"lab{next(_names)}", lab_settings, provider=provider,
+                            bus_kind=bus)  # fmt: skip
+        self.rows = (PLAIN, second)
         self.generations: dict[int, int] = {}
-        current["lab"] = self.lab
-        self.lab.publish(ROWS[0])
+        self.world.lab = self.lab
+        if doomed == "killed":
+            self.killed_after_every_answer(0)
+        elif doomed is not None:
+            self.api_keeps_failing(0, doomed)
+        self.lab.publish(PLAIN)
 
-    @rule(row=st.sampled_from(ROWS))
-    def publish(self, row: int) -> None:
-        self.lab.publish(row)
+    # -- copies and polls -------------------------------------------------------------------
+    @rule(row=st.integers(0, 1), spelling=st.integers(0, 2))
+    def publish(self, row: int, spelling: int) -> None:
+        self.lab.publish(self.rows[row], spelling)
 
     @rule(fault=faults)
     def poll_buffer(self, fault: Fault) -> None:
         self.lab.poll("buffer", fault)
 
-    def has_time(self) -> bool:
-        """Rules that move the clock stop at half a record's lifetime, so the drain that
-        follows ends inside it (dedup holds for ``expires_after``)."""
-        return self.lab.clock.now() - self.lab.started_at < self.lab.settings.expires_after / 2
-
-    @precondition(lambda self: self.has_time())
     @rule(fault=faults, wait=st.sampled_from(["retry-after", "spacing", "long", "visibility"]))
     def poll_buffer_later(self, fault: Fault, wait: str) -> None:
         """Time passes (a retry-after, a retry's spacing, a visibility timeout), then the
@@ -169,167 +245,175 @@ class FaultSchedule(RuleBasedStateMachine):
         seconds = {"retry-after": 21, "spacing": 61, "long": 121}.get(
             wait, self.lab.settings.visibility_timeout + 1
         )
-        self.lab.clock.advance(seconds)
+        self._advance(seconds)
         self.lab.poll("buffer", fault)
 
     @rule(fault=faults)
     def poll_redrive(self, fault: Fault) -> None:
         self.lab.poll("redrive", fault)
 
-    @precondition(lambda self: self.has_time())
-    @rule(seconds=st.sampled_from([1, 25, 61, 130, 541, 900, 4_000, 3 * 3_600]))
-    def time_passes(self, seconds: int) -> None:
-        self.lab.clock.advance(seconds)
-
-    @precondition(lambda self: self.has_time())
     @rule(polls=st.integers(min_value=4, max_value=12))
     def throttle_storm(self, polls: int) -> None:
         """Lambda throttles the function for a while: every receive of the buffer queue in
         that time fails before the function runs (each visibility timeout, once more)."""
+        self.lab.actions["throttle_storm"] += 1
         for _ in range(polls):
             self.lab.poll("buffer", Fault(throttle=True))
-            self.lab.clock.advance(self.lab.settings.visibility_timeout + 1)
+            self._advance(self.lab.settings.visibility_timeout + 1)
 
+    # -- time ---------------------------------------------------------------------------------
+    @rule(seconds=st.sampled_from([1, 25, 61, 130, 541, 900, 4_000, 3 * 3_600]))
+    def time_passes(self, seconds: int) -> None:
+        self._advance(seconds)
+
+    @rule(row=st.integers(0, 1), spelling=st.integers(0, 2))
+    def republished_after_its_memory(self, row: int, spelling: int) -> None:
+        """Everything settles (the queues drain), the key's memory lifetime passes, and the
+        producer sends the row again: a new life, which may be billed again."""
+        self.lab.actions["republished_later"] += 1
+        try:
+            self.lab.drain()
+        except Unbounded as cycle:
+            self.lab.unbounded = str(cycle)
+            return
+        self.lab.clock.advance(self.lab.settings.expires_after + 60)
+        self.lab.publish(self.rows[row], spelling)
+
+    @rule(hours=st.sampled_from([2, 6, 13, 25]))
+    def mappings_paused(self, hours: int) -> None:
+        """An operator disables the event source mappings for hours: nothing is polled
+        while the clock runs (never past a held copy's retention)."""
+        self.lab.actions["mapping_paused"] += 1
+        self._advance(hours * 3600)
+
+    def _advance(self, seconds: float) -> None:
+        """Move the clock, stopping short of the end of a held copy's retention."""
+        lab = self.lab
+        oldest = sqs_rules.oldest_sent_at((lab.buffer_url, lab.redrive_url))
+        if oldest is not None:
+            retention = min(lab.settings.buffer_retention, lab.settings.redrive_retention)
+            slack = lab.settings.max_event_age + RETENTION_SLACK_SECONDS
+            seconds = min(seconds, max(0.0, oldest + retention - slack - lab.clock.now()))
+        lab.clock.advance(seconds)
+
+    # -- persistent faults and faults that come and go ------------------------------------------
+    @rule(row=st.integers(0, 1), behaviour=st.sampled_from(PERSISTENT_BEHAVIOURS))
+    def api_keeps_failing(self, row: int, behaviour: str) -> None:
+        """Every request of the row gets ``behaviour`` from now on, through the drain."""
+        self.lab.actions["api_persistent"] += 1
+        self.lab.persistent.api[self.rows[row].value] = behaviour
+
+    @rule(row=st.integers(0, 1))
+    def killed_after_every_answer(self, row: int) -> None:
+        """Every invocation of the row is killed right after the model answered (a row that
+        runs the function out of memory), through the drain."""
+        self.lab.actions["kill_persistent"] += 1
+        self.lab.persistent.killed_after_answer.add(self.rows[row].value)
+
+    @rule(row=st.integers(0, 1), point=st.sampled_from(TARGETED_KILLS))
+    def row_killed_at(self, row: int, point: tuple[str, str, int]) -> None:
+        """The row's next invocation that reaches ``point`` is killed there."""
+        self.lab.actions["kill_targeted"] += 1
+        self.lab.persistent.kill_points.setdefault(self.rows[row].value, []).append(point)
+
+    @rule(row=st.integers(0, 1), point=st.sampled_from(TARGETED_FAILS))
+    def row_call_fails_at(self, row: int, point: tuple[str, str, int]) -> None:
+        """The row's next invocation that reaches ``point`` sees that AWS call fail."""
+        self.lab.actions["fail_targeted"] += 1
+        self.lab.persistent.fail_points.setdefault(self.rows[row].value, []).append(point)
+
+    @rule(row=st.integers(0, 1))
+    def row_recovers(self, row: int) -> None:
+        value = self.rows[row].value
+        self.lab.persistent.api.pop(value, None)
+        self.lab.persistent.killed_after_answer.discard(value)
+
+    @precondition(lambda self: self.lab.bus is not None)
+    @rule(refusal=st.sampled_from(REFUSALS), persistent=st.booleans())
+    def bus_refuses(self, refusal: str, persistent: bool) -> None:
+        """The result bus refuses every publish (until it recovers, or through the drain)."""
+        assert self.lab.bus is not None
+        self.lab.actions["bus_refuses"] += 1
+        self.lab.bus.refuse(refusal, persistent=persistent)
+
+    @precondition(lambda self: self.lab.bus is not None)
+    @rule()
+    def bus_recovers(self) -> None:
+        assert self.lab.bus is not None
+        self.lab.bus.refuse(None)
+
+    @rule(persistent=st.booleans())
+    def dlq_refuses(self, persistent: bool) -> None:
+        """Every send to the DLQ fails (until it recovers, or through the drain)."""
+        self.lab.actions["dlq_refuses"] += 1
+        self.lab.persistent.dlq_refuses = True
+        self.lab.persistent.dlq_persistent = persistent
+
+    @rule()
+    def dlq_recovers(self) -> None:
+        self.lab.persistent.dlq_refuses = self.lab.persistent.dlq_persistent = False
+
+    @rule(calls=st.integers(min_value=1, max_value=3))
+    def on_outcome_fails(self, calls: int) -> None:
+        """The step's ``on_outcome`` hook raises for the next ``calls`` calls."""
+        self.lab.actions["hook_fails"] += 1
+        self.lab.persistent.hook_failures += calls
+
+    # -- operators --------------------------------------------------------------------------------
     @rule(keep_attributes=st.booleans(), keep_receive_count=st.booleans())
     def operator_redrives_the_dlq(self, keep_attributes: bool, keep_receive_count: bool) -> None:
-        self.lab.redrive_dead_letters(
+        if self.lab.redrive_dead_letters(
             keep_attributes=keep_attributes, keep_receive_count=keep_receive_count
-        )
+        ):
+            self.lab.actions["dlq_redrive"] += 1
 
-    @precondition(lambda self: bool(self.lab.observed.published))
-    @rule(row=st.sampled_from(ROWS))
+    @rule(row=st.integers(0, 1))
     def operator_retries_a_row(self, row: int) -> None:
         """The viewer's Retry: the row again, with the next replay generation."""
-        if ("u-1", row) not in self.lab.observed.published:
-            return
-        self.generations[row] = self.generations.get(row, 0) + 1
-        self.lab.publish(row, generation=self.generations[row])
+        value = self.rows[row].value
+        self.generations[value] = self.generations.get(value, 0) + 1
+        self.lab.actions["operator_retry"] += 1
+        self.lab.publish(self.rows[row], generation=self.generations[value])
 
     def teardown(self) -> None:
         lab: FaultLab | None = getattr(self, "lab", None)
         if lab is None:
             return
         try:
-            lab.drain()
-            check_invariants(lab)
-            _tally(lab)
+            try:
+                lab.drain()
+            except Unbounded as cycle:
+                lab.unbounded = str(cycle)
+            found = invariants.check(lab)
         finally:
-            self.world[4]["lab"] = None
+            self.world.lab = None
+        STATS.append(stats.summary(lab, self.variant, sorted({v.invariant for v in found})))
+        if not found:
+            return
+        if COLLECT:
+            _collect(type(self).__name__, len(STATS), found)
+            return
+        raise AssertionError("\n".join(str(v) for v in found))
 
 
-def check_invariants(lab: FaultLab) -> None:
-    observed = lab.observed
-    span = lab.clock.now() - lab.started_at
-    # Dedup holds for a record's lifetime (expires_after); a schedule stays inside it.
-    assert span < lab.settings.expires_after, f"the schedule ran {span:.0f} s of virtual time"
-    limit = lab.settings.max_attempts
-    # 1. Budgets: per record key, and nothing once a result is stored.
-    for scope, billed in observed.requests.items():
-        budget = 1 if scope.redrive_of else limit
-        assert billed <= budget, f"{scope}: {billed} billed requests, budget {budget}"
-    assert not observed.requests_after_stored, (
-        f"requests after a stored result: {observed.requests_after_stored}; {observed.notes}"
-    )
-    # 2. Exactly one terminal result per record key that reached the runtime. A key whose row
-    # ended uncoded on the DLQ (the function could not run on any receive it had left) may
-    # lack the report and the count: only the DLQ alarms see that row, and they do.
-    dlq_now = lab.dead_letters()
-    dlq_ever = dlq_now + observed.redriven_dlq_messages
-    unanswerable = {_scope_of_view(m) for m in dlq_ever if _uncoded(m) and _no_run_left(lab, m)}
-    for scope in observed.outcomes:
-        stored = lab.stored(scope)
-        assert stored is not None, f"{scope}: no stored result after the queues drained"
-        terminal = [
-            o["result"]
-            for o in observed.outcomes[scope]
-            if o["status"] in ("completed", "dead_lettered")
-        ]
-        assert terminal or scope in unanswerable, f"{scope}: no terminal outcome was reported"
-        assert all(_same(result, stored) for result in terminal), f"{scope}: results differ"
-        if stored["status"] == "dead_lettered":
-            code, dead_letter_id = stored["error_code"], stored["dead_letter_id"]
-            assert code, f"{scope}: a dead letter without a code"
-            carrying = [
-                m
-                for m in dlq_ever
-                if m["attributes"].get("DEAD_LETTER_ID") == dead_letter_id
-                or ((m["body"] or {}).get("dead_letter") or {}).get("id") == dead_letter_id
-            ]
-            assert carrying or scope in unanswerable, (
-                f"{scope}: dead-lettered as {code} but no DLQ message carries it"
-            )
-            assert all(m["attributes"].get("ERROR_CODE", code) == code for m in carrying)
-            once = {1}
-            if scope in observed.count_window_kills or scope in unanswerable:
-                once = {0, 1}
-            assert observed.counted[scope] in once, (
-                f"{scope}: counted {observed.counted[scope]} times as a non-retryable failure"
-            )
-        else:
-            assert observed.counted[scope] == 0, f"{scope}: an answer counted as a failure"
-    # 3. Nothing left behind; no uncoded dead letter unless the function never ran on it.
-    assert lab.queue_depth(lab.buffer_url) == 0
-    assert lab.queue_depth(lab.redrive_url) == 0
-    for message in dlq_ever:
-        if "ERROR_CODE" in message["attributes"] or (message["body"] or {}).get("dead_letter"):
-            continue
-        failed = observed.failed_redrive_receives[message["message_id"]]
-        # moto keeps the receive count a message brought from the buffer queue (SQS may too),
-        # so the redrive queue gives it at least the difference of the two counts.
-        least = lab.settings.redrive_max_receive_count - lab.settings.buffer_max_receive_count
-        assert failed >= least, f"an uncoded dead letter after {failed} failed receives: {message}"
-    # Every row published ended somewhere: a stored result for one of its record keys.
-    for business_key in observed.published:
-        scopes = [s for s in observed.outcomes if s.business_key == business_key]
-        assert scopes or any(
-            (m["body"] or {}).get("detail", {}).get("row_number") == business_key[1]
-            for m in dlq_ever
-        ), f"{business_key}: published, never delivered and not on the DLQ"
+def _collect(machine: str, schedule: int, found: list[invariants.Violation]) -> None:
+    with Path(COLLECT or "").open("a") as out:
+        for violation in found:
+            line = {"machine": machine, "schedule": schedule, **vars(violation)}
+            out.write(json.dumps(line) + "\n")
 
 
-def _uncoded(message: dict) -> bool:
-    return "ERROR_CODE" not in message["attributes"] and not (message["body"] or {}).get(
-        "dead_letter"
-    )
-
-
-def _no_run_left(lab: FaultLab, message: dict) -> bool:
-    """Every receive the redrive queue gave this message failed before the function could
-    answer it. moto keeps the receive count a message brings from the buffer queue (SQS may
-    too), so the redrive queue gives it at least the difference of the two counts."""
-    least = lab.settings.redrive_max_receive_count - lab.settings.buffer_max_receive_count
-    return lab.observed.failed_redrive_receives[message["message_id"]] >= least
-
-
-def _scope_of_view(message: dict) -> Scope:
-    return _scope_of(json.dumps(message["body"] or {}))
-
-
-def _tally(lab: FaultLab) -> None:
-    observed = lab.observed
-    STATS["schedules"] = STATS.get("schedules", 0) + 1
-    STATS["billed"] = STATS.get("billed", 0) + sum(observed.requests.values())
-    STATS["unbilled"] = STATS.get("unbilled", 0) + sum(observed.unbilled.values())
-    STATS["dlq_redriven"] = STATS.get("dlq_redriven", 0) + len(observed.redriven_dlq_messages)
-    for scope in observed.outcomes:
-        stored = lab.stored(scope) or {}
-        name = stored.get("error_code") or stored.get("status", "none")
-        STATS[name] = STATS.get(name, 0) + 1
-
-
-def _same(result: dict, stored: dict) -> bool:
-    keys = set(result) | set(stored)
-    keys -= {"dead_letter_message_id"}  # a re-send after a kill has a new message id
-    return all(result.get(k) == stored.get(k) for k in keys)
-
-
-def run_schedules(name: str) -> dict[str, int]:
-    """Run the state machine under the selected profile; return the tally of outcomes.
-    ``name`` names a subclass of the machine: a derandomized profile draws its examples from
-    the machine's name, so two names give two different sets of schedules."""
+def run_schedules(name: str) -> list[dict[str, Any]]:
+    """Run the state machine under the selected profile; return each schedule's statistics
+    (also written to ``build/fault-lab/<name>.jsonl``). ``name`` names a subclass of the
+    machine: a derandomized profile draws its examples from the machine's name, so two names
+    give two different sets of schedules."""
     STATS.clear()
     machine = type(name, (FaultSchedule,), {"__module__": __name__})
     test = machine.TestCase
     test.settings = settings(settings.get_profile(PROFILE), database=None)
-    test("runTest").runTest()
-    return dict(sorted(STATS.items()))
+    try:
+        test("runTest").runTest()
+    finally:
+        stats.write(name, list(STATS))
+    return list(STATS)

@@ -1,0 +1,76 @@
+"""The lab's hook points: every AWS call of the step's session, and every model request.
+
+Each botocore call of the step's session (DynamoDB, SQS, EventBridge classic and v2) passes
+three hooks: ``before-parameter-build`` keeps its parameters, ``before-call`` lets the lab
+kill or fail it, then answer it itself (SQS's size rule, a refusing DLQ, the result bus),
+and ``after-call`` lets the lab note what it did, then kill or fail. One handler per event,
+at the generic event name, so the lab decides in one place and in one order (a more specific
+handler would run first, and could answer before the lab's kill point).
+
+Every model request passes the HTTP transport: a hook point before it is sent, the send's
+tag, a hook point after it was answered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+
+from .harness import LabWorld
+from .lab import AWS_SERVICES
+
+_PARAMS = "fault-lab.params"
+
+
+@contextlib.contextmanager
+def installed_hooks(world: LabWorld) -> Iterator[None]:
+    """Route every AWS call of ``world.step_session`` and every HTTP request to the lab of
+    the schedule running now (``world.lab``)."""
+
+    def service(model: Any) -> str | None:
+        name = model.service_model.service_name
+        return name if name in AWS_SERVICES else None
+
+    def keep(params: Any, model: Any, context: dict[str, Any], **_: Any) -> None:
+        if service(model):
+            context[_PARAMS] = dict(params)
+
+    def before(model: Any, context: dict[str, Any], **_: Any) -> Any:
+        lab = world.lab
+        if lab is None or not service(model):
+            return None
+        return lab.before_call(model.name, context.get(_PARAMS) or {})
+
+    def after(model: Any, context: dict[str, Any], parsed: Any, http_response: Any, **_: Any):
+        lab = world.lab
+        if lab is None or not service(model):
+            return
+        status = int(getattr(http_response, "status_code", 200) or 200)
+        lab.after_call(model.name, context.get(_PARAMS) or {}, parsed or {}, status)
+
+    real = httpx2.HTTPTransport.handle_request
+
+    def handle_request(transport: httpx2.HTTPTransport, request: httpx2.Request) -> Any:
+        lab = world.lab
+        if lab is not None:
+            lab.model_point("before")
+            lab.on_send(request.headers)
+        response = real(transport, request)
+        if lab is not None:
+            lab.model_point("after")
+        return response
+
+    events = world.step_session.events
+    hooks = [("before-parameter-build", keep), ("before-call", before), ("after-call", after)]
+    for name, hook in hooks:
+        events.register(name, hook)
+    httpx2.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        httpx2.HTTPTransport.handle_request = real  # type: ignore[method-assign]
+        for name, hook in hooks:
+            events.unregister(name, hook)

@@ -1,0 +1,206 @@
+"""Hand-picked schedules: issue 31's findings, each run through the lab and its invariants.
+
+The generated schedules (``test_fault_schedules*.py``) reach these and more; these name the
+expected results one by one, so a failure says which finding came back. Each builds a lab
+the way the schedules do (settings from the template, a variant of them), runs a short
+schedule, drains, and asserts what the issue expects plus every invariant of
+:mod:`.invariants`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from . import invariants
+from .harness import Fault, LabWorld
+from .lab import FaultLab
+from .lab_settings import QueueSettings
+from .observed import Life, scope_of
+from .rows import BIG, HUGE_NUMBER, PAST_FLOAT, PLAIN, Row
+from .schedules import fault_world
+
+_labs = iter(range(1, 10_000))
+
+
+@pytest.fixture(scope="module")
+def world(cdk_out_template) -> Iterator[LabWorld]:
+    with fault_world(QueueSettings.from_template(cdk_out_template)) as world:
+        yield world
+
+
+def make_lab(world: LabWorld, *, short: bool = False, **options) -> FaultLab:
+    template = world.settings
+    lab = FaultLab(world, f"scenario{next(_labs)}",
+                   template.short_lived() if short else template.for_the_lab(),
+                   **options)  # fmt: skip
+    world.lab = lab
+    return lab
+
+
+def finish(lab: FaultLab) -> list[str]:
+    """Drain and check: every violation, as text (the lab is detached either way)."""
+    try:
+        lab.drain()
+    except Exception as cycle:  # Unbounded: a violation like any other
+        lab.unbounded = str(cycle)
+    try:
+        return [str(violation) for violation in invariants.check(lab)]
+    finally:
+        lab.world.lab = None
+
+
+def life_of(lab: FaultLab, row: Row, spelling: int = 0) -> Life:
+    return lab.life_of(scope_of(row.body(spelling)))
+
+
+def throttled_until_redriven(lab: FaultLab) -> None:
+    """Every receive of the buffer queue is throttled until SQS moves the row to the redrive
+    queue (each visibility timeout, once more)."""
+    for _ in range(lab.settings.buffer_max_receive_count + 1):
+        lab.poll("buffer", Fault(throttle=True))
+        lab.clock.advance(lab.settings.visibility_timeout + 1)
+
+
+# -- a control: the lab finds nothing where nothing is wrong -------------------------------------
+def test_a_row_that_fails_twice_then_answers_keeps_every_invariant(world) -> None:
+    lab = make_lab(world, bus_kind="classic")
+    lab.publish(PLAIN)
+    lab.publish(PLAIN, 1)  # a copy, spelled 1.0
+    assert lab.poll("buffer", Fault(api="500"))
+    lab.clock.advance(61)
+    assert lab.poll("buffer", Fault(api="disconnect"))
+    assert finish(lab) == []
+    record = lab.lives[life_of(lab, PLAIN)]
+    assert record.billed == 3 and record.events == [("Model Step Completed", record.events[0][1])]
+
+
+# -- F1: a key's memory outlives its deliveries ---------------------------------------------------
+def test_two_500s_then_throttles_past_the_hour_bill_no_more_than_the_budget(world) -> None:
+    """max_event_age of an hour, the lifetime built as the template builds its own."""
+    lab = make_lab(world, short=True)
+    lab.persistent.api[PLAIN.value] = "500"
+    lab.publish(PLAIN)
+    assert lab.poll("buffer", Fault())
+    lab.clock.advance(61)
+    assert lab.poll("buffer", Fault())
+    throttled_until_redriven(lab)
+    violations = finish(lab)
+    assert lab.lives[life_of(lab, PLAIN)].billed <= lab.settings.max_attempts
+    assert violations == []
+
+
+def test_mappings_paused_a_day_and_an_hour_bill_no_more_than_the_budget(world) -> None:
+    lab = make_lab(world)
+    lab.persistent.api[PLAIN.value] = "500"
+    lab.publish(PLAIN)
+    assert lab.poll("buffer", Fault())
+    lab.clock.advance(121)
+    assert lab.poll("buffer", Fault())
+    lab.clock.advance(25 * 3600)  # an operator disabled the buffer queue's mapping
+    violations = finish(lab)
+    assert lab.lives[life_of(lab, PLAIN)].billed <= lab.settings.max_attempts
+    assert violations == []
+
+
+def test_a_row_put_back_past_max_event_age_after_first_seen_is_receives_exhausted(world) -> None:
+    lab = make_lab(world, short=True)
+    lab.publish(PLAIN)
+    assert lab.poll("buffer", Fault(api="500"))  # first seen now
+    throttled_until_redriven(lab)  # 9 receives later: past the hour
+    violations = finish(lab)
+    [result] = {o["result"].get("error_code", "answered") for o in _terminal(lab, PLAIN)}
+    assert result == "ReceivesExhausted"
+    assert violations == []
+
+
+# -- F2, F3: result events once, and bounded ------------------------------------------------------
+@pytest.mark.parametrize("bus", ["classic", "v2"])
+def test_a_kill_between_put_events_and_its_record_publishes_once(world, bus: str) -> None:
+    lab = make_lab(world, bus_kind=bus)
+    lab.publish(PLAIN)
+    assert lab.poll("buffer", Fault(kill_on=("after", "PutEvents", 1)))
+    lab.clock.advance(600)  # past v2's 300 s deduplication window
+    violations = finish(lab)
+    assert len(lab.lives[life_of(lab, PLAIN)].events) <= 1
+    assert violations == []
+
+
+def test_a_bus_that_refuses_every_publish_ends_bounded(world) -> None:
+    lab = make_lab(world, bus_kind="classic")
+    assert lab.bus is not None
+    lab.bus.refuse("AccessDeniedException", persistent=True)
+    lab.publish(PLAIN)
+    assert finish(lab) == []
+
+
+def test_a_dlq_that_refuses_every_send_ends_bounded(world) -> None:
+    lab = make_lab(world)
+    lab.persistent.dlq_refuses = lab.persistent.dlq_persistent = True
+    lab.persistent.api[PLAIN.value] = "400"
+    lab.publish(PLAIN)
+    assert finish(lab) == []
+
+
+# -- F4: a dead letter fits its queue ----------------------------------------------------------
+def test_a_150_kb_non_ascii_row_dead_letters_within_256_kib(world) -> None:
+    lab = make_lab(world)
+    lab.persistent.api[BIG.value] = "400"
+    lab.publish(BIG)
+    violations = finish(lab)
+    [message] = lab.dead_letters()
+    assert message["bytes"] <= lab.settings.dlq_max_message_bytes
+    assert violations == []
+
+
+# -- F5, F6: counts where they happen ----------------------------------------------------------
+def test_three_killed_answers_are_counted(world) -> None:
+    lab = make_lab(world)
+    lab.persistent.killed_after_answer.add(PLAIN.value)
+    lab.publish(PLAIN)
+    violations = finish(lab)
+    record = lab.lives[life_of(lab, PLAIN)]
+    assert record.interrupted == 3
+    assert record.metrics["AttemptsInterrupted"] >= 3
+    assert violations == []
+
+
+def test_a_request_whose_delivery_died_after_its_save_is_in_on_outcome_totals(world) -> None:
+    lab = make_lab(world)
+    lab.publish(PLAIN)
+    # UpdateItem 1 claims the attempt, 2 saves the answer: killed before on_outcome.
+    assert lab.poll("buffer", Fault(kill_on=("after", "UpdateItem", 2)))
+    violations = finish(lab)
+    recorded = lab.lives[life_of(lab, PLAIN)].recorded
+    assert sum(outcome["model_requests"] for outcome in recorded) == 1
+    assert violations == []
+
+
+def test_two_hook_failures_on_the_redrive_queue_are_not_receives_exhausted(world) -> None:
+    lab = make_lab(world)
+    lab.publish(PLAIN)
+    throttled_until_redriven(lab)
+    assert lab.poll("redrive", Fault(hook_fails=True))
+    lab.clock.advance(lab.settings.redrive_visibility_timeout + 1)
+    assert lab.poll("redrive", Fault(hook_fails=True))
+    violations = finish(lab)
+    assert {o["status"] for o in _terminal(lab, PLAIN)} == {"completed"}
+    assert violations == []
+
+
+# -- F7: keys by value --------------------------------------------------------------------------
+@pytest.mark.parametrize("row", [HUGE_NUMBER, PAST_FLOAT], ids=lambda row: row.name)
+def test_every_spelling_of_a_number_is_one_key(world, row: Row) -> None:
+    lab = make_lab(world)
+    for spelling in range(len(row.spellings)):
+        lab.publish(row, spelling)
+        assert lab.poll("buffer", Fault())
+    violations = finish(lab)
+    assert lab.lives[life_of(lab, row)].billed == 1
+    assert violations == []
+
+
+def _terminal(lab: FaultLab, row: Row) -> list[dict]:
+    record = lab.lives[life_of(lab, row)]
+    return [o for _, o, _ in record.outcomes if o["status"] in ("completed", "dead_lettered")]
