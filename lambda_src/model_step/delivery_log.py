@@ -12,7 +12,8 @@ never reported back: a kill, timeout or out-of-memory after its request was sent
 ``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left) and
 ``RowsStaged`` (batch delivery: a row staged for a Message Batch, or found staged).
 
-Logs carry codes, ids and the business key, never the row's values or the model's text.
+Logs carry codes and ids (the key's ``record_id``, ``<record prefix>#<hash>``), never the
+business key's parts, the row's values or the model's text.
 """
 
 from __future__ import annotations

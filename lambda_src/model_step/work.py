@@ -22,6 +22,7 @@ from .errors import (
     ReceivesExhaustedError,
     RetriesExhaustedError,
     is_rate_limited,
+    model_error_reason,
 )
 from .model_call import error_code
 from .outcome import DeadLetteredResult, StepResult, as_provider
@@ -118,9 +119,11 @@ class UnitOfWork:
         budget.report_failure(code)
         if claim.state.attempts < budget.limit:
             raise exc
+        # The error's type, status and request id, never its text: a provider's message can
+        # quote the request, and this reason is stored, dead-lettered and logged.
         exhausted = RetriesExhaustedError(
             f"transient failure on attempt {claim.state.attempts} of {budget.limit}: "
-            f"{code}: {truncate(str(exc), 300)}",
+            f"{code}: {model_error_reason(exc)}",
             error_code=code,
             request_id=request_id,
         )
