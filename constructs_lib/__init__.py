@@ -32,6 +32,7 @@ _EXPORTS = {
     "ModelDelivery": ".model_delivery",
     "ModelProvider": ".idempotent_model_step",
     "PromptCache": ".idempotent_model_step",
+    "ResultFields": ".result_fields",
     "ModelStepDashboard": ".model_step_dashboard",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
@@ -53,6 +54,7 @@ __all__ = [
     "ModelStepHandler",
     "PromptCache",
     "PropValidationError",
+    "ResultFields",
     "RetryBudget",
     "python_lambda_code",
 ]
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from .model_delivery import ModelDelivery
     from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler
+    from .result_fields import ResultFields
     from .retry_budget import RetryBudget
 
 
