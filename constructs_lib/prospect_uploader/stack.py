@@ -300,9 +300,9 @@ class ProspectUploaderStack(Stack):
         #: (issue 19), and ``batch_min_rows``, the fewest valid rows sent by batch under auto.
         self.delivery = self._context_choice("delivery", DELIVERY_CHOICES)
         self.batch_min_rows = self._context_int("batch_min_rows")
-        #: Issue 34: the tables' point-in-time recovery period in days (0: off), and whether
-        #: the summary mails name the uploaded file.
         backups = self.node.try_get_context("point_in_time_recovery")
+        #: Issue 34: the tables' point-in-time recovery period in days (0: off), from the
+        #: ``point_in_time_recovery`` context; default 35.
         self.recovery_period_days = (
             pitr.DEFAULT_PERIOD_DAYS
             if backups is None or (isinstance(backups, str) and not backups.strip())
@@ -310,6 +310,8 @@ class ProspectUploaderStack(Stack):
                 "ProspectUploaderStack", "point_in_time_recovery", backups
             )
         )
+        #: Issue 34: whether the summary mails name the uploaded file (``mail_file_names``
+        #: context); default False, the upload id only.
         self.mail_file_names = self._context_flag("mail_file_names")
         if self.model_provider == "bedrock":
             # Message Batches are the Claude API's (Bedrock's batch inference is a different
