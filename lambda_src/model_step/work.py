@@ -121,9 +121,11 @@ class UnitOfWork:
             raise exc
         # The error's type, status and request id, never its text: a provider's message can
         # quote the request, and this reason is stored, dead-lettered and logged.
+        reason = model_error_reason(exc)
+        if not reason.startswith(code):
+            reason = f"{code}: {reason}"  # e.g. ModelDeadlineExceeded: APITimeoutError
         exhausted = RetriesExhaustedError(
-            f"transient failure on attempt {claim.state.attempts} of {budget.limit}: "
-            f"{code}: {model_error_reason(exc)}",
+            f"transient failure on attempt {claim.state.attempts} of {budget.limit}: {reason}",
             error_code=code,
             request_id=request_id,
         )

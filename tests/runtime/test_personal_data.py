@@ -10,10 +10,10 @@ key, and duplicates. Every row is delivered until it has a terminal result, as L
 
 Then the marker is looked for in:
 
-- every log line: what the step's logger and every other logger emitted (records with their
-  extras), what was printed (Powertools' JSON lines, EMF metrics), and every exception a
-  delivery raised, formatted with its whole chain (Lambda logs the message, an on-failure
-  record carries it, a ``logger.exception`` would print the chain);
+- every log line: what the step's logger and every other logger emitted (each record with
+  all its extras: what Powertools prints as a JSON line), what was printed (EMF metrics),
+  and every exception a delivery raised, formatted with its whole chain (Lambda logs the
+  message, an on-failure record carries it, a ``logger.exception`` would print the chain);
 - every result event on the bus (the step's defaults: ids, not data);
 - every dead-letter message: its attributes, and its body but for the ``detail`` the
   producer sent, which a DLQ keeps as it came so an operator can redrive it (that ``detail``
@@ -27,6 +27,8 @@ printed (``-s``) for the issue's closing note.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import traceback
 from collections import Counter
@@ -95,17 +97,16 @@ def _quoting_reply(fault: str, plan: RowPlan) -> Any:
     return Reply(status=status, body=body)
 
 
-def _parser(plan: RowPlan) -> Any:
-    def parse(answer: str) -> Any:
-        if plan.parser == "value_error":
-            raise ValueError(f"no JSON in {answer!r}")
-        if plan.parser == "invalid":
-            raise InvalidAnswerError(f"unusable answer: {answer}")
-        if plan.parser == "retryable":
-            raise RetryableAnswerError(f"try again, {answer}")
-        return {"summary": f"{plan.tag} runs procurement at Acme Anvils ({plan.email})"}
-
-    return parse
+def _parse(plan: RowPlan, answer: str) -> Any:
+    """The row's ``parse_answer``: free text that quotes the row, or an exception that
+    quotes the answer."""
+    if plan.parser == "value_error":
+        raise ValueError(f"no JSON in {answer!r}")
+    if plan.parser == "invalid":
+        raise InvalidAnswerError(f"unusable answer: {answer}")
+    if plan.parser == "retryable":
+        raise RetryableAnswerError(f"try again, {answer}")
+    return {"summary": f"{plan.tag} runs procurement at Acme Anvils ({plan.email})"}
 
 
 tags = st.text(alphabet="bcdfghjklmnpstvwxz", min_size=6, max_size=10).map(lambda t: MARK + t)
@@ -142,21 +143,31 @@ def email_env(model_env, result_bus_for_email, monkeypatch):
 class Schedules:
     """Runs generated schedules and checks each: the scans and the per-key invariants."""
 
-    def __init__(self, aws: Any, bus: ResultBus, api: Any, make_step: Any, logs: Any, capsys):
-        self.aws, self.bus, self.api, self.make_step = aws, bus, api, make_step
-        self.logs, self.capsys = logs, capsys
+    def __init__(self, aws: Any, bus: ResultBus, api: Any, make_step: Any, logs: Any):
+        self.aws, self.bus, self.api = aws, bus, api
+        self.logs = logs
+        #: What the deliveries print (EMF metrics), redirected here while they run.
+        self.printed = io.StringIO()
         self._served: list[str] = []
         self._pending: list[str] = []
         self._plan: RowPlan | None = None
         #: Ids of the table items an earlier schedule scanned: each reason is counted once.
         self.seen_items: set[str] = set()
         api.script = self._answer
+        # One step (one warm container) for every schedule; the parser is the row's.
+        self.step = make_step(parse_answer=lambda answer: _parse(self._current(), answer))
+        # Its logger is made before any output is redirected: Powertools binds its handler to
+        # the sys.stdout of that moment, which must outlive this test.
+        self.step.logger.debug("personal-data schedules start")
+
+    def _current(self) -> RowPlan:
+        assert self._plan is not None
+        return self._plan
 
     def _answer(self, _index: int, _body: dict[str, Any]) -> Any:
         fault = self._pending.pop(0) if self._pending else "ok"
         self._served.append(fault)
-        assert self._plan is not None
-        return _quoting_reply(fault, self._plan)
+        return _quoting_reply(fault, self._current())
 
     def run(self, plans: list[RowPlan]) -> None:
         # Keys new to the table: Hypothesis may draw (and, shrinking, replays) a tag again,
@@ -165,7 +176,8 @@ class Schedules:
         plans = [replace(plan, tag=f"{plan.tag}n{TOTALS['schedules']}") for plan in plans]
         self._reset()
         raised: list[str] = []
-        results = {plan.tag: self._deliver(plan, raised) for plan in plans}
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+            results = {plan.tag: self._deliver(plan, raised) for plan in plans}
         TOTALS["rows"] += len(plans)
         self._check_keys(plans, results)
         self._scan(plans, raised)
@@ -173,7 +185,8 @@ class Schedules:
     def _reset(self) -> None:
         self.logs.seek(0)
         self.logs.truncate()
-        self.capsys.readouterr()
+        self.printed.seek(0)
+        self.printed.truncate()
         self.bus.received()
         self.aws.dead_letters()
 
@@ -181,7 +194,7 @@ class Schedules:
         """Deliver the row until it has a terminal result (each raise is Lambda's retry),
         then its duplicates; returns the result."""
         self._plan, self._pending, self._served = plan, list(plan.answers), []
-        step = self.make_step(parse_answer=_parser(plan))
+        step = self.step
         result: dict[str, Any] | None = None
         for _ in range(MAX_DELIVERIES):
             TOTALS["deliveries"] += 1
@@ -210,11 +223,9 @@ class Schedules:
                 assert result["error_code"] == "MissingIdempotencyKey"
 
     def _scan(self, plans: list[RowPlan], raised: list[str]) -> None:
-        printed = self.capsys.readouterr()
         lines = [
             *(json.dumps(record, default=str) for record in log_records(self.logs)),
-            *printed.out.splitlines(),
-            *printed.err.splitlines(),
+            *self.printed.getvalue().splitlines(),
             *raised,
         ]
         events = self.bus.received()
@@ -265,11 +276,9 @@ def _stored_reasons(seen: set[str]) -> list[str]:
 
 
 def test_no_row_value_reaches_a_log_an_event_a_dead_letter_or_a_stored_reason(
-    email_env, result_bus_for_email, fake_api, make_step, log_capture, capsys
+    email_env, result_bus_for_email, fake_api, make_step, log_capture
 ):
-    schedules_run = Schedules(
-        email_env, result_bus_for_email, fake_api, make_step, log_capture, capsys
-    )
+    schedules_run = Schedules(email_env, result_bus_for_email, fake_api, make_step, log_capture)
 
     @settings(
         max_examples=30,
@@ -282,8 +291,7 @@ def test_no_row_value_reaches_a_log_an_event_a_dead_letter_or_a_stored_reason(
         schedules_run.run(plans)
 
     one_schedule()
-    with capsys.disabled():
-        print(f"\npersonal-data scan (issue 34): {dict(TOTALS)}; row values found: 0")
+    print(f"\npersonal-data scan (issue 34): {dict(TOTALS)}; row values found: 0")
     assert TOTALS["rows"] and TOTALS["dead letters"] and TOTALS["events"]
     assert TOTALS["stored reasons"] and TOTALS["raised"]
 
@@ -344,8 +352,8 @@ def test_a_transient_error_leaves_the_handler_without_the_provider_text(
     result = step.handle(make_event({"email": JANE}), FakeLambdaContext())
     assert result["error_code"] == "InternalServerError"
     assert result["error_message"].startswith(
-        "transient failure on attempt 3 of 3: InternalServerError: InternalServerError, "
-        "status 500, type api_error, request id req_"
+        "transient failure on attempt 3 of 3: InternalServerError, status 500, "
+        "type api_error, request id req_"
     )
     assert JANE not in result["error_message"]
 
@@ -371,7 +379,7 @@ def test_a_bad_replay_generation_is_named_by_its_type(make_step, fake_api, model
 
 
 def test_on_the_buffer_queue_logs_carry_the_record_id_and_codes_only(
-    make_step, fake_api, buffer, monkeypatch, log_capture, capsys
+    make_step, fake_api, buffer, monkeypatch, log_capture
 ):
     # GIVEN a row on the buffer queue, a 529 and a 500 that quote it, then an answer
     monkeypatch.setenv("IDEMPOTENCY_KEY", "email")
@@ -384,14 +392,16 @@ def test_on_the_buffer_queue_logs_carry_the_record_id_and_codes_only(
         Reply(text=f"{JANE} is warm"),
     ]
     step = make_step()
+    step.logger.debug("made before stdout is redirected: its handler keeps the real one")
     event = make_event({"email": JANE, "notes": f"ask {JANE}"})
+    printed = io.StringIO()
     # WHEN it is received three times (a wait, a retry, the answer)
-    for _ in range(3):
-        step.handle(buffer.batch(event), FakeLambdaContext())
+    with contextlib.redirect_stdout(printed):
+        for _ in range(3):
+            step.handle(buffer.batch(event), FakeLambdaContext())
     # THEN every log line names the key by record id, and none holds the email
     records = log_records(log_capture)
     outcomes = [r["outcome"] for r in records if "outcome" in r]
     assert outcomes == ["rate_limited", "retry", "completed"]
     assert all(r["record_id"].startswith("model-step#") for r in records if "outcome" in r)
-    printed = capsys.readouterr()
-    assert JANE not in log_capture.getvalue() + printed.out + printed.err
+    assert JANE not in log_capture.getvalue() + printed.getvalue()
