@@ -33,6 +33,7 @@ _EXPORTS = {
     "ModelDelivery": ".model_delivery",
     "ModelProvider": ".idempotent_model_step",
     "PromptCache": ".idempotent_model_step",
+    "ResultFields": ".result_fields",
     "ModelStepDashboard": ".model_step_dashboard",
     "ModelStepHandler": ".model_step_handler",
     "RetryBudget": ".retry_budget",
@@ -56,6 +57,7 @@ __all__ = [
     "ModelStepHandler",
     "PromptCache",
     "PropValidationError",
+    "ResultFields",
     "RetryBudget",
     "Thinking",
     "python_lambda_code",
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     from .model_fit import Effort, Thinking
     from .model_step_dashboard import ModelStepDashboard
     from .model_step_handler import ModelStepHandler
+    from .result_fields import ResultFields
     from .retry_budget import RetryBudget
 
 

@@ -18,6 +18,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 
+from . import point_in_time_recovery as pitr
+
 #: Model requests the Anthropic SDK may make per handler attempt. The library
 #: sets ``max_retries=0`` so the runtime's attempt budget (``MAX_ATTEMPTS``) is
 #: the single retry layer.
@@ -177,27 +179,35 @@ def _step_queue_props(function_timeout: Duration) -> dict[str, Any]:
     }
 
 
-def idempotency_table_props() -> dict[str, Any]:
+def idempotency_table_props(
+    point_in_time_recovery: dynamodb.PointInTimeRecoverySpecification | None = None,
+) -> dict[str, Any]:
     """The table layout Powertools' DynamoDBPersistenceLayer expects.
 
     Partition key ``id`` and TTL attribute ``expiration`` are Powertools' defaults.
-    On-demand billing follows the event rate; point-in-time recovery is on.
-    Records are only replay guards, so the table is destroyed with the stack.
+    On-demand billing follows the event rate. ``point_in_time_recovery``: the backups'
+    specification (``point_in_time_recovery.specification``); default on, 35 days, written
+    out. Records are only replay guards, so the table is destroyed with the stack.
     """
     return {
         "partition_key": dynamodb.Attribute(name="id", type=dynamodb.AttributeType.STRING),
         "time_to_live_attribute": "expiration",
         "billing_mode": dynamodb.BillingMode.PAY_PER_REQUEST,
         "encryption": dynamodb.TableEncryption.AWS_MANAGED,
-        "point_in_time_recovery_specification": dynamodb.PointInTimeRecoverySpecification(
-            point_in_time_recovery_enabled=True
-        ),
+        "point_in_time_recovery_specification": point_in_time_recovery
+        or pitr.specification(pitr.DEFAULT_PERIOD_DAYS),
         "removal_policy": RemovalPolicy.DESTROY,
     }
 
 
-def data_table_props(partition_key: str, sort_key: str, sort_key_type: str = "S") -> dict[str, Any]:
-    """A table that holds personal data: encrypted, recoverable, retained on delete."""
+def data_table_props(
+    partition_key: str,
+    sort_key: str,
+    sort_key_type: str = "S",
+    point_in_time_recovery: dynamodb.PointInTimeRecoverySpecification | None = None,
+) -> dict[str, Any]:
+    """A table that holds personal data: encrypted, recoverable (``point_in_time_recovery``,
+    default on, 35 days), retained on delete."""
     return {
         "partition_key": dynamodb.Attribute(name=partition_key, type=dynamodb.AttributeType.STRING),
         "sort_key": dynamodb.Attribute(
@@ -208,9 +218,8 @@ def data_table_props(partition_key: str, sort_key: str, sort_key_type: str = "S"
         ),
         "billing_mode": dynamodb.BillingMode.PAY_PER_REQUEST,
         "encryption": dynamodb.TableEncryption.AWS_MANAGED,
-        "point_in_time_recovery_specification": dynamodb.PointInTimeRecoverySpecification(
-            point_in_time_recovery_enabled=True
-        ),
+        "point_in_time_recovery_specification": point_in_time_recovery
+        or pitr.specification(pitr.DEFAULT_PERIOD_DAYS),
         "removal_policy": RemovalPolicy.RETAIN,
     }
 

@@ -36,6 +36,8 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from . import bedrock_models, defaults, queue_grants
+from . import point_in_time_recovery as pitr
+from . import result_fields as result_field_names
 from ._paths import lambda_src_root
 from ._runtime_environment import runtime_environment as env
 from ._runtime_environment import runtime_lifetime
@@ -58,6 +60,8 @@ from .model_fit import Effort, ModelFit, Thinking, fit
 from .model_prices import ModelPrice, price_for, price_table
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
+from .record_prefix_grants import grant_record_prefix
+from .result_fields import DEFAULT_RESULT_FIELDS, ResultFields
 from .system_prompt_asset import SYSTEM_PROMPT_MAX_BYTES, prompt_package, prompt_sha256
 
 #: Environment names the runtime reads that a user's ``environment`` may not set: every
@@ -174,6 +178,9 @@ class _StepProps:
     thinking: Thinking | None = None
     effort: Effort | str | None = None
     model_prices: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None
+    # Personal data (issue 34).
+    result_fields: ResultFields | None = None
+    point_in_time_recovery: pitr.PointInTimeRecovery | None = None
 
     def validate(self, owner: str) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -187,6 +194,7 @@ class _StepProps:
         self._check_system_prompt(owner)
         self._check_watch(owner)
         self._check_delivery(owner)
+        self._check_personal_data(owner)
 
     def _check_strings(self, owner: str) -> None:
         for prop in ("idempotency_key", "prompt_version", "model_id"):
@@ -406,6 +414,33 @@ class _StepProps:
         table = price_table(self.model_prices, source=f"{owner}: model_prices")
         return None if Token.is_unresolved(self.model_id) else price_for(self.model_id, table)
 
+    def _check_personal_data(self, owner: str) -> None:
+        """The props of issue 34: what result events carry, and the table's backups."""
+        fields = self.result_fields
+        if fields is not None and not isinstance(fields, ResultFields):
+            raise PropValidationError(
+                f"{owner}: result_fields must be ResultFields flags (ResultFields.LABEL | "
+                f"ResultFields.KEY | ResultFields.PARSED, or ResultFields.NONE), got {fields!r}"
+            )
+        if fields is not None and self.result_bus is None:
+            raise PropValidationError(
+                f"{owner}: result_fields says what result events carry, and there are none "
+                f"without a result_bus; got result_fields={result_field_names.describe(fields)} "
+                "and no result_bus"
+            )
+        if self.point_in_time_recovery is not None and self.table is not None:
+            raise PropValidationError(
+                f"{owner}: point_in_time_recovery applies to the table the step creates; the "
+                f"table you passed keeps its own setting (got point_in_time_recovery="
+                f"{self.point_in_time_recovery!r} with table={self.table.node.path!r})"
+            )
+        pitr.period_days(owner, "point_in_time_recovery", self.point_in_time_recovery)
+
+    @property
+    def recovery_period_days(self) -> int:
+        """The created table's point-in-time recovery period in days (0: off)."""
+        return pitr.period_days("", "point_in_time_recovery", self.point_in_time_recovery)
+
     @property
     def max_attempts(self) -> int:
         """The runtime's ``MAX_ATTEMPTS``: transient-failure attempts of one delivery."""
@@ -513,7 +548,9 @@ class IdempotentModelStep(Construct):
     :param allowed_labels: if given, an answer must be one of these (case-insensitive)
         or the event is dead-lettered. Default: any answer.
     :param table: an idempotency table to share across steps (partition key ``id``,
-        TTL ``expiration``). Default: a new one.
+        TTL ``expiration``). The function may touch only its own records on it, those
+        whose id starts with the step's construct path and ``#`` (``dynamodb:LeadingKeys``).
+        Default: a new one.
     :param dead_letter_queue: a STANDARD queue; FIFO is refused. Default: a new one.
     :param alarm_topic: every alarm notifies it. Default: alarms without actions.
     :param max_concurrency: the most model calls the step runs at once, 1-1,000,
@@ -602,6 +639,18 @@ class IdempotentModelStep(Construct):
         ``ModelPrice``, or None for "unknown"); the step's model's row becomes
         ``MODEL_RATES``, which prices every billed request (``cost_usd`` of the result, the
         result event and the ``on_outcome`` outcome). Default None: the catalogue's prices.
+    :param result_fields: what each result event carries besides ids, codes and usage,
+        ``ResultFields`` flags combined with ``|``: ``LABEL`` (``result.label``, one of
+        ``allowed_labels``), ``KEY`` (``key_parts``, the business key's parts, an email if
+        the key is one) and ``PARSED`` (``result.parsed``, ``parse_answer``'s free text), or
+        ``NONE``. Every subscriber of ``result_bus`` sees what an event carries; the key is
+        always named by its record id (``key``). Needs ``result_bus``. Default
+        ``ResultFields.LABEL``.
+    :param point_in_time_recovery: continuous backups of the table the step creates:
+        ``True`` (35 days), ``False`` (off) or a ``Duration`` of whole days from 1 to 35. A
+        record that expired or was deleted stays restorable this long: recovery from a
+        mistake against stored answers (row data) outliving their TTL. Refused with
+        ``table`` (yours keeps its own setting). Default ``True``: on, 35 days.
     """
 
     def __init__(
@@ -644,6 +693,8 @@ class IdempotentModelStep(Construct):
         thinking: Thinking | None = None,
         effort: Effort | str | None = None,
         model_prices: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None,
+        result_fields: ResultFields | None = None,
+        point_in_time_recovery: bool | Duration | None = None,
     ) -> None:
         """Check every prop, then build the step part by part. The props are documented
         on the class."""
@@ -686,6 +737,8 @@ class IdempotentModelStep(Construct):
             thinking=thinking,
             effort=effort,
             model_prices=model_prices,
+            result_fields=result_fields,
+            point_in_time_recovery=point_in_time_recovery,
         )
         owner = f"IdempotentModelStep '{self.node.path}'"
         props.validate(owner)
@@ -699,6 +752,8 @@ class IdempotentModelStep(Construct):
         self.event_bus = event_bus
         #: The bus each key's terminal result is published on (``None``: no result events).
         self.result_bus = result_bus
+        #: What its result events carry besides ids, codes and usage (``result_fields``).
+        self.result_fields = result_fields if result_fields is not None else DEFAULT_RESULT_FIELDS
         #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
         self.max_attempts = props.max_attempts
         #: How long the step remembers a key (its budget, its stored outcome, its hand-offs):
@@ -745,10 +800,17 @@ class IdempotentModelStep(Construct):
 
     # ------------------------------------------------------------------ parts
     def _storage(self, props: _StepProps) -> None:
-        """The idempotency table: the caller's, or a new one."""
-        self.table: dynamodb.ITable = props.table or dynamodb.Table(
-            self, "IdempotencyTable", **defaults.idempotency_table_props()
+        """The idempotency table: the caller's, or a new one with ``point_in_time_recovery``."""
+        if props.table is not None:
+            self.table: dynamodb.ITable = props.table
+            return
+        days = props.recovery_period_days
+        self.table = dynamodb.Table(
+            self,
+            "IdempotencyTable",
+            **defaults.idempotency_table_props(pitr.specification(days)),
         )
+        pitr.acknowledge_off(self.table, days)
 
     def _queues(self, props: _StepProps) -> None:
         """The DLQ (the caller's, or a new one), the redrive queue in front of it and the
@@ -834,6 +896,13 @@ class IdempotentModelStep(Construct):
             },
         )
 
+    def grant_own_records(self, grantee: iam.IGrantable, *actions: str) -> iam.Grant:
+        """Grant item ``actions`` on ``table`` for this step's records only: ids starting with
+        its record prefix (the construct path) and ``#``, by ``dynamodb:LeadingKeys``. The
+        step grants its function this way; use it for a function of yours that reads the
+        step's records (it then reads stored answers: row data)."""
+        return grant_record_prefix(self.table, grantee, self.node.path, *actions)
+
     def result_event_pattern(
         self,
         *,
@@ -865,6 +934,15 @@ class IdempotentModelStep(Construct):
             raise PropValidationError(
                 f"IdempotentModelStep '{self.node.path}': result_event_pattern needs a "
                 "result_bus (the step publishes no result events without one)"
+            )
+        missing = result_field_names.fields_a_pattern_needs(detail) & ~self.result_fields
+        if missing:
+            raise PropValidationError(
+                f"IdempotentModelStep '{self.node.path}': result_event_pattern detail "
+                f"filters on {result_field_names.describe(missing)}, which this step's "
+                f"events do not carry (result_fields="
+                f"{result_field_names.describe(self.result_fields)}); add it to "
+                "result_fields, or filter on what they carry"
             )
         return events.EventPattern(
             source=[self.node.path],
@@ -946,6 +1024,7 @@ class IdempotentModelStep(Construct):
             env.RESULT_BUS_ARN: bus.event_bus_arn,
             env.RESULT_BUS_KIND: "v2" if isinstance(bus, EventBusV2Base) else "classic",
             env.RESULT_EVENT_SOURCE: self.node.path,
+            env.RESULT_FIELDS: result_field_names.runtime_value(self.result_fields),
         }
 
     def _consume(self, props: _StepProps) -> None:
@@ -1134,8 +1213,9 @@ class IdempotentModelStep(Construct):
 
     # -------------------------------------------------------------- permissions
     def _grant_runtime_permissions(self, role: iam.IRole, props: _StepProps) -> None:
-        # Exactly the four calls Powertools' DynamoDB persistence layer makes.
-        self.table.grant(
+        # Exactly the four calls Powertools' DynamoDB persistence layer makes, on this step's
+        # own records only: the table may be shared (a batch step's staged rows hold prompts).
+        self.grant_own_records(
             role,
             "dynamodb:GetItem",
             "dynamodb:PutItem",
@@ -1462,7 +1542,9 @@ class IdempotentModelStep(Construct):
         # The staged rows of a submission are read 100 at a time (batch_store.rows); a row
         # staged by a killed invocation is adopted in a transaction (batch_store.adopt_orphan:
         # a ConditionCheck on the missing submission beside the row's UpdateItem).
-        self.table.grant(self.function, "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem")
+        self.grant_own_records(
+            self.function, "dynamodb:BatchGetItem", "dynamodb:ConditionCheckItem"
+        )
         alarm = threshold_alarm(
             self,
             "OldestOpenBatchAlarm",

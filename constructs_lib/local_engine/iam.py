@@ -25,13 +25,19 @@ Not evaluated (documented limits):
 
 - ``Condition`` blocks, except ``StringEquals`` (and its ``ForAllValues`` / ``ForAnyValue``
   forms) on ``events:source`` and ``events:detail-type``, which are evaluated per PutEvents
-  entry, and on ``bedrock:InferenceProfileArn`` (:mod:`.bedrock_iam`).
-  moto's evaluator only compares values a caller passes in (``StringEquals`` alone,
-  and it answers DENIED for an Allow whose condition fails), so statements are evaluated one
-  by one: moto matches action and resource, and the condition is checked here. No other
-  request context (``aws:SourceArn``, ``dynamodb:LeadingKeys``, ``dynamodb:Attributes``...)
-  is built: such a condition is assumed to hold, and listed in
-  :attr:`IamCheck.unevaluated_conditions`;
+  entry, on ``bedrock:InferenceProfileArn`` (:mod:`.bedrock_iam`), and ``StringEquals`` /
+  ``StringLike`` (plain, ``ForAllValues:`` or ``ForAnyValue:``) on ``dynamodb:LeadingKeys``,
+  the partition keys of the items a DynamoDB call touches (issue 34: a function granted
+  its own record prefix of a shared table). moto's evaluator only compares values a caller
+  passes in (``StringEquals`` alone, and it answers DENIED for an Allow whose condition
+  fails), so statements are evaluated one by one: moto matches action and resource, and the
+  condition is checked here, as IAM does: a plain operator needs the key and one matching
+  value; ``ForAllValues`` holds when every value matches some pattern (and, as in IAM, when
+  the request carries none: a ``Scan``); ``ForAnyValue`` when one does. A ``Query`` whose
+  partition key the check cannot read from its ``KeyConditionExpression`` is evaluated as
+  an empty key, which no prefix matches (stricter than IAM, never kinder). No other request
+  context (``aws:SourceArn``, ``dynamodb:Attributes``...) is built: such a condition is
+  assumed to hold, and listed in :attr:`IamCheck.unevaluated_conditions`;
 - resource policies (queue, topic, bucket, key policies), permission boundaries, SCPs and
   session policies: one account, identity policies only;
 - KMS: moto does not encrypt, so no kms:Decrypt / kms:GenerateDataKey call happens;
@@ -48,7 +54,7 @@ import json
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +66,12 @@ from botocore.awsrequest import AWSResponse
 from . import identity
 from .assembly import CloudAssembly, FunctionSpec
 from .call_hooks import before_call_hooks
+from .iam_conditions import (
+    LEADING_KEYS,
+    as_list,
+    condition_holds,
+    evaluable,
+)
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, Resolver, logical_id_of
 
 #: Set in a call's context when the call was denied, so later hooks leave it alone.
@@ -101,11 +113,19 @@ def _arn(service: str, resource: str) -> str:
 @dataclass(frozen=True)
 class Permission:
     """One IAM action on one resource ARN, with the request context keys known for it
-    (``events:source`` and ``events:detail-type`` of a PutEvents entry)."""
+    (``events:source`` and ``events:detail-type`` of a PutEvents entry; every
+    ``dynamodb:LeadingKeys`` value of a DynamoDB call, one pair each: a multivalued key)."""
 
     action: str
     resource: str
     context: tuple[tuple[str, str], ...] = ()
+
+    def values(self) -> dict[str, list[str]]:
+        """The context as IAM sees it: each key with all its values."""
+        found: dict[str, list[str]] = {}
+        for key, value in self.context:
+            found.setdefault(key, []).append(value)
+        return found
 
 
 class SecretArns:
@@ -144,27 +164,27 @@ def _bus_arn(name: str | None) -> str:
     return _arn("events", f"event-bus/{name or 'default'}")
 
 
+HashKeyOf = Callable[[str], "str | None"]
+
+
+def _no_hash_keys(_table: str) -> str | None:
+    return None
+
+
 def required_permissions(
-    service: str, operation: str, params: Mapping[str, Any], secrets: SecretArns
+    service: str,
+    operation: str,
+    params: Mapping[str, Any],
+    secrets: SecretArns,
+    hash_key_of: HashKeyOf = _no_hash_keys,
 ) -> list[Permission]:
-    """The (action, resource) pairs IAM checks for one call, with realistic ARNs."""
+    """The (action, resource) pairs IAM checks for one call, with realistic ARNs.
+    ``hash_key_of(table name)``: the table's partition key attribute, for the
+    ``dynamodb:LeadingKeys`` of a DynamoDB call (None: not known, no leading keys)."""
     prefix = _PREFIX.get(service, service)
     action = _ACTION.get((service, operation), f"{prefix}:{operation}")
     if service == "dynamodb":
-        if operation in ("BatchWriteItem", "BatchGetItem"):
-            return [Permission(action, _table_arn(t)) for t in params.get("RequestItems") or {}]
-        if operation in ("TransactWriteItems", "TransactGetItems"):
-            found = []
-            for item in params.get("TransactItems") or []:
-                for kind, body in item.items():
-                    found.append(
-                        Permission(_TRANSACT_ITEM_ACTIONS[kind], _table_arn(body["TableName"]))
-                    )
-            return found
-        table = params.get("TableName")
-        if table:
-            return [Permission(action, _table_arn(str(table), params.get("IndexName")))]
-        return [Permission(action, "*")]
+        return _dynamodb_permissions(action, operation, params, hash_key_of)
     if service == "sqs":
         if "QueueUrl" in params:
             return [Permission(action, _queue_arn(str(params["QueueUrl"])))]
@@ -202,6 +222,76 @@ def required_permissions(
     if service == "sns" and ("TopicArn" in params or "TargetArn" in params):
         return [Permission(action, str(params.get("TopicArn") or params.get("TargetArn")))]
     return [Permission(action, "*")]
+
+
+def _dynamodb_permissions(
+    action: str, operation: str, params: Mapping[str, Any], hash_key_of: HashKeyOf
+) -> list[Permission]:
+    """One permission per table (per item of a transaction), with its leading keys."""
+    if operation in ("BatchWriteItem", "BatchGetItem"):
+        found = []
+        for table, request in (params.get("RequestItems") or {}).items():
+            if operation == "BatchGetItem":
+                keys = list(request.get("Keys") or [])
+            else:
+                keys = [
+                    (entry.get("PutRequest") or {}).get("Item")
+                    or (entry.get("DeleteRequest") or {}).get("Key")
+                    or {}
+                    for entry in request
+                ]
+            found.append(Permission(action, _table_arn(table), _leading(hash_key_of(table), keys)))
+        return found
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        found = []
+        for item in params.get("TransactItems") or []:
+            for kind, body in item.items():
+                table = str(body["TableName"])
+                keys = [body.get("Key") or body.get("Item") or {}]
+                context = _leading(hash_key_of(table), keys)
+                found.append(Permission(_TRANSACT_ITEM_ACTIONS[kind], _table_arn(table), context))
+        return found
+    table = params.get("TableName")
+    if not table:
+        return [Permission(action, "*")]
+    resource = _table_arn(str(table), params.get("IndexName"))
+    hash_key = hash_key_of(str(table))
+    if operation == "Query":
+        return [Permission(action, resource, _query_leading(hash_key, params))]
+    item = params.get("Key") or params.get("Item")
+    keys = [item] if isinstance(item, Mapping) else []
+    return [Permission(action, resource, _leading(hash_key, keys))]
+
+
+def _key_value(value: Any) -> str:
+    """A key attribute's value as IAM compares it: the string of a low-level value
+    (``{"S": ...}``, ``{"N": ...}``), or of a resource-level one."""
+    if isinstance(value, Mapping) and len(value) == 1:
+        return str(next(iter(value.values())))
+    return str(value)
+
+
+def _leading(
+    hash_key: str | None, keys: Sequence[Mapping[str, Any]]
+) -> tuple[tuple[str, str], ...]:
+    if hash_key is None:
+        return ()
+    values = dict.fromkeys(_key_value(key[hash_key]) for key in keys if hash_key in key)
+    return tuple((LEADING_KEYS, value) for value in values)
+
+
+def _query_leading(hash_key: str | None, params: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A Query's partition key, from ``<name> = <:value>`` in its KeyConditionExpression
+    (an empty key when it cannot be read: no prefix matches it)."""
+    if hash_key is None:
+        return ()
+    names = params.get("ExpressionAttributeNames") or {}
+    values = params.get("ExpressionAttributeValues") or {}
+    expression = str(params.get("KeyConditionExpression") or "")
+    for name, placeholder in re.findall(r"(#?[\w.]+)\s*=\s*(:\w+)", expression):
+        if names.get(name, name) == hash_key and placeholder in values:
+            return ((LEADING_KEYS, _key_value(values[placeholder])),)
+    return ((LEADING_KEYS, ""),)
 
 
 def _pattern_for_moto(pattern: str) -> str:
@@ -249,7 +339,7 @@ class RolePolicies:
                 statements = [statements]
             for statement in statements:
                 condition = statement.get("Condition") or {}
-                if condition and not _evaluable(condition):
+                if condition and not evaluable(condition):
                     self.unevaluated_conditions.append(f"{self.function}: {json.dumps(condition)}")
                 self._statements.append((IAMPolicyStatement(_moto_statement(statement)), condition))
 
@@ -257,10 +347,11 @@ class RolePolicies:
         """``allowed``, ``denied`` (explicit Deny) or ``implicit`` (no Allow)."""
         from moto.iam.access_control import PermissionResult
 
+        context = permission.values()
         results = [
             statement.is_action_permitted(permission.action.lower(), permission.resource)
             for statement, condition in self._statements
-            if _condition_holds(condition, dict(permission.context))
+            if condition_holds(condition, context)
         ]
         if PermissionResult.DENIED in results:
             return "denied"
@@ -278,49 +369,10 @@ class RolePolicies:
             for statement in statements:
                 if statement.get("Effect") != "Allow" or "Action" not in statement:
                     continue
-                actions = _as_list(statement["Action"])
-                resources = _as_list(statement.get("Resource", "*"))
+                actions = as_list(statement["Action"])
+                resources = as_list(statement.get("Resource", "*"))
                 found += [(str(a), str(r)) for a in actions for r in resources]
         return found
-
-
-#: Condition operators evaluated here (with the request context a call carries).
-_STRING_EQUALS = ("StringEquals", "ForAllValues:StringEquals", "ForAnyValue:StringEquals")
-#: Context keys the local run knows for the calls that carry them.
-KNOWN_CONTEXT_KEYS = frozenset(
-    {
-        "events:source",
-        "events:detail-type",
-        # Bedrock (issue 22): set on the foundation-model check of an InvokeModel made
-        # through an inference profile (local_engine.bedrock_iam).
-        "bedrock:InferenceProfileArn",
-    }
-)
-
-
-def _evaluable(condition: Mapping[str, Any]) -> bool:
-    return all(
-        operator in _STRING_EQUALS and set(values) <= KNOWN_CONTEXT_KEYS
-        for operator, values in condition.items()
-    )
-
-
-def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, str]) -> bool:
-    """StringEquals on a known key is evaluated; anything else is assumed to hold (and was
-    listed in ``unevaluated_conditions``)."""
-    for operator, values in condition.items():
-        if operator not in _STRING_EQUALS:
-            continue
-        for key, expected in values.items():
-            if key not in context:
-                continue
-            if context[key] not in _as_list(expected):
-                return False
-    return True
-
-
-def _as_list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list) else [value]
 
 
 def _aws_managed_policy(arn: str) -> Mapping[str, Any] | None:
@@ -464,7 +516,9 @@ class IamCheck:
             return None
         params = context.get(_PARAMS_KEY) or {}
         service = model.service_model.service_name
-        permissions = required_permissions(service, model.name, params, self.secrets)
+        permissions = required_permissions(
+            service, model.name, params, self.secrets, _moto_hash_key
+        )
         missing = self.evaluate(function_id, permissions)
         if missing is None and service == "s3" and model.name in _OBJECT_READS:
             missing = self._missing_object_listing(function_id, params)
@@ -512,6 +566,15 @@ class IamCheck:
 _PARAMS_KEY = "local_engine.iam.params"
 #: S3 reads whose answer for a missing object depends on ``s3:ListBucket``.
 _OBJECT_READS = frozenset({"GetObject", "HeadObject"})
+
+
+def _moto_hash_key(table: str) -> str | None:
+    """The partition key attribute of the moto table ``table`` (None when unknown)."""
+    from moto.dynamodb.models import dynamodb_backends
+
+    name = table.rsplit("/", 1)[-1] if table.startswith("arn:") else table
+    found = dynamodb_backends[LOCAL_ACCOUNT][LOCAL_REGION].tables.get(name)
+    return None if found is None else str(found.hash_key_attr) or None
 
 
 def _object_exists(bucket: str, key: str, version_id: object) -> bool | None:

@@ -65,8 +65,10 @@ from lambda_src.prospect_contract.events import (
     UPLOAD_COMPLETED,
     UPLOAD_SUMMARIZED,
 )
+from lambda_src.prospect_contract.settings import SPLIT_RECORD_PREFIX
 
 from .. import defaults
+from .. import point_in_time_recovery as pitr
 from .._runtime_modules import model_catalogue
 from .._validation import PropValidationError, check_int_range
 from ..alarms import events_rule_metric, occurrence_alarm
@@ -81,6 +83,7 @@ from ..model_step_dashboard import ModelStepDashboard
 from ..model_step_handler import ModelStepHandler
 from ..python_function import python_function
 from ..queue_grants import SendOnlyQueueDestination, consume
+from ..record_prefix_grants import grant_record_prefix
 
 LABELS = ["hot", "warm", "cold"]
 PROMPT_VERSION = "prospect-classifier-2026-12-01"
@@ -263,6 +266,13 @@ class ProspectUploaderStack(Stack):
       the Claude API's), and ``batch`` is refused at synth.
     - ``batch_min_rows``: the fewest valid rows an upload goes by batch with under
       ``auto``, 1 to 10,000,000, default 2,000.
+    - ``point_in_time_recovery`` (issue 34): continuous backups of ``IdempotencyTable`` and
+      the five data tables, ``on`` (35 days), ``off`` (or ``0``) or a number of days from 1
+      to 35. A deleted or expired item (row values, answers) stays restorable that long.
+      Default 35.
+    - ``mail_file_names`` (issue 34): ``true`` puts the upload's object key (its file name,
+      which may be a person's name) in the summary mails; ``false`` (default) names the
+      upload by its id and bucket only.
 
     :param max_upload_bytes: larger uploads are rejected whole with a recorded
         reason, 1 byte to 1 GiB, default 50 MiB.
@@ -303,6 +313,19 @@ class ProspectUploaderStack(Stack):
         #: (issue 19), and ``batch_min_rows``, the fewest valid rows sent by batch under auto.
         self.delivery = self._context_choice("delivery", DELIVERY_CHOICES)
         self.batch_min_rows = self._context_int("batch_min_rows")
+        backups = self.node.try_get_context("point_in_time_recovery")
+        #: Issue 34: the tables' point-in-time recovery period in days (0: off), from the
+        #: ``point_in_time_recovery`` context; default 35.
+        self.recovery_period_days = (
+            pitr.DEFAULT_PERIOD_DAYS
+            if backups is None or (isinstance(backups, str) and not backups.strip())
+            else pitr.period_from_context(
+                "ProspectUploaderStack", "point_in_time_recovery", backups
+            )
+        )
+        #: Issue 34: whether the summary mails name the uploaded file (``mail_file_names``
+        #: context); default False, the upload id only.
+        self.mail_file_names = self._context_flag("mail_file_names")
         if self.model_provider == "bedrock":
             # Message Batches are the Claude API's (Bedrock's batch inference is a different
             # API, CreateModelInvocationJob): auto sends every upload realtime, and an
@@ -410,20 +433,24 @@ class ProspectUploaderStack(Stack):
         )
 
     def _tables(self) -> None:
-        """The classify step's idempotency table and the pipeline's four data tables."""
+        """The classify step's idempotency table and the pipeline's five data tables, each
+        with the ``point_in_time_recovery`` context's backups."""
+        backups = pitr.specification(self.recovery_period_days)
         self.idempotency_table = dynamodb.Table(
-            self, "IdempotencyTable", **defaults.idempotency_table_props()
+            self, "IdempotencyTable", **defaults.idempotency_table_props(backups)
         )
         self.failures_table = dynamodb.Table(
             self,
             "FailuresTable",
-            **defaults.data_table_props("upload_id", "failure_id"),
+            **defaults.data_table_props("upload_id", "failure_id", point_in_time_recovery=backups),
             time_to_live_attribute="expires_at",
         )
         self.prospects_table = dynamodb.Table(
             self,
             "ProspectsTable",
-            **defaults.data_table_props("upload_id", "row_number", "N"),
+            **defaults.data_table_props(
+                "upload_id", "row_number", "N", point_in_time_recovery=backups
+            ),
             time_to_live_attribute="expires_at",
         )
         #: RowsTable: each data row's values, the only copy outside the upload bucket (issue
@@ -432,11 +459,15 @@ class ProspectUploaderStack(Stack):
         self.rows_table = dynamodb.Table(
             self,
             "RowsTable",
-            **defaults.data_table_props("upload_id", "row_number", "N"),
+            **defaults.data_table_props(
+                "upload_id", "row_number", "N", point_in_time_recovery=backups
+            ),
             time_to_live_attribute="expires_at",
         )
         # One item per upload, keyed by upload_id alone (contract §5).
-        upload_props = defaults.data_table_props("upload_id", "unused")
+        upload_props = defaults.data_table_props(
+            "upload_id", "unused", point_in_time_recovery=backups
+        )
         del upload_props["sort_key"]
         self.uploads_table = dynamodb.Table(
             self, "UploadsTable", **upload_props, time_to_live_attribute="expires_at"
@@ -455,9 +486,20 @@ class ProspectUploaderStack(Stack):
         self.upload_rows_table = dynamodb.Table(
             self,
             "UploadRowsTable",
-            **defaults.data_table_props("upload_id", "row_number", "N"),
+            **defaults.data_table_props(
+                "upload_id", "row_number", "N", point_in_time_recovery=backups
+            ),
             time_to_live_attribute="expires_at",
         )
+        for table in (
+            self.idempotency_table,
+            self.failures_table,
+            self.prospects_table,
+            self.rows_table,
+            self.uploads_table,
+            self.upload_rows_table,
+        ):
+            pitr.acknowledge_off(table, self.recovery_period_days)
 
     def _alerts(self) -> None:
         """The encrypted alert topic; only this stack's rules and alarms may use it.
@@ -633,8 +675,12 @@ class ProspectUploaderStack(Stack):
         # the bundle ships no boto3, and the python3.12+ runtimes' is newer), and Powertools
         # reads the record with GetItem only when that answer lacks it, which DynamoDB never
         # does. The grants test's duplicate split proves the path under the IAM check.
-        self.idempotency_table.grant(
+        # Its own records only (SPLIT_RECORD_PREFIX): the table holds the classify steps'
+        # answers and staged prompts too (issue 34).
+        grant_record_prefix(
+            self.idempotency_table,
             self.splitter,
+            SPLIT_RECORD_PREFIX,
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
@@ -929,7 +975,7 @@ class ProspectUploaderStack(Stack):
                         "classified. Open the Prospect Viewer for the reasons.",
                         "upload_id": field("$.detail.upload_id"),
                         "bucket": field("$.detail.bucket"),
-                        "key": field("$.detail.key"),
+                        **self._mailed_file_name(),
                         "status": field("$.detail.status"),
                         "rows": field("$.detail.rows"),
                         "invalid": field("$.detail.invalid"),
@@ -947,6 +993,14 @@ class ProspectUploaderStack(Stack):
                 self.failure_queue,
             )
         )
+
+    def _mailed_file_name(self) -> dict[str, str]:
+        """The mail's ``key`` (the object key: a file name, which may be a person's name),
+        only with ``-c mail_file_names=true``; the upload id names the upload otherwise, and
+        the viewer shows its file (issue 34)."""
+        if not self.mail_file_names:
+            return {}
+        return {"key": events.EventField.from_path("$.detail.key")}
 
     def _rejected_alert(self) -> None:
         """``UploadAlertRule``: one mail per rejected upload, with its reason."""
@@ -973,7 +1027,7 @@ class ProspectUploaderStack(Stack):
                         "message": "A prospect upload was rejected; no row was classified.",
                         "upload_id": field("$.detail.upload_id"),
                         "bucket": field("$.detail.bucket"),
-                        "key": field("$.detail.key"),
+                        **self._mailed_file_name(),
                         "reason": field("$.detail.reason"),
                     }
                 ),
@@ -1054,6 +1108,18 @@ class ProspectUploaderStack(Stack):
                 f"got {value}"
             )
         return value
+
+    def _context_flag(self, key: str) -> bool:
+        """A true/false context value, default false; strings from ``-c`` too."""
+        raw = self.node.try_get_context(key)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return False
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise PropValidationError(
+                f"ProspectUploaderStack: context {key} must be true or false, got {raw!r}"
+            )
+        return text == "true"
 
     def _context_choice(self, key: str, allowed: tuple[str, ...]) -> str:
         """One of ``allowed`` (the first is the default); strings from ``-c`` too."""

@@ -133,7 +133,11 @@ class StepComponents:
             return
         kind: BusKind = "v2" if settings.result_bus_kind == "v2" else "classic"
         self.result_events = ResultPublisher(
-            settings.result_bus_arn, kind, settings.result_event_source, self.boto3_client
+            settings.result_bus_arn,
+            kind,
+            settings.result_event_source,
+            self.boto3_client,
+            optional=settings.result_fields,
         )
         self.result_event_config = IdempotencyConfig(
             event_key_jmespath="key",

@@ -40,6 +40,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_API_KEY_MAX_AGE_SECONDS = 300
 DEFAULT_METRICS_NAMESPACE = "IdempotentModelStep"
 DEFAULT_PROMPT_CACHE = "5m"
+#: A result event's optional fields when ``RESULT_FIELDS`` is unset: the label only.
+DEFAULT_RESULT_FIELDS = frozenset({"label"})
 PROVIDERS = ("anthropic", "bedrock")
 # Message Batches delivery (issue 19).
 DEFAULT_MODEL_DELIVERY = "realtime"
@@ -82,6 +84,9 @@ class Settings:
     result_bus_arn: str | None = None
     result_bus_kind: str = "classic"
     result_event_source: str = DEFAULT_SERVICE_NAME
+    #: Issue 34: what a result event carries besides ids, codes and usage; some of
+    #: ``environment.RESULT_FIELD_NAMES`` (``label``, ``key``, ``parsed``).
+    result_fields: frozenset[str] = DEFAULT_RESULT_FIELDS
     # Message Batches delivery (issue 19).
     #: ``"realtime"`` or ``"batch"``.
     model_delivery: str = DEFAULT_MODEL_DELIVERY
@@ -151,6 +156,7 @@ class Settings:
             result_bus_kind=_choice(env, env_names.RESULT_BUS_KIND, ("classic", "v2")),
             result_event_source=env.get(env_names.RESULT_EVENT_SOURCE, "").strip()
             or DEFAULT_SERVICE_NAME,
+            result_fields=parse_result_fields(env.get(env_names.RESULT_FIELDS, "")),
             **_batch_settings(env, provider),
             **_model_settings(env),
         )
@@ -226,6 +232,23 @@ def _batch_settings(env: Mapping[str, str], provider: str) -> dict[str, Any]:
 def parse_labels(raw: str) -> tuple[str, ...]:
     """``"Hot, warm,,cold"`` -> ``("hot", "warm", "cold")``; empty input -> ``()``."""
     return tuple(label.strip().lower() for label in raw.split(",") if label.strip())
+
+
+def parse_result_fields(raw: str) -> frozenset[str]:
+    """``"label, key"`` -> ``{"label", "key"}``; ``"none"`` -> ``{}``; empty input -> the
+    default (``{"label"}``). Raises ``ConfigurationError`` for a name it does not know."""
+    names = {name.strip().lower() for name in raw.split(",") if name.strip()}
+    if not names:
+        return DEFAULT_RESULT_FIELDS
+    if names == {"none"}:
+        return frozenset()
+    unknown = sorted(names - set(env_names.RESULT_FIELD_NAMES))
+    if unknown:
+        raise ConfigurationError(
+            f"{env_names.RESULT_FIELDS} must be 'none' or some of "
+            f"{', '.join(env_names.RESULT_FIELD_NAMES)}, got {raw!r}"
+        )
+    return frozenset(names)
 
 
 def _prompt_cache(env: Mapping[str, str]) -> str:

@@ -40,6 +40,8 @@ from .key import DEAD_LETTER_FIELD
 from .lifetime import FIRST_SEEN_FIELD
 
 #: 1 KiB of error text is plenty, and keeps the attributes far below the message limit.
+#: ``ERROR_MESSAGE`` is the stored reason: the runtime's own words, an error's type, status
+#: and request id, never a provider's message (issue 34: it can quote the request).
 MAX_ERROR_MESSAGE_CHARS = 1024
 #: Other attribute values (codes, ids) are short; this only bounds a hostile one.
 MAX_ATTRIBUTE_CHARS = 256

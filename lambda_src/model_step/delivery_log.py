@@ -22,7 +22,8 @@ request is answered or fails (:meth:`DeliveryLog.spent`, once per delivery),
 ``NonRetryableFailures`` right after the write that won the key's one count. The rest are
 written by :meth:`DeliveryLog.flush` at the end.
 
-Logs carry codes, ids and the business key, never the row's values or the model's text.
+Logs carry codes and ids (the key's ``record_id``, ``<record prefix>#<hash>``), never the
+business key's parts, the row's values or the model's text.
 """
 
 from __future__ import annotations

@@ -83,6 +83,7 @@ TRACING_ENABLED: Final = "TRACING_ENABLED"
 RESULT_BUS_ARN: Final = "RESULT_BUS_ARN"
 RESULT_BUS_KIND: Final = "RESULT_BUS_KIND"
 RESULT_EVENT_SOURCE: Final = "RESULT_EVENT_SOURCE"
+RESULT_FIELDS: Final = "RESULT_FIELDS"
 POWERTOOLS_SERVICE_NAME: Final = "POWERTOOLS_SERVICE_NAME"
 POWERTOOLS_METRICS_NAMESPACE: Final = "POWERTOOLS_METRICS_NAMESPACE"
 POWERTOOLS_LOG_LEVEL: Final = "POWERTOOLS_LOG_LEVEL"
@@ -101,6 +102,11 @@ MODEL_RATES: Final = "MODEL_RATES"
 
 #: Values of ``MODEL_DELIVERY``: one request per row, or Message Batches.
 MODEL_DELIVERY_VALUES: Final = ("realtime", "batch")
+
+#: Fields a result event carries only when ``RESULT_FIELDS`` names them (issue 34): the
+#: label, the business key's parts (``key_parts``) and ``parse_answer``'s value. ``none``
+#: names none of them. Ids, codes, usage and the key's record id are always carried.
+RESULT_FIELD_NAMES: Final = ("label", "key", "parsed")
 
 #: Values of ``PROMPT_CACHE``: the ``cache_control`` TTL of the system prompt, or ``off``.
 PROMPT_CACHE_VALUES: Final = ("5m", "1h", "off")
@@ -240,6 +246,12 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         RESULT_EVENT_SOURCE,
         "the `source` of result events: the step's construct path",
         "model-step",
+    ),
+    EnvironmentVariable(
+        RESULT_FIELDS,
+        "comma-separated fields result events carry besides ids, codes and usage: `label`, "
+        "`key` (the business key's parts, as `key_parts`), `parsed`, or `none`",
+        "label",
     ),
     EnvironmentVariable(
         POWERTOOLS_SERVICE_NAME, "logger service and metrics dimension", "model-step"

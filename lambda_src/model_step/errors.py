@@ -8,6 +8,7 @@ duplicate replays that outcome without a model request or a second dead-letter m
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .lifetime import MEMORY_EXPIRED
@@ -21,6 +22,8 @@ RATE_LIMIT_STATUSES = frozenset({429, 529})
 # model_context_window_exceeded, ...) is not an answer to store.
 COMPLETE_STOP_REASONS = frozenset({"end_turn", "stop_sequence"})
 SHOULD_RETRY_HEADER = "x-should-retry"
+#: A value a reason may quote from a provider's answer: a code or an id, never a sentence.
+_CODE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 class ModelStepError(Exception):
@@ -205,11 +208,46 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     if verdict:
         return None
     return ModelRequestRejectedError(
-        f"model API returned {status}: {exc.message}",
+        f"model API refused the request: {model_error_reason(exc)}",
         error_code=bedrock_error_type(exc) or type(exc).__name__,
         status_code=status,
         request_id=exc.request_id,
     )
+
+
+def model_error_reason(exc: BaseException) -> str:
+    """The reason text of a model API error: its type, status, the provider's error type and
+    the request id, e.g. ``"InternalServerError, status 500, type api_error, request id
+    req_1"``. Never the provider's message: it can quote the request, which holds row values,
+    and the reason is stored, dead-lettered and logged."""
+    parts = [bedrock_error_type(exc) or type(exc).__name__]
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        parts.append(f"status {status}")
+    body = getattr(exc, "body", None)
+    error = body.get("error") if isinstance(body, dict) else None
+    provider_type = error.get("type") if isinstance(error, dict) else None
+    if isinstance(provider_type, str) and _CODE.match(provider_type):
+        parts.append(f"type {provider_type}")
+    request_id = getattr(exc, "request_id", None)
+    if isinstance(request_id, str) and _CODE.match(request_id):
+        parts.append(f"request id {request_id}")
+    return ", ".join(parts)
+
+
+def withhold_provider_text(exc: BaseException) -> BaseException:
+    """``exc`` (an SDK status error) with its message replaced by :func:`model_error_reason`,
+    so a transient error that leaves the handler (Lambda logs its message, an on-failure
+    record carries it) or a traceback that shows it never quotes the provider. The class,
+    status, body and response stay, so retry decisions are unchanged."""
+    if getattr(exc, "status_code", None) is not None and hasattr(exc, "message"):
+        reason = f"{model_error_reason(exc)} (provider message withheld)"
+        exc.args = (reason,)
+        try:
+            setattr(exc, "message", reason)  # noqa: B010 (an attribute of the SDK's class)
+        except AttributeError:
+            pass  # a read-only message: the args are what str() shows
+    return exc
 
 
 class MemoryExpiredError(NonRetryableError):

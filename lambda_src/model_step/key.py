@@ -122,8 +122,12 @@ def extract_business_key(detail: Mapping[str, Any], expression: str) -> list[Any
     else:
         parts = [value]
     if not parts or any(_is_empty(part) for part in parts):
+        # Which parts, by position, never their values: the other parts are row data (an
+        # email), and this reason is stored, dead-lettered and logged.
+        empty = [str(index) for index, part in enumerate(parts, 1) if _is_empty(part)]
+        which = f"part {', '.join(empty)} of {len(parts)}" if empty else "no parts"
         raise MissingIdempotencyKeyError(
-            f"business key {expression!r} has a missing or empty part: {_short(parts)}"
+            f"business key {expression!r} has a missing or empty part: {which}"
         )
     return [canonical(part) for part in parts]
 
@@ -136,8 +140,9 @@ def split_replay_generation(detail: Mapping[str, Any]) -> tuple[dict[str, Any], 
         return rest, None
     value = detail[REPLAY_GENERATION_FIELD]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        shown = repr(value) if isinstance(value, int) else f"a {type(value).__name__}"
         raise InvalidReplayGenerationError(
-            f"detail.{REPLAY_GENERATION_FIELD} must be an integer >= 1, got {_short(value)}"
+            f"detail.{REPLAY_GENERATION_FIELD} must be an integer >= 1, got {shown}"
         )
     return rest, value
 
@@ -207,8 +212,3 @@ def _is_empty(part: Any) -> bool:
         return not part
     # Numbers and booleans are real values, including 0 and False.
     return False
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -26,6 +26,7 @@ from .errors import (
     classify_model_error,
     is_rate_limited,
     should_retry_header,
+    withhold_provider_text,
 )
 from .key import REPLAY_GENERATION_FIELD, RecordKey
 from .model_request import fingerprint_fields, model_fields
@@ -307,8 +308,10 @@ def _is_auth_failure(exc: BaseException) -> bool:
 
 
 def _raise_classified(exc: BaseException) -> NoReturn:
-    """Raise the non-retryable error an SDK exception stands for, or the exception itself."""
+    """Raise the non-retryable error an SDK exception stands for, or the exception itself,
+    its provider message withheld either way (it can quote the request)."""
     rejected = classify_model_error(exc)
+    withhold_provider_text(exc)
     if rejected is not None:
         raise rejected from exc
     raise exc

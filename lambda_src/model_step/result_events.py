@@ -4,10 +4,14 @@ With ``RESULT_BUS_ARN`` set, a key's stored result becomes one event:
 
 - ``detail-type`` :data:`COMPLETED` or :data:`DEAD_LETTERED`;
 - ``source``: ``RESULT_EVENT_SOURCE``, the step's construct path;
-- ``detail``: ``{"key": [business key parts], "result": {...}, "replay_generation": n}``
+- ``detail``: ``{"key": "<the key's record id>", "result": {...}, "replay_generation": n}``
   (the last only when present). ``result`` holds :data:`COMPLETED_FIELDS` or
-  :data:`DEAD_LETTERED_FIELDS`: the label, parsed value, request id and usage, or the error
-  code, but never the model's raw answer text nor an error message (which may quote a row).
+  :data:`DEAD_LETTERED_FIELDS`: the request id and usage, or the error code, but never the
+  model's raw answer text nor an error message (which may quote a row).
+- Data only when asked (``RESULT_FIELDS``, issue 34): ``label``; ``parsed``
+  (``parse_answer``'s value, free text a subscriber would see); ``key``, which adds
+  ``"key_parts": [business key parts]`` (an email, if the key is one). Every subscriber of
+  the bus sees what an event carries, so by default it carries ids, not data.
 
 At most once per key and terminal outcome: the publish is an idempotent hand-off under its own
 record (suffix ``#result-event``), like the DLQ's, so a duplicate delivery replays the
@@ -38,6 +42,7 @@ from typing import Any, Literal
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
+from .config import DEFAULT_RESULT_FIELDS
 from .errors import ResultEventError
 from .outcome import StepResult
 
@@ -77,6 +82,9 @@ DEAD_LETTERED_FIELDS = (
 )
 BusKind = Literal["classic", "v2"]
 BUS_KINDS: tuple[BusKind, ...] = ("classic", "v2")
+#: Result fields carried only when ``RESULT_FIELDS`` names them (``key`` is ``key_parts``,
+#: beside ``result``); every other field of the two tuples above is an id, a code or usage.
+OPTIONAL_RESULT_FIELDS = frozenset({"label", "parsed"})
 #: PutEvents error codes worth sending again (EventBridge's own guidance).
 RETRYABLE_ERROR_CODES = frozenset({"ThrottlingException", "InternalFailure"})
 #: Sends of one entry within one delivery; after that the delivery itself is retried.
@@ -97,14 +105,24 @@ CLIENT_CONFIG = Config(
 CLIENT_SERVICES = ("events", "eventbridgev2")
 
 
-def result_detail(result: StepResult) -> dict[str, Any]:
-    """The event detail of a stored result."""
+def result_detail(
+    result: StepResult, record_id: str, optional: frozenset[str] = DEFAULT_RESULT_FIELDS
+) -> dict[str, Any]:
+    """The event detail of a stored result: ``key`` is the key's ``record_id``; the optional
+    fields (``label``, ``parsed``, ``key`` as ``key_parts``) only when ``optional`` names
+    them."""
     fields = COMPLETED_FIELDS if result["status"] == "completed" else DEAD_LETTERED_FIELDS
     stored: Mapping[str, Any] = result
     detail: dict[str, Any] = {
-        "key": result["key"],
-        "result": {name: stored[name] for name in fields if name in stored},
+        "key": record_id,
+        "result": {
+            name: stored[name]
+            for name in fields
+            if name in stored and (name not in OPTIONAL_RESULT_FIELDS or name in optional)
+        },
     }
+    if "key" in optional and result["key"] is not None:
+        detail["key_parts"] = result["key"]
     if "replay_generation" in result:
         detail["replay_generation"] = result["replay_generation"]
     if len(json.dumps(detail, default=str).encode()) > MAX_DETAIL_BYTES:
@@ -134,8 +152,12 @@ class ResultPublisher:
         source: str,
         client: Callable[[str], Any],
         sleep: Callable[[float], None] = time.sleep,
+        optional: frozenset[str] = DEFAULT_RESULT_FIELDS,
     ) -> None:
-        """``client(service_name)`` returns a boto3 client; it is called on first publish."""
+        """``client(service_name)`` returns a boto3 client; it is called on first publish.
+        ``optional``: the optional fields events carry (``RESULT_FIELDS``), default the
+        label only."""
+        self._optional = optional
         self._bus_arn = bus_arn
         #: ``classic`` or ``v2``.
         self.kind: BusKind = kind
@@ -151,7 +173,9 @@ class ResultPublisher:
             "Source": self._source,
             "DetailType": detail_type(result),
             # Sorted: a replayed result (stored sorted) sends the same text as the fresh one.
-            "Detail": json.dumps(result_detail(result), default=str, sort_keys=True),
+            "Detail": json.dumps(
+                result_detail(result, record_id, self._optional), default=str, sort_keys=True
+            ),
         }
         if self._kind == "v2":
             entry["SystemMetadata"] = {"DeduplicationId": deduplication_id(record_id)}

@@ -140,6 +140,7 @@ class ResultHandOff:
         if stored is None or stored.get("key") != business_key:
             return self._nothing_to_republish(marker, business_key, delivery)
         delivery.record_id = str(record_id)
+        delivery.log.fields["record_id"] = delivery.record_id  # never the key's parts
         if parts.result_events is not None:
             hand_off_key = {RECORD_MEMBER: record_id, "republish_of": marker["id"]}
             parts.publish_result(

@@ -339,7 +339,6 @@ class ModelStep:
                 dead_key["redrive_of"] = redrive_of
             result = self._components().work.dead_letter(error, None, dead_key)
             return self._components().work.hand_off_result(result, dead_key, delivery)
-        delivery.log.fields["business_key"] = business_key
         if marker is not None and marker.get("error_code") == RESULT_EVENT_UNDELIVERABLE:
             # An operator's redrive of a result event the bus refused: republish, never ask.
             return parts.result_hand_off.republish(marker, business_key, delivery)
@@ -354,6 +353,9 @@ class ModelStep:
         request: dict[str, Any] = {"key": key, "detail": detail}
         delivery.request = request
         delivery.record_id = parts.persistence.record_id(request)
+        # The record id, never the key's parts: a part can be row data (an email), and
+        # every log line of the delivery carries these fields.
+        delivery.log.fields["record_id"] = delivery.record_id
         delivery.first_seen = lifetime.stamped_first_seen(event, delivery.record_id)
         if marker is not None and PAYLOAD_OMITTED in marker:
             return parts.work.refuse_cut_payload(key, delivery)

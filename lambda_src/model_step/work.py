@@ -31,6 +31,7 @@ from .errors import (
     ReceivesExhaustedError,
     RetriesExhaustedError,
     is_rate_limited,
+    model_error_reason,
 )
 from .model_call import Prepared, Spend, error_code, request_cost_usd
 from .outcome import DeadLetteredResult, StepResult, Usage, as_provider
@@ -179,9 +180,13 @@ class UnitOfWork:
         )
         if claim.state.attempts < budget.limit:
             raise exc
+        # The error's type, status and request id, never its text: a provider's message can
+        # quote the request, and this reason is stored, dead-lettered and logged.
+        reason = model_error_reason(exc)
+        if not reason.startswith(code):
+            reason = f"{code}: {reason}"  # e.g. ModelDeadlineExceeded: APITimeoutError
         exhausted = RetriesExhaustedError(
-            f"transient failure on attempt {claim.state.attempts} of {budget.limit}: "
-            f"{code}: {truncate(str(exc), 300)}",
+            f"transient failure on attempt {claim.state.attempts} of {budget.limit}: {reason}",
             error_code=code,
             request_id=request_id,
         )

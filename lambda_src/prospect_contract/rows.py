@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .events import PROSPECT_FIELDS
+from .expiry import expired
 
 #: Environment variable of every function that reads or writes RowsTable.
 ROWS_TABLE_ENV = "ROWS_TABLE_NAME"
@@ -131,11 +132,18 @@ class RowWriter:
 
 
 class RowReader:
-    """Reads rows: one (GetItem, consistent) or many (BatchGetItem, 100 keys a call)."""
+    """Reads rows: one (GetItem, consistent) or many (BatchGetItem, 100 keys a call). A row
+    past its ``expires_at`` is absent, though DynamoDB may not have deleted it yet (issue
+    34): the classifier records ``RowNotFound``, the viewer shows no values and answers a
+    retry ``RowExpired``, as they would a day later."""
 
-    def __init__(self, dynamodb: Any, table_name: str) -> None:
+    def __init__(
+        self, dynamodb: Any, table_name: str, clock: Callable[[], float] = time.time
+    ) -> None:
+        """``clock()``: epoch seconds, compared with each item's ``expires_at``."""
         self._dynamodb = dynamodb
         self._table_name = table_name
+        self._clock = clock
 
     def get(self, upload_id: str, row_number: int) -> dict[str, Any] | None:
         """The row's item, or None when it is not there (expired, or never written)."""
@@ -143,19 +151,21 @@ class RowReader:
             TableName=self._table_name, Key=_key(upload_id, row_number), ConsistentRead=True
         )
         item = response.get("Item")
-        return dict(item) if item else None
+        return dict(item) if item and not expired(item, self._clock()) else None
 
     def get_many(self, keys: Iterable[RowKey]) -> dict[RowKey, dict[str, Any]]:
-        """The items of ``keys`` that exist, by key."""
+        """The items of ``keys`` that exist and have not expired, by key."""
         unique = list(dict.fromkeys((str(u), int(r)) for u, r in keys))
         found: dict[RowKey, dict[str, Any]] = {}
+        now = self._clock()
 
         def read(keys: list[dict[str, Any]]) -> list[dict[str, Any]]:
             response = self._dynamodb.batch_get_item(
                 RequestItems={self._table_name: {"Keys": keys, "ConsistentRead": True}}
             )
             for item in (response.get("Responses") or {}).get(self._table_name) or []:
-                found[(str(item["upload_id"]["S"]), int(item["row_number"]["N"]))] = item
+                if not expired(item, now):
+                    found[(str(item["upload_id"]["S"]), int(item["row_number"]["N"]))] = item
             unprocessed = (response.get("UnprocessedKeys") or {}).get(self._table_name) or {}
             return list(unprocessed.get("Keys") or [])
 

@@ -16,6 +16,11 @@ import os
 
 from .errors import ConfigurationError
 
+#: The splitter's idempotency record prefix (Powertools ``key_prefix``) on the shared
+#: idempotency table: its record ids are ``<prefix>#<hash>``, and the stack grants it those
+#: only (``dynamodb:LeadingKeys``), never the classify steps' records.
+SPLIT_RECORD_PREFIX = "prospect-splitter.split_upload"
+
 
 def required(name: str) -> str:
     """The variable's value, stripped; raises when it is unset or blank."""

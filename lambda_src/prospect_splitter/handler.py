@@ -23,6 +23,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 from prospect_contract.put_events import Bus, ClassicBus, V2Bus
 from prospect_contract.rows import RowWriter
+from prospect_contract.settings import SPLIT_RECORD_PREFIX
 from upload_accounting import LedgerSettings, UploadLedger
 
 from .config import Settings
@@ -168,7 +169,7 @@ def build_splitter(
         data_keyword_argument="upload",
         config=config,
         persistence_store=persistence,
-        key_prefix="prospect-splitter.split_upload",
+        key_prefix=SPLIT_RECORD_PREFIX,
     )
     def split_once(*, upload: dict[str, Any]) -> dict[str, Any]:
         return split_upload(ports, UploadRef.from_payload(upload)).as_dict()

@@ -23,28 +23,59 @@ MAX_RESPONSE_BYTES = 6_000_000
 _INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff"
 # Formula starts, after NFKC (which maps full-width ＝＋－＠ and small ﹦﹢﹣﹫ to ASCII).
 _TRIGGERS = frozenset("=+-@\u2212")
+# Where a spreadsheet may start a new cell inside a field: the separators of the usual CSV
+# dialects and locales, a quote a lenient parser ends the field at, and line breaks.
+_CELL_BOUNDARIES = frozenset(",;\t|\"'\r\n")
 TRUNCATION_MARKER = "# export truncated after {rows} rows at the 6 MB response limit; "
 TRUNCATION_MARKER += "narrow the filters (upload, kind, error code) to export the rest"
 
 
 def neutralise_cell(value: object) -> str:
-    """Prefix a single quote to any cell a spreadsheet could read as a formula.
+    """Prefix a single quote wherever a spreadsheet could read a formula.
 
     Triggers (OWASP CSV injection, widened): a cell starting with tab or CR, or whose
     first character after leading whitespace (spaces, NBSP, newlines, ideographic
     space, zero-width characters) is ``=``, ``+``, ``-``, ``@``, a minus sign, or a
-    full-width or small-form look-alike of one of them.
+    full-width or small-form look-alike of one of them: the quote goes first.
+
+    A spreadsheet can also start a cell inside this one: after a separator of another
+    locale or format (``;`` where the decimal comma is usual, ``,``, tab, ``|``), a quote
+    (a lenient parser ends the field there) or a line break. So a trigger that is the first
+    character after one of those (whitespace between them allowed) gets a quote right after
+    it too: ``x;=cmd|' /C calc'!A0`` becomes ``x;'=cmd|' /C calc'!A0``, text in every locale.
     """
     text = "" if value is None else str(value)
     if not text:
         return text
+    inner = _neutralise_inner_cells(text)
     if text[0] in "\t\r":
-        return "'" + text
+        return "'" + inner
     stripped = text.lstrip()
     while stripped and stripped[0] in _INVISIBLE:
         stripped = stripped[1:].lstrip()
-    if stripped and unicodedata.normalize("NFKC", stripped[0])[:1] in _TRIGGERS:
-        return "'" + text
+    if stripped and _is_trigger(stripped[0]):
+        return "'" + inner
+    return inner
+
+
+def _is_trigger(character: str) -> bool:
+    return unicodedata.normalize("NFKC", character)[:1] in _TRIGGERS
+
+
+def _neutralise_inner_cells(text: str) -> str:
+    """``text`` with a quote after each cell boundary whose next visible character is a
+    formula trigger (see :func:`neutralise_cell`)."""
+    quoted: list[int] = []
+    boundary: int | None = None  # a cell could start after this index, not yet begun
+    for index, character in enumerate(text):
+        if character in _CELL_BOUNDARIES:
+            boundary = index
+        elif not character.isspace() and character not in _INVISIBLE:
+            if boundary is not None and _is_trigger(character):
+                quoted.append(boundary + 1)
+            boundary = None
+    for position in reversed(quoted):
+        text = text[:position] + "'" + text[position:]
     return text
 
 
@@ -118,6 +149,8 @@ def render_csv(items: Iterable[dict[str, Any]], max_body_bytes: int) -> Rendered
 
 
 def _csv_line(cells: Iterable[object]) -> str:
+    # Every field quoted: a separator, quote or line break in a value stays inside its field
+    # for any reader that honours quotes, whatever its locale's separator.
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\r\n").writerow(cells)
+    csv.writer(buffer, lineterminator="\r\n", quoting=csv.QUOTE_ALL).writerow(cells)
     return buffer.getvalue()

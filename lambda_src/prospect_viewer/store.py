@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
+from prospect_contract.expiry import expired
 from prospect_contract.failures import KIND_SUMMARY
 
 KEY_NAMES = ("upload_id", "failure_id")
@@ -118,11 +120,18 @@ def decode_page_token(token: str, flt: FailureFilter) -> dict[str, str]:
 
 
 class FailureStore:
-    """Failures-table access: Query when an upload is given, else Scan."""
+    """Failures-table access: Query when an upload is given, else Scan. A failure past its
+    ``expires_at`` is absent from every answer, though DynamoDB may not have deleted it yet
+    (issue 34)."""
 
-    def __init__(self, table: Any, page_size: int) -> None:
+    def __init__(self, table: Any, page_size: int, clock: Callable[[], float] = time.time) -> None:
+        """``clock()``: epoch seconds, compared with each item's ``expires_at``."""
         self._table = table
         self._page_size = page_size
+        self._clock = clock
+
+    def _shown(self, flt: FailureFilter, item: dict[str, Any]) -> bool:
+        return flt.matches(item) and not expired(item, self._clock())
 
     def _read(self, flt: FailureFilter, start: dict[str, Any] | None, limit: int) -> dict:
         params: dict[str, Any] = {"Limit": limit}
@@ -144,7 +153,7 @@ class FailureStore:
             response = self._read(flt, start, self._page_size)
             read = response.get("Items", [])
             for index, item in enumerate(read):
-                if not flt.matches(item):
+                if not self._shown(flt, item):
                     continue
                 items.append(item)
                 if len(items) == self._page_size:
@@ -164,7 +173,7 @@ class FailureStore:
         start: dict[str, Any] | None = None
         while True:
             response = self._read(flt, start, read_size)
-            yield from (item for item in response.get("Items", []) if flt.matches(item))
+            yield from (item for item in response.get("Items", []) if self._shown(flt, item))
             start = response.get("LastEvaluatedKey")
             if not start:
                 return
@@ -174,7 +183,8 @@ class FailureStore:
         response = self._table.get_item(
             Key={"upload_id": upload_id, "failure_id": failure_id}, ConsistentRead=True
         )
-        return response.get("Item")
+        item: dict[str, Any] | None = response.get("Item")
+        return None if item is None or expired(item, self._clock()) else item
 
     def claim_generation(
         self, upload_id: str, failure_id: str, expected: int, new: int, retried_at: str

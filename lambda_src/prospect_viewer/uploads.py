@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from prospect_contract.cost import Price, batch_token_total, upload_cost
+from prospect_contract.expiry import expired
 
 from .store import plain
 
@@ -89,12 +92,16 @@ def waiting_in_batch(item: dict[str, Any]) -> int:
 
 
 class UploadStore:
-    """UploadsTable access: a bounded, paged Scan, newest first."""
+    """UploadsTable access: a bounded, paged Scan, newest first; an upload past its
+    ``expires_at`` is absent (issue 34)."""
 
-    def __init__(self, table: Any, price: Price | None = None) -> None:
+    def __init__(
+        self, table: Any, price: Price | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self._table = table
         #: The classify model's price (``MODEL_PRICE``); None: cost unknown.
         self.price = price
+        self._clock = clock
 
     def newest(self, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """Up to ``limit`` uploads, newest ``created_at`` first, and whether more exist."""
@@ -106,7 +113,8 @@ class UploadStore:
             if start:
                 params["ExclusiveStartKey"] = start
             response = self._table.scan(**params)
-            items.extend(response.get("Items", []))
+            now = self._clock()
+            items.extend(i for i in response.get("Items", []) if not expired(i, now))
             start = response.get("LastEvaluatedKey")
             if not start:
                 break

@@ -70,10 +70,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "refund-killed-attempt",
         "work.py",
-        "        if claim.state.interrupted:\n            delivery.log.interrupted()",
-        "        if claim.state.interrupted:\n"
+        "            delivery.log.interrupted()\n",
         "            budget.give_back()  # mutant: the killed attempt is refunded\n"
-        "            delivery.log.interrupted()",
+        "            delivery.log.interrupted()\n",
         "an attempt killed after its request was sent is given back",
     ),
     Mutant(
@@ -126,40 +125,40 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "F3-refused-publish-dropped",
-        "work.py",
-        '        event_id = publisher.publish(request["result"], request["record_id"])\n',
-        "        try:\n"
-        '            event_id = publisher.publish(request["result"], request["record_id"])\n'
-        "        except Exception:  # mutant: a refused publish is dropped, silently\n"
-        '            event_id = ""\n',
+        "result_hand_off.py",
+        '            event_id = publisher.publish(request["result"], request["record_id"])\n',
+        "            try:\n"
+        '                event_id = publisher.publish(request["result"], request["record_id"])\n'
+        "            except Exception:  # mutant: a refused publish is dropped, silently\n"
+        '                event_id = ""\n',
         "F3: a publish the bus refused ends the key with no event and no dead letter",
     ),
     Mutant(
         "F5-interrupted-attempt-not-counted",
         "delivery_log.py",
-        '        self._count("AttemptsInterrupted")\n',
+        '        self._count("AttemptsInterrupted", 1, now)\n',
         "",
         "F5: AttemptsInterrupted never counts an attempt killed after its request",
     ),
     Mutant(
         "F5-failed-request-not-in-on-outcome",
-        "runtime.py",
-        "        billed = spend.requests > 0\n",
-        "        billed = spend.requests > 0 and result is not None\n",
+        "delivery.py",
+        "        billed = self.spend.requests > 0\n",
+        "        billed = self.spend.requests > 0 and result is not None\n",
         "F5: on_outcome reports no request for a delivery whose billed request failed",
     ),
     Mutant(
         "F6-redrive-put-back-counted-twice",
         "budget.py",
-        '{":first": {"N": self._start(now)}, ":exp": self._expiry(now), ":one": {"N": "1"}}',
-        '{":first": {"N": self._start(now)}, ":exp": self._expiry(now), ":one": {"N": "2"}}',
+        '                    ":message": {"S": message_id},\n                    ":one": {"N": "1"},\n',
+        '                    ":message": {"S": message_id},\n                    ":one": {"N": "2"},\n',
         "F6: one message from the redrive queue counts as two put-backs (ReceivesExhausted early)",
     ),
     Mutant(
         "F7-integral-float-keeps-its-form",
         "key.py",
-        "    if math.isfinite(value) and value.is_integer():\n        return int(value)\n",
-        "",
+        "        integral = _integral(decimal.Decimal(repr(value)))\n",
+        "        integral = None  # mutant: a float keeps its form\n",
         "F7: 1.0 and 1 (1e30 and 10**30) are two keys",
     ),
 )

@@ -349,7 +349,11 @@ def test_table_expires_records_on_the_expiration_attribute(raw):
 def test_table_is_on_demand_with_point_in_time_recovery_and_encryption(raw):
     props = only(raw, "AWS::DynamoDB::Table")["Properties"]
     assert props["BillingMode"] == "PAY_PER_REQUEST"
-    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # The period is written out, so the template says how long a deleted record is kept.
+    assert props["PointInTimeRecoverySpecification"] == {
+        "PointInTimeRecoveryEnabled": True,
+        "RecoveryPeriodInDays": 35,
+    }
     assert props["SSESpecification"] == {"SSEEnabled": True}
 
 
@@ -498,6 +502,10 @@ def test_iam_grants_exactly_powertools_dynamodb_actions_on_the_table(raw):
         "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"
     ]  # fmt: skip
     assert table in json.dumps(dynamo[0]["Resource"])
+    # Its own records only: the table may be shared (issue 34).
+    assert dynamo[0]["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{STACK}/Classify#*"]}
+    }
 
 
 def _resources_for(raw: dict, action: str) -> list:

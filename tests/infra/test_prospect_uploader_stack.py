@@ -279,7 +279,10 @@ def test_recorder_writes_only_to_the_failures_table_and_the_ledger(raw):
 def test_failures_table_holds_personal_data_safely(raw):
     table = props(raw, "FailuresTable/Resource")
     assert table["SSESpecification"] == {"SSEEnabled": True}
-    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {
+        "PointInTimeRecoveryEnabled": True,
+        "RecoveryPeriodInDays": 35,
+    }
     assert by_path(raw, "FailuresTable/Resource")[1]["DeletionPolicy"] == "Retain"
 
 
@@ -350,10 +353,30 @@ def test_rejected_uploads_are_still_mailed(raw):
     assert transformer["InputPathsMap"]["detail-reason"] == "$.detail.reason"
 
 
+@pytest.fixture(scope="module")
+def named_files(tmp_path_factory) -> dict:
+    """app.py (cdk-nag included) with ``-c mail_file_names=true`` and
+    ``-c point_in_time_recovery=off`` (issue 34): both opt-outs of the defaults at once."""
+    import app as app_module
+
+    app = new_app(tmp_path_factory, "prospect-named-files")
+    app.node.set_context("mail_file_names", "true")
+    app.node.set_context("point_in_time_recovery", "off")
+    return synth(app_module.build_app(app)).templates[STACK]
+
+
 @pytest.mark.parametrize("rule", ["UploadCompletedAlertRule", "UploadAlertRule"])
-def test_the_s3_key_enters_alerts_only_as_an_escaped_json_value(raw, rule):
-    # GIVEN the input template, and a key built to break out of a string
-    transformer = props(raw, f"{rule}/Resource")["Targets"][0]["InputTransformer"]
+def test_by_default_the_mails_name_the_upload_by_id_not_by_its_file(raw, rule):
+    # The object key is the file name, which may be a person's name (issue 34).
+    paths = props(raw, f"{rule}/Resource")["Targets"][0]["InputTransformer"]["InputPathsMap"]
+    assert "$.detail.key" not in paths.values()
+    assert "$.detail.upload_id" in paths.values()
+
+
+@pytest.mark.parametrize("rule", ["UploadCompletedAlertRule", "UploadAlertRule"])
+def test_the_s3_key_enters_alerts_only_as_an_escaped_json_value(named_files, rule):
+    # GIVEN the input template with mail_file_names on, and a key built to break out
+    transformer = props(named_files, f"{rule}/Resource")["Targets"][0]["InputTransformer"]
     paths = transformer["InputPathsMap"]
     [key_var] = [name for name, path in paths.items() if path == "$.detail.key"]
     template = transformer["InputTemplate"]
@@ -494,7 +517,10 @@ def test_uploads_table_is_keyed_by_upload_alone_with_a_ttl(raw):
     assert table["KeySchema"] == [{"AttributeName": "upload_id", "KeyType": "HASH"}]
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert table["SSESpecification"] == {"SSEEnabled": True}
-    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {
+        "PointInTimeRecoveryEnabled": True,
+        "RecoveryPeriodInDays": 35,
+    }
     assert resource["DeletionPolicy"] == "Retain"
 
 
@@ -814,4 +840,67 @@ def test_realtime_context_keeps_the_template_from_before_batches(raw, realtime):
     }
     assert classify == {
         k for k, v in realtime["Resources"].items() if "/Classify/" in v["Metadata"]["aws:cdk:path"]
+    }
+
+
+def test_point_in_time_recovery_off_turns_every_table_s_backups_off_and_says_why(named_files):
+    tables = of_type(named_files, "AWS::DynamoDB::Table")
+    assert len(tables) == 6
+    for _, table in tables:
+        assert table["Properties"]["PointInTimeRecoverySpecification"] == {
+            "PointInTimeRecoveryEnabled": False
+        }
+        [skip] = [s for s in table["Metadata"]["checkov"]["skip"] if s["id"] == "CKV_AWS_28"]
+        assert "point_in_time_recovery is off on purpose" in skip["comment"]
+
+
+@pytest.mark.parametrize(
+    ("value", "days"), [("7", 7), (1, 1), ("on", 35), (True, 35), ("0", 0), (False, 0)]
+)
+def test_point_in_time_recovery_context_sets_every_table_s_period(value, days):
+    app = cdk.App(context={**NO_BUNDLING, "point_in_time_recovery": value})
+    stack = ProspectUploaderStack(app, f"Backups{days}")
+    for table in (
+        stack.idempotency_table,
+        stack.rows_table,
+        stack.failures_table,
+        stack.prospects_table,
+        stack.uploads_table,
+        stack.upload_rows_table,
+    ):
+        spec = stack.resolve(table.node.default_child.point_in_time_recovery_specification)
+        expected = {"pointInTimeRecoveryEnabled": bool(days)}
+        if days:
+            expected["recoveryPeriodInDays"] = days
+        assert spec == expected
+
+
+@pytest.mark.parametrize("value", ["36", "-1", "weekly", 7.5])
+def test_a_bad_point_in_time_recovery_context_fails_synth_naming_it(value):
+    app = cdk.App(context={**NO_BUNDLING, "point_in_time_recovery": value})
+    with pytest.raises(PropValidationError, match="context point_in_time_recovery must be on, off"):
+        ProspectUploaderStack(app, "BadBackups")
+
+
+def test_a_bad_mail_file_names_context_fails_synth_naming_it():
+    app = cdk.App(context={**NO_BUNDLING, "mail_file_names": "sometimes"})
+    with pytest.raises(PropValidationError, match="context mail_file_names must be true or false"):
+        ProspectUploaderStack(app, "BadMail")
+
+
+def test_each_function_may_touch_only_its_own_records_of_the_idempotency_table(raw):
+    table = by_path(raw, "IdempotencyTable/Resource")[0]
+    granted = {}
+    for role in ("Splitter", "Classify/Function", "ClassifyBatch/Function"):
+        statements = [s for s in statements_of(raw, role) if table in json.dumps(s["Resource"])]
+        assert statements, role
+        patterns = {
+            json.dumps(s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])
+            for s in statements
+        }
+        [granted[role]] = patterns
+    assert granted == {
+        "Splitter": json.dumps(["prospect-splitter.split_upload#*"]),
+        "Classify/Function": json.dumps(["ProspectUploader/Classify#*"]),
+        "ClassifyBatch/Function": json.dumps(["ProspectUploader/ClassifyBatch#*"]),
     }

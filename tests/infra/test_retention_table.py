@@ -2,8 +2,11 @@
 
 Every bucket, table, queue and v2 bus of the Prospect Uploader must have a row, and each
 row's retention must be what the synthesized template (and the environment its writers
-read) really sets. Log groups are not in the table: they carry codes, lengths and ids only
-(tests/local_run/test_personal_data.py proves it on a whole run).
+read) really sets; so must the row of the tables' point-in-time recovery (issue 34). Log
+groups are not in the table: they carry codes, lengths and ids only
+(tests/local_run/test_personal_data.py proves it on a whole run). Rows that name no store
+in backquotes are copies outside the template (the model provider's); their periods are
+the provider's terms.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ STORE_TYPES = (
 )
 
 
-def readme_rows() -> list[dict[str, list[str] | list[int]]]:
-    """Each table row: its store names, its retention in seconds, its context keys."""
+def readme_rows() -> list[dict[str, object]]:
+    """Each table row: its label (the first cell), its store names, its retention in seconds
+    (None for a period in words), its context keys."""
     lines = README.read_text(encoding="utf-8").splitlines()
     start = lines.index(HEADER) + 2
     rows = []
@@ -42,11 +46,13 @@ def readme_rows() -> list[dict[str, list[str] | list[int]]]:
             break
         store, _holds, kept, keys = (cell.strip() for cell in line.strip("|").split("|"))
         amounts = [int(n) for n in re.findall(r"\d+", kept)]
-        [unit] = set(re.findall(r"\b(days?|hours?)\b", kept))
+        units = set(re.findall(r"\b(days?|hours?)\b", kept))
+        unit = units.pop() if len(units) == 1 else None
         rows.append(
             {
+                "label": store,
                 "stores": re.findall(r"`(\w+)`", store),
-                "seconds": [amount * UNITS[unit] for amount in amounts],
+                "seconds": [amount * UNITS[unit] for amount in amounts] if unit else None,
                 "keys": re.findall(r"`(\w+)`", keys),
             }
         )
@@ -143,5 +149,24 @@ def test_the_readme_table_names_every_store_of_the_template(raw):
 
 def test_the_context_keys_of_the_readme_table_exist_with_the_defaults_it_states():
     keys = {key for row in readme_rows() for key in row["keys"] if key != "expires_after"}
-    assert keys <= set(CONTEXT_INTS)
+    assert keys <= set(CONTEXT_INTS) | {"point_in_time_recovery"}
     assert CONTEXT_INTS["upload_retention_days"][0] == 30
+
+
+def test_the_point_in_time_recovery_row_is_every_table_s_period(raw):
+    [row] = [r for r in readme_rows() if str(r["label"]).startswith("point-in-time recovery")]
+    tables = [r for r in raw["Resources"].values() if r["Type"] == "AWS::DynamoDB::Table"]
+    assert len(tables) == 6 and "six tables" in str(row["label"])
+    for table in tables:
+        spec = table["Properties"]["PointInTimeRecoverySpecification"]
+        assert spec["PointInTimeRecoveryEnabled"] is True
+        assert [spec["RecoveryPeriodInDays"] * DAY] == row["seconds"]
+    assert row["keys"] == ["point_in_time_recovery"]
+
+
+def test_rows_outside_the_template_are_the_provider_s_and_say_so():
+    outside = [r for r in readme_rows() if not r["stores"] and not r["keys"]]
+    assert [str(r["label"]) for r in outside] == [
+        "the model provider, realtime",
+        "the model provider, a Message Batch",
+    ]

@@ -55,6 +55,18 @@ def test_both_roles_get_the_table_grant(shared):
         if p["Type"] == "AWS::IAM::Policy" and table_id in json.dumps(p)
     ]  # fmt: skip
     assert len(granted) == 2
+    # Each role reaches its own step's records only (dynamodb:LeadingKeys, issue 34): the
+    # construct path and '#', so "Classify" is not a prefix of another step's "ClassifyX".
+    patterns = sorted(
+        json.dumps(statement["Condition"])
+        for policy in granted
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if table_id in json.dumps(statement["Resource"])
+    )
+    assert patterns == sorted(
+        json.dumps({"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"Shared/{step}#*"]}})
+        for step in ("Summarize", "Classify")
+    )
 
 
 def test_shared_dlq_takes_both_redrive_queues_redrive(shared):

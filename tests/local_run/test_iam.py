@@ -228,3 +228,140 @@ def test_a_missing_object_is_404_only_to_a_role_that_may_list_the_bucket(actions
     assert raised.value.response["Error"]["Code"] == code
     denied = [(d.action, d.resource) for d in check.denials]
     assert denied == ([("s3:ListBucket", "arn:aws:s3:::bkt-1")] if code == "AccessDenied" else [])
+
+
+# -- issue 34: each function reaches only its own record prefix of the shared table -----------
+def _dynamodb_role(pattern: str, *actions: str) -> RolePolicies:
+    return _role(
+        {
+            "Effect": "Allow",
+            "Action": list(actions),
+            "Resource": "arn:aws:dynamodb:us-east-1:123456789012:table/T",
+            "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [pattern]}},
+        }
+    )
+
+
+def _permissions(operation: str, params: dict) -> list[Permission]:
+    return required_permissions(
+        "dynamodb", operation, {"TableName": "T", **params}, SecretArns(), lambda _t: "id"
+    )
+
+
+def test_leading_keys_are_every_partition_key_a_call_touches():
+    [get] = _permissions("GetItem", {"Key": {"id": {"S": "Stack/Step#a"}}})
+    assert get.values() == {"dynamodb:LeadingKeys": ["Stack/Step#a"]}
+    keys = [{"id": {"S": "Stack/Step#a"}}, {"id": {"S": "Stack/Other#b"}}]
+    [batch] = required_permissions(
+        "dynamodb",
+        "BatchGetItem",
+        {"RequestItems": {"T": {"Keys": keys}}},
+        SecretArns(),
+        lambda _t: "id",
+    )
+    assert batch.values() == {"dynamodb:LeadingKeys": ["Stack/Step#a", "Stack/Other#b"]}
+    transaction = required_permissions(
+        "dynamodb",
+        "TransactWriteItems",
+        {
+            "TransactItems": [
+                {"ConditionCheck": {"TableName": "T", "Key": keys[0]}},
+                {"Update": {"TableName": "T", "Key": keys[1]}},
+            ]
+        },
+        SecretArns(),
+        lambda _t: "id",
+    )
+    assert [(p.action, p.values()["dynamodb:LeadingKeys"]) for p in transaction] == [
+        ("dynamodb:ConditionCheckItem", ["Stack/Step#a"]),
+        ("dynamodb:UpdateItem", ["Stack/Other#b"]),
+    ]
+    [query] = _permissions(
+        "Query",
+        {
+            "KeyConditionExpression": "#k = :v",
+            "ExpressionAttributeNames": {"#k": "id"},
+            "ExpressionAttributeValues": {":v": {"S": "Stack/Step#a"}},
+        },
+    )
+    assert query.values() == {"dynamodb:LeadingKeys": ["Stack/Step#a"]}
+
+
+def test_a_prefix_grant_allows_its_own_keys_only_as_iam_does():
+    role = _dynamodb_role("Stack/Step#*", "dynamodb:GetItem", "dynamodb:BatchGetItem")
+    assert role.unevaluated_conditions == []
+    [own] = _permissions("GetItem", {"Key": {"id": {"S": "Stack/Step#a"}}})
+    [other] = _permissions("GetItem", {"Key": {"id": {"S": "Stack/StepBatch#a"}}})
+    [mixed] = required_permissions(
+        "dynamodb",
+        "BatchGetItem",
+        {"RequestItems": {"T": {"Keys": [{"id": {"S": "Stack/Step#a"}}, {"id": "Other#b"}]}}},
+        SecretArns(),
+        lambda _t: "id",
+    )
+    assert role.decide(own) == "allowed"
+    assert role.decide(other) == "implicit"  # a longer path is another step: '#' ends it
+    assert role.decide(mixed) == "implicit"  # ForAllValues: every key must match
+    # ForAllValues holds for a request without keys (a Scan), as in IAM: never grant one so.
+    scan_role = _dynamodb_role("Stack/Step#*", "dynamodb:Scan")
+    [scan] = _permissions("Scan", {})
+    assert scan_role.decide(scan) == "allowed"
+
+
+def test_a_prefix_with_wildcard_characters_is_matched_literally():
+    from constructs_lib.record_prefix_grants import prefix_pattern
+
+    role = _dynamodb_role(prefix_pattern("Stack/Odd*Name?"), "dynamodb:GetItem")
+    [own] = _permissions("GetItem", {"Key": {"id": {"S": "Stack/Odd*Name?#a"}}})
+    [lookalike] = _permissions("GetItem", {"Key": {"id": {"S": "Stack/OddXYZNameQ#a"}}})
+    assert role.decide(own) == "allowed"
+    assert role.decide(lookalike) == "implicit"
+
+
+def test_each_role_reaches_its_own_record_prefix_and_is_denied_another(cdk_out, tmp_path):
+    """The IAM-checked run of the real stack: its normal paths are denied nothing; a role
+    reaching another function's records of the shared IdempotencyTable is denied."""
+    from botocore.exceptions import ClientError
+
+    from constructs_lib.local_engine import identity
+    from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
+
+    options = RunOptions(csv_path=_csv(tmp_path), cdk_out=cdk_out, log_file=tmp_path / "h.log")
+    with LocalPipeline(options) as pipeline:
+        result = pipeline.run()
+        normal = len(pipeline.engine.iam.denials)
+        client = pipeline.engine.aws.session.client("dynamodb")
+        spec = pipeline.assembly.by_path_suffix(
+            "/IdempotencyTable/Resource", "AWS::DynamoDB::Table"
+        )
+        table = pipeline.engine.aws.ref(spec.logical_id)
+        stack = "ProspectUploader"
+        prefixes = {
+            "Splitter": "prospect-splitter.split_upload",
+            "Classify/Function": f"{stack}/Classify",
+            "ClassifyBatch/Function": f"{stack}/ClassifyBatch",
+        }
+        reached: list[tuple[str, str, bool]] = []
+        for function in prefixes:
+            resource = pipeline.assembly.by_path_suffix(
+                f"/{function}/Resource", "AWS::Lambda::Function"
+            )
+            for prefix in prefixes.values():
+                # DeleteItem of an absent record: every one of the three roles may make it
+                # on its own records, and it changes nothing.
+                key = {"id": {"S": f"{prefix}#probe"}}
+                with identity.acting_as(resource.logical_id):
+                    try:
+                        client.delete_item(TableName=table, Key=key)
+                        allowed = True
+                    except ClientError as error:
+                        assert error.response["Error"]["Code"] == "AccessDeniedException"
+                        allowed = False
+                reached.append((function, prefix, allowed))
+        crossing = len(pipeline.engine.iam.denials) - normal
+    print(f"\nIAM-checked run: normal paths denied {normal}, cross-prefix calls denied {crossing}")
+    assert result.iam_checked and result.classified == 1
+    assert normal == 0
+    assert crossing == 6 > 0
+    for function, prefix, allowed in reached:
+        assert allowed is (prefix == prefixes[function]), (function, prefix)

@@ -110,6 +110,17 @@ def test_bad_page_tokens_are_refused(seeded):
     assert status == 400  # a token is bound to the filters it was issued for
 
 
+def test_export_quotes_every_field(seeded):
+    # GIVEN failures whose values hold separators  WHEN exported
+    _status, _headers, body = call("GET", "/export.csv?upload_id=beta")
+    # THEN every field of every line is quoted, so no reader splits one (issue 34)
+    for line in body.split("\r\n")[:-1]:
+        fields = next(csv.reader(io.StringIO(line)))
+        rendered = io.StringIO()
+        csv.writer(rendered, quoting=csv.QUOTE_ALL, lineterminator="").writerow(fields)
+        assert line == rendered.getvalue()
+
+
 def test_export_neutralises_formula_cells(seeded):
     status, headers, body = call("GET", "/export.csv?upload_id=beta")
 
@@ -134,9 +145,10 @@ def test_export_neutralises_formula_cells(seeded):
         ("\rx", "'\rx"),
         (" =1+1", "' =1+1"),
         ("\u00a0=1+1", "'\u00a0=1+1"),
-        ("\n=1+1", "'\n=1+1"),
-        ("\r\n+1", "'\r\n+1"),
-        ("  \t @cmd", "'  \t @cmd"),
+        # A line break can start a cell too: the quote goes first and after it (issue 34).
+        ("\n=1+1", "'\n'=1+1"),
+        ("\r\n+1", "'\r\n'+1"),
+        ("  \t @cmd", "'  \t' @cmd"),
         ("\u3000=1", "'\u3000=1"),
         ("\u200b=1", "'\u200b=1"),
         ("\ufeff=1", "'\ufeff=1"),
@@ -152,6 +164,18 @@ def test_export_neutralises_formula_cells(seeded):
         ("\uff11\uff12", "\uff11\uff12"),  # full-width digits are not formulas
         ("#tag", "#tag"),
         ("plain", "plain"),
+        # Inside a cell, wherever another reader could start one (issue 34): after a
+        # separator of any locale, a quote or a line break.
+        ("x;=cmd|' /C calc'!A0", "x;'=cmd|' /C calc'!A0"),
+        ("x,=1", "x,'=1"),
+        ("x\t@SUM(A1)", "x\t'@SUM(A1)"),
+        ("x|+1", "x|'+1"),
+        ('x"=1', "x\"'=1"),
+        ("x'-1", "x''-1"),
+        ("x\n  \u200b=1", "x\n'  \u200b=1"),
+        ("x; \uff1d1", "x;' \uff1d1"),
+        ("a;b, c-d", "a;b, c-d"),
+        ("=1;=2", "'=1;'=2"),
         ("", ""),
         (None, ""),
         (7, "7"),
@@ -853,3 +877,46 @@ def test_retry_all_skips_and_counts_rows_whose_values_expired(seeded):
 
     assert (answer["retried"], answer["expired"]) == (2, 1)
     assert sorted(e["detail"]["row_number"] for e in seeded.drain_published()) == [1, 3]
+
+
+# -- issue 34: an item past its expires_at is absent, though DynamoDB has not swept it -------
+EXPIRED = 1_000_000_000  # 2001: long past, still in the table (moto never sweeps)
+
+
+def test_an_expired_failure_upload_or_row_is_absent_from_every_answer(with_uploads):
+    from .viewer_data import UPLOADS_TABLE, model_failure, put_all, upload_item
+
+    # GIVEN an upload, its retryable failure and its row, all past their expires_at
+    put_all(
+        with_uploads.failures_table,
+        [model_failure("stale", 9, expires_at=EXPIRED, raw_row="gone@example.com,,,,,,")],
+    )
+    with_uploads.rows_table.update_item(
+        Key={"upload_id": "stale", "row_number": 9},
+        UpdateExpression="SET expires_at = :past",
+        ExpressionAttributeValues={":past": EXPIRED},
+    )
+    uploads = with_uploads.session.resource("dynamodb").Table(UPLOADS_TABLE)
+    uploads.put_item(Item=upload_item("stale", "completed", "2026-12-01T00:00:00.000Z"))
+    uploads.update_item(
+        Key={"upload_id": "stale"},
+        UpdateExpression="SET expires_at = :past",
+        ExpressionAttributeValues={":past": EXPIRED},
+    )
+    # WHEN the page, the export and a retry ask for them  THEN none is there
+    _, listed = get_json("/api/failures?upload_id=stale")
+    assert listed["items"] == []
+    _, everything = get_json("/api/failures")
+    assert "stale" not in {item["upload_id"] for item in everything["items"]}
+    _, _, exported = call("GET", "/export.csv?upload_id=stale")
+    assert len(list(csv.reader(io.StringIO(exported)))) == 1  # the header alone
+    _, data = get_json("/api/uploads")
+    assert "stale" not in [upload["upload_id"] for upload in data["items"]]
+    status, _, body = call(
+        "POST",
+        "/api/retry",
+        {"upload_id": "stale", "failure_id": "model#00000009", "expected_generation": 0},
+        POST_HEADERS,
+    )
+    assert (status, json.loads(body)["error"]["code"]) == (400, "FailureNotFound")
+    assert with_uploads.drain_published() == []

@@ -86,3 +86,25 @@ def test_unprocessed_keys_are_read_again_and_every_found_row_is_returned(dynamod
     found = RowReader(client, TABLE).get_many([("u-1", 1), ("u-1", 2), ("u-1", 3)])
 
     assert sorted(found) == [("u-1", 1), ("u-1", 2)]
+
+
+# -- issue 34: a row past its expires_at is absent, though DynamoDB has not swept it ------------
+def test_an_expired_row_is_absent_to_get_and_get_many(aws):
+    from .conftest import ROWS_TABLE
+
+    client = aws.session.client("dynamodb")
+    # GIVEN row 1 that expired a second ago and row 2 that expires in an hour, both still
+    # in the table (moto, like DynamoDB for up to days, does not delete on time)
+    now = 1_900_000_000.0
+    writer = RowWriter(client, ROWS_TABLE)
+    writer.add(valid_row_item("u-1", 1, VALUES, int(now) - 1))
+    writer.add(valid_row_item("u-1", 2, VALUES, int(now) + 3600))
+    writer.flush()
+    reader = RowReader(client, ROWS_TABLE, clock=lambda: now)
+    # WHEN they are read  THEN the expired one is absent to both reads, the other is there
+    assert reader.get("u-1", 1) is None
+    assert reader.get("u-1", 2) is not None
+    assert list(reader.get_many([("u-1", 1), ("u-1", 2)])) == [("u-1", 2)]
+    # and an hour later, both are gone
+    later = RowReader(client, ROWS_TABLE, clock=lambda: now + 3600 + 1)
+    assert later.get("u-1", 2) is None and later.get_many([("u-1", 2)]) == {}

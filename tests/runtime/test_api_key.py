@@ -166,7 +166,9 @@ def test_key_never_appears_in_logs(make_step, fake_api, model_env, log_capture):
     outcomes = [r.get("outcome") for r in records if r.get("outcome")]
     assert outcomes == ["completed", "duplicate", "dead_lettered", "retry"]
     completed = next(r for r in records if r.get("outcome") == "completed")
-    assert completed["business_key"] == ["upload-001", 1]
+    # The key's record id, never its parts (issue 34): no record carries business_key.
+    assert completed["record_id"].startswith("model-step#")
+    assert not any("business_key" in r for r in records)
     assert completed["request_id"] == fake_api.requests[0].request_id
     dead = next(r for r in records if r.get("outcome") == "dead_lettered")
     assert dead["error_code"] == "AuthenticationError"

@@ -158,3 +158,22 @@ def test_a_key_memory_shorter_than_what_the_runtime_holds_a_key_for_is_refused()
     batch = {**env, "MODEL_DELIVERY": "batch", "IDEMPOTENCY_EXPIRES_AFTER_SECONDS": "28800"}
     with pytest.raises(ConfigurationError, match="at least 183600"):
         Settings.from_environment(batch)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fields"),
+    [
+        ("", {"label"}),  # unset: the label only
+        ("none", set()),
+        ("label,key,parsed", {"label", "key", "parsed"}),
+        (" Key , PARSED ", {"key", "parsed"}),
+    ],
+)
+def test_result_fields_name_what_result_events_carry(raw, fields):
+    settings = Settings.from_environment({**REQUIRED, "RESULT_FIELDS": raw})
+    assert settings.result_fields == frozenset(fields)
+
+
+def test_an_unknown_result_field_is_refused_by_name():
+    with pytest.raises(ConfigurationError, match="RESULT_FIELDS must be 'none' or some of"):
+        Settings.from_environment({**REQUIRED, "RESULT_FIELDS": "label,answer"})

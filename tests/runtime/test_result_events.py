@@ -70,7 +70,9 @@ def test_a_completed_key_is_published_once_across_duplicates(make_step, fake_api
     assert fake_api.request_count == 1
     assert (event["source"], event["detail-type"]) == (SOURCE, COMPLETED)
     detail = event["detail"]
-    assert detail["key"] == ["upload-001", 1]
+    # The key's record id, not its parts (issue 34): ids, not data, unless asked.
+    assert detail["key"] == completed_record_id()
+    assert "key_parts" not in detail
     result = detail["result"]
     assert result["status"] == "completed" and result["label"] == "warm"
     # The default model thinks first: its thinking tokens are billed as output (issue 32).
@@ -78,6 +80,73 @@ def test_a_completed_key_is_published_once_across_duplicates(make_step, fake_api
     assert result["usage"]["output_tokens"] > 3
     assert result["request_id"]
     assert "answer" not in result and "replay_generation" not in detail
+
+
+def completed_record_id() -> str:
+    """The id of the one key's own completed record (not a hand-off's)."""
+    [record_id] = [
+        item["id"]["S"]
+        for item in model_env_items()
+        if item.get("status", {}).get("S") == "COMPLETED"
+        and "#result-event" not in item["id"]["S"]
+        and "#dead-letter" not in item["id"]["S"]
+    ]
+    return str(record_id)
+
+
+EMAIL = "jane.doe@acme.example"
+FREE_TEXT = "Janine runs procurement at Acme Anvils"
+
+
+def _email_step(make_step, monkeypatch, fields: str | None):
+    """A step keyed on ``email`` whose parser returns free text; ``fields``: RESULT_FIELDS."""
+    monkeypatch.setenv("IDEMPOTENCY_KEY", "email")
+    if fields is not None:
+        monkeypatch.setenv("RESULT_FIELDS", fields)
+    return make_step(parse_answer=lambda _answer: {"summary": FREE_TEXT})
+
+
+@pytest.mark.parametrize("fields", [None, "label", "none"])
+def test_by_default_an_event_carries_ids_not_the_key_parts_or_the_parsed_text(
+    make_step, fake_api, result_bus, monkeypatch, fields
+):
+    # GIVEN a step keyed on an email, with a parser that returns free text
+    step = _email_step(make_step, monkeypatch, fields)
+    # WHEN a row is answered
+    step.handle(make_event(prospect_detail(email=EMAIL)), FakeLambdaContext())
+    # THEN its event names the key by record id; neither the email nor the text is in it
+    [event] = result_bus.received()
+    text = json.dumps(event)
+    assert EMAIL not in text and FREE_TEXT not in text
+    assert event["detail"]["key"] == completed_record_id()
+    result = event["detail"]["result"]
+    assert "parsed" not in result and "key_parts" not in event["detail"]
+    assert ("label" in result) is (fields != "none")
+
+
+def test_asked_for_an_event_carries_the_key_parts_and_the_parsed_value(
+    make_step, fake_api, result_bus, monkeypatch
+):
+    step = _email_step(make_step, monkeypatch, "label,key,parsed")
+    step.handle(make_event(prospect_detail(email=EMAIL)), FakeLambdaContext())
+    [event] = result_bus.received()
+    detail = event["detail"]
+    assert detail["key"] == completed_record_id()
+    assert detail["key_parts"] == [EMAIL]
+    assert detail["result"]["parsed"] == {"summary": FREE_TEXT}
+    assert detail["result"]["label"] == "warm"
+
+
+def test_a_dead_letter_event_carries_key_parts_only_when_asked(
+    make_step, fake_api, result_bus, monkeypatch
+):
+    fake_api.script = [400]
+    step = _email_step(make_step, monkeypatch, "key")
+    step.handle(make_event(prospect_detail(email=EMAIL)), FakeLambdaContext())
+    [event] = result_bus.received()
+    assert event["detail-type"] == DEAD_LETTERED
+    assert event["detail"]["key_parts"] == [EMAIL]
+    assert "label" not in event["detail"]["result"]
 
 
 def test_a_dead_lettered_key_is_published_once_without_its_error_text(
