@@ -150,8 +150,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "F6-redrive-put-back-counted-twice",
         "budget.py",
-        '                    ":message": {"S": message_id},\n                    ":one": {"N": "1"},\n',
-        '                    ":message": {"S": message_id},\n                    ":one": {"N": "2"},\n',
+        '                    ":message": {"S": message_id},\n'
+        '                    ":one": {"N": "1"},\n',
+        '                    ":message": {"S": message_id},\n'
+        '                    ":one": {"N": "2"},\n',
         "F6: one message from the redrive queue counts as two put-backs (ReceivesExhausted early)",
     ),
     Mutant(
