@@ -625,3 +625,17 @@ def test_a_closed_upload_is_counted_once_in_the_ledgers_own_metrics(aws, ledger,
         "UploadsCompleted": 1, "UploadsIncomplete": 0, "UploadsRejected": 0,
         "RowsClassified": 2, "RowsFailed": 1,
     }  # fmt: skip
+
+
+def test_a_keys_dollars_count_once_from_its_totals_at_the_price_it_was_billed(aws, ledger):
+    # GIVEN a key whose three billed requests cost $0.0003 in all, priced when billed
+    ledger.begin("u-1", bucket="b", key="k.csv")
+    for _ in range(2):  # two billed 500s: their cost is in the key's totals, not here
+        ledger.record_outcome(row_event(), {**keyed("retry", billed=1), "cost_usd": 0.0001})
+    terminal = {**keyed(requests=3, billed=1, tokens=(10, 1)), "key_cost_usd": 0.0003}
+    # WHEN its terminal outcome reports, then a replay of it
+    ledger.record_outcome(row_event(), {**terminal, "cost_usd": 0.0001})
+    ledger.record_outcome(row_event(), {**terminal, "replayed": True, "cost_usd": 0.0})
+    # THEN the key's dollars are counted once, from its totals (billionths of a dollar)
+    item = upload_item(aws.session, "u-1")
+    assert (item["cost_nanousd"], item["priced_requests"]) == (300_000, 3)
