@@ -54,6 +54,7 @@ Each check returns :class:`Violation` s naming the invariant, so a run can stop 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -100,7 +101,10 @@ class DeadLetters:
         return [m for m in self.messages if _dead_letter_id(m) == dead_letter_id]
 
     def of_scope(self, scope: Scope) -> list[dict[str, Any]]:
-        return [m for m in self.messages if _scope(m) == scope]
+        """The DLQ messages of ``scope``'s rows. A DLQ body carries its own marker
+        (``"dead_letter": {"id"}``), which makes it a redrive only once an operator moves it
+        back: read on the DLQ, that marker is the message's own id, not the row's scope."""
+        return [m for m in self.messages if _row_scope(m) == scope]
 
 
 def check(lab: FaultLab) -> list[Violation]:
@@ -235,14 +239,24 @@ def _metrics(record: LifeRecord) -> Iterator[tuple[str, str]]:
 
 def _totals(record: LifeRecord) -> Iterator[tuple[str, str]]:
     recorded = record.recorded
-    requests = sum(int(o.get("model_requests") or 0) for o in recorded)
+    # A key is counted from its totals (issue 31): ``key_model_requests`` and ``key_usage``
+    # on its terminal outcomes cover every delivery, killed ones too. Outcomes without them
+    # (no terminal result yet) count their own delivery's.
+    keyed = [o for o in recorded if o.get("key_model_requests") is not None]
+    if keyed:
+        requests = max(int(o["key_model_requests"]) for o in keyed)
+    else:
+        requests = sum(int(o.get("model_requests") or 0) for o in recorded)
     if not record.billed_reported <= requests <= record.billed + record.uncertain:
         yield (
             "outcome-totals",
             f"on_outcome recorded {requests} model requests; billed {record.billed}, of which "
             f"{record.billed_reported} reported back ({record.uncertain} more uncertain)",
         )
-    tokens = sum(int((o.get("usage") or {}).get("input_tokens") or 0) for o in recorded)
+    if keyed:
+        tokens = max(int((o.get("key_usage") or {}).get("input_tokens") or 0) for o in keyed)
+    else:
+        tokens = sum(int((o.get("usage") or {}).get("input_tokens") or 0) for o in recorded)
     low = record.tokens(reported_only=True) * model_api.INPUT_TOKENS
     high = record.tokens(reported_only=False) * model_api.INPUT_TOKENS
     if not low <= tokens <= high:
@@ -367,6 +381,14 @@ def _dead_letter_id(message: dict[str, Any]) -> str | None:
 
 def _scope(message: dict[str, Any]) -> Scope:
     return scope_of(message["text"])
+
+
+def _row_scope(message: dict[str, Any]) -> Scope:
+    """The scope of the row a DLQ message dead-letters (its own marker left out)."""
+    scope = _scope(message)
+    if scope.redrive_of is not None and scope.redrive_of == _dead_letter_id(message):
+        return dataclasses.replace(scope, redrive_of=None)
+    return scope
 
 
 def _no_run_left(lab: FaultLab, message: dict[str, Any]) -> bool:

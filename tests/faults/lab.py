@@ -140,6 +140,10 @@ class FaultLab:
             metrics_namespace="FaultLab",
             model_provider=self.provider,
             model_id=BEDROCK_MODEL_ID if bedrock else "claude-haiku-5-5",
+            # As the template's classifier asks (issue 32): thinking off, so each answer bills
+            # the fakes' 3 output tokens and no thinking tokens.
+            thinking="disabled",
+            max_tokens=16,
             aws_region=REGION,
             result_bus_arn=None if bus is None else bus.arn,
             result_bus_kind="classic" if bus is None else bus.kind,

@@ -308,6 +308,7 @@ def test_a_prefix_grant_allows_its_own_keys_only_as_iam_does():
     assert scan_role.decide(scan) == "allowed"
 
 
+@pytest.mark.synth  # record_prefix_grants imports aws-cdk-lib
 def test_a_prefix_with_wildcard_characters_is_matched_literally():
     from constructs_lib.record_prefix_grants import prefix_pattern
 

@@ -174,7 +174,9 @@ def test_a_model_id_bedrock_does_not_publish_is_a_validation_dead_letter(
 
     assert bedrock.request_count == 1
     assert (result["status"], result["error_code"]) == ("dead_lettered", "ValidationException")
-    assert INVALID_MODEL_ID in result["error_message"]
+    # The stored reason names the error's type and status, never the provider's text (issue 34).
+    assert "ValidationException, status 400" in result["error_message"]
+    assert INVALID_MODEL_ID not in result["error_message"]
 
 
 @pytest.mark.parametrize(("error", "status"), sorted(ERROR_STATUSES.items()))
