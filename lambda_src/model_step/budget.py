@@ -24,6 +24,9 @@ and writes the same numbers:
   key's billed requests and tokens so far (:meth:`BudgetState.billed_requests`), which the
   stored result carries, so a replay reports the key's totals with no extra write. An
   interrupted attempt counts as billed: its request was sent, and nobody saw its answer.
+- ``settled_by``: the token of the delivery that settled the budget's last interrupted
+  attempt (:meth:`AttemptBudget.settle_interrupted`), so a settle whose answer was lost is
+  still counted once.
 - ``counted``: set once by the delivery that first reports the key's dead letter, so a
   second DLQ message after a kill is never counted twice.
 
@@ -53,6 +56,9 @@ from .outcome import Usage, zero_usage
 
 BUDGET_SUFFIX = "#budget"
 INTERRUPTED = "AttemptInterrupted"
+#: The last error of an attempt whose answer was billed and whose result could not be saved:
+#: its requests and tokens are kept here instead (``Delivery.result_not_saved``).
+RESULT_NOT_SAVED = "ResultNotSaved"
 #: The token counts an item keeps, as :class:`~.outcome.Usage` names them.
 TOKEN_FIELDS = tuple(Usage.__annotations__)
 
@@ -230,29 +236,40 @@ class AttemptBudget:
     def settle_interrupted(self, token: str) -> bool:
         """Mark the interrupted attempt ``token`` as settled (its code ``AttemptInterrupted``
         kept as the last error): True for the one caller whose conditional write removed it,
-        so a used-up budget's last interrupted attempt is counted once."""
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key=self._key,
-                UpdateExpression="SET #last = :code, #exp = :exp REMOVE #pending",
-                ConditionExpression="#pending = :token",
-                ExpressionAttributeNames={
-                    "#last": "last_error",
-                    "#exp": "expiration",
-                    "#pending": "pending",
-                },
-                ExpressionAttributeValues={
-                    ":code": {"S": INTERRUPTED},
-                    ":exp": self._expiry(clock.now()),
-                    ":token": {"S": token},
-                },
-            )
-        except ClientError as error:
-            if _code(error) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        so a used-up budget's last interrupted attempt is counted once.
+
+        The write carries this caller's own token (``settled_by``), and an error is retried
+        once with it: a write that DynamoDB applied but whose answer was lost is then
+        recognised as this caller's, not left for nobody to count."""
+        mine = uuid.uuid4().hex
+        for attempt in (1, 2):
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key,
+                    UpdateExpression="SET #last = :code, #exp = :exp, #by = :mine REMOVE #pending",
+                    ConditionExpression="#pending = :token OR #by = :mine",
+                    ExpressionAttributeNames={
+                        "#last": "last_error",
+                        "#exp": "expiration",
+                        "#pending": "pending",
+                        "#by": "settled_by",
+                    },
+                    ExpressionAttributeValues={
+                        ":code": {"S": INTERRUPTED},
+                        ":exp": self._expiry(clock.now()),
+                        ":token": {"S": token},
+                        ":mine": {"S": mine},
+                    },
+                )
+            except ClientError as error:
+                if _code(error) == "ConditionalCheckFailedException":
+                    return False
+                if attempt == 2:
+                    raise
+                continue
+            return True
+        return False  # not reached: the second attempt returns or raises
 
     def give_back(self) -> BudgetState:
         """The claimed attempt was not billed (429/529): return it and count the wait."""

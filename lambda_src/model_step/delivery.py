@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
+
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyPersistenceLayerError,
+)
 
 from .buffer_queue import QueueDelivery
 from .delivery_log import DeliveryLog
@@ -52,6 +56,28 @@ class Delivery:
     #: Message Batches delivery (issue 19): the batch result this delivery stores, if any
     #: (a ``model_step.batch.BatchAnswer``).
     batch_answer: Any = None
+    #: Writes this delivery's billed answer to the key's budget: set by the unit of work when
+    #: it returns a result that alone carries that answer's spend (see
+    #: :meth:`result_not_saved`); None otherwise.
+    report_spend: Callable[[], None] | None = None
+
+    def result_not_saved(self, exc: BaseException) -> bool:
+        """The delivery raised ``exc`` after its unit of work returned. When saving the result
+        failed (Powertools' ``IdempotencyPersistenceLayerError``), the result that carried
+        the billed answer's requests and tokens is lost, so they go to the key's budget
+        instead, and the key's totals keep them. True when written; best effort: a failure
+        of this write leaves ``exc`` to be reported."""
+        report, self.report_spend = self.report_spend, None
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, IdempotencyPersistenceLayerError):
+            cause = cause.__cause__ or cause.__context__
+        if report is None or cause is None or not self.spend.requests:
+            return False
+        try:
+            report()
+        except Exception:  # the original failure is the one to raise
+            return False
+        return True
 
     @property
     def replayed(self) -> bool:

@@ -306,6 +306,7 @@ class ModelStep:
             log.flush()
             raise
         except Exception as exc:
+            delivery.result_not_saved(exc)
             log.spent(delivery.spend)
             log.transient(error_code(exc), getattr(exc, "request_id", None))
             log.flush()

@@ -13,13 +13,14 @@ the metrics as soon as it is answered or fails (:meth:`.delivery_log.DeliveryLog
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from . import buffer_queue, clock
 from .batch_staging import StagedDeadLetter
 from .batch_staging import exhausted as _exhausted
-from .budget import AttemptBudget, BudgetState, Claim
+from .budget import RESULT_NOT_SAVED, AttemptBudget, BudgetState, Claim
 from .config import Settings
 from .dead_letter import truncate
 from .delivery import Delivery, Wait
@@ -112,6 +113,12 @@ class UnitOfWork:
             delivery.log.spent(spend)
             return self._transient(exc, request, budget, claim, delivery)
         add_key_totals(result, claim.state, spend, settings=self._parts.settings)
+        cost = spend_cost_nanousd(self._parts.settings, spend) or 0
+        # Only this result carries the answer's spend until it is saved; if the save fails,
+        # the runtime writes it to the budget (Delivery.result_not_saved).
+        delivery.report_spend = functools.partial(
+            budget.report_failure, RESULT_NOT_SAVED, usage=spend.usage, cost_nanousd=cost
+        )
         return result
 
     def _count_interrupted(self, budget: AttemptBudget, claim: Claim, delivery: Delivery) -> None:

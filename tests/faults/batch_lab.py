@@ -49,7 +49,7 @@ from .harness import (
     LambdaContext,
     LambdaKilled,
     MovableClock,
-    _record,
+    sqs_record,
 )
 
 TICK = {"model_step_batch": "tick"}
@@ -208,7 +208,7 @@ class BatchLab:
         ).get("Messages", [])
         if not messages:
             return False
-        records = [_record(message, self.buffer_arn) for message in messages]
+        records = [sqs_record(message, self.buffer_arn) for message in messages]
         response = self._invoke({"Records": records}, kill_at, "delivery")
         if response is None:
             return True  # killed: the messages come back after their visibility timeout

@@ -46,9 +46,10 @@ from moto import mock_aws
 from constructs_lib.local_engine.environment import patched_environ
 from constructs_lib.local_engine.message_batches import ERROR_TYPES, OPERATIONS
 from tests.fakes import FakeMessagesAPI
+from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings, installed_hooks
-from .harness import REGION, MovableClock, create_table
+from .harness import REGION, TABLE, MovableClock
 
 API_KEY = "sk-ant-batch-lab"
 HOUR = 3600
@@ -90,7 +91,7 @@ def batch_world(lab_settings: BatchSettings) -> Iterator[None]:
         os.environ["ANTHROPIC_BASE_URL"] = api.base_url
         step_session = boto3.session.Session(region_name=REGION)
         lab_session = boto3.session.Session(region_name=REGION)
-        create_table(lab_session)
+        create_stack_table(lab_session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
         clock = MovableClock()
         current: dict[str, BatchLab | None] = {"lab": None}
         with clock.installed(), installed_hooks(lambda: current["lab"], step_session):

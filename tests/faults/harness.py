@@ -218,3 +218,21 @@ class Poll:
     targeted_fail: tuple[str, str, int] | None = None
     #: The budget item was written and no request followed yet.
     claimed_unsent: bool = False
+
+
+def sqs_record(message: dict[str, Any], arn: str) -> dict[str, Any]:
+    """A received SQS message in the record shape Lambda's SQS poller hands the function."""
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": dict(message.get("Attributes", {})),
+        "messageAttributes": {
+            name: {"stringValue": value.get("StringValue"), "dataType": value["DataType"]}
+            for name, value in message.get("MessageAttributes", {}).items()
+        },
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": arn,
+        "awsRegion": REGION,
+    }

@@ -16,7 +16,8 @@ Each check returns :class:`Violation` s naming the invariant, so a run can stop 
     so the DLQ alarm (``ApproximateNumberOfMessagesVisible``) sees it;
 ``counted-once``
     ``NonRetryableFailures`` counts a dead-lettered life once (0 allowed only when the
-    invocation was killed between the counting write and its metric), an answer never;
+    invocation was killed between the counting write and its metric), an answer never; a
+    ``ResultEventUndeliverable`` dead letter of the life counts once more;
 ``result-event-once`` / ``result-event-missing``
     at most one result event per life; none only when a kill may have lost the publish
     after the result was stored, or a dead letter tells the operator;
@@ -179,6 +180,13 @@ def _outcomes(
     if not carrying and not unanswerable:
         yield "dead-letter-on-dlq", f"dead-lettered as {code} but no DLQ message carries it"
     once = {0, 1} if record.count_window_kill or unanswerable else {1}
+    if any(
+        m["attributes"].get("ERROR_CODE") == "ResultEventUndeliverable"
+        for m in dead.of_scope(life.scope)
+    ):
+        # The dead letter's result event was refused to the end: a second, coded dead letter
+        # of its own, counted once more.
+        once |= {n + 1 for n in once}
     if counted not in once:
         yield "counted-once", f"counted {counted} times as a non-retryable failure"
 

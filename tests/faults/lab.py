@@ -37,6 +37,7 @@ from .harness import (
     Persistent,
     Poll,
     Unbounded,
+    sqs_record,
 )
 from .lab_settings import QueueSettings
 from .observed import Life, LifeRecord, Scope, Send, emf_metrics, scope_of
@@ -307,12 +308,17 @@ class FaultLab:
         killed = False
         try:
             with contextlib.redirect_stdout(out):
-                response = self.step.handle({"Records": [_record(message, arn)]}, context)
+                response = self.step.handle({"Records": [sqs_record(message, arn)]}, context)
         except LambdaKilled:
             killed = True
         finally:
             state, self.poll_state = self.poll_state, None
             record.metrics.update(emf_metrics(out.getvalue()))
+        if state.claimed_unsent:
+            # Claimed and never sent nor settled: the invocation was killed, or a call failed
+            # (a claim whose answer was lost), before it could tell. Nobody can tell this
+            # attempt from one whose request was sent and lost, so a count may include it.
+            record.unsent_claims += 1
         if killed:
             for send in state.unreported:
                 send.interrupted = True
@@ -443,7 +449,7 @@ class FaultLab:
             key = (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
             if key is not None and state.record_id is not None:
                 if key == state.record_id + BUDGET_SUFFIX:
-                    state.claimed_unsent = True
+                    state.claimed_unsent = _claims(operation, params, state.claimed_unsent)
                     if record.first_seen is None:
                         record.first_seen = self.clock.now()
                 if key == state.record_id and self.stored(state.life.scope) is not None:
@@ -471,8 +477,6 @@ class FaultLab:
             record = self.record(state.life)
             if counted:
                 record.count_window_kill = True
-            if state.claimed_unsent:
-                record.unsent_claims += 1
             if self.stored(state.life.scope) is not None:
                 record.kills_after_result += 1
             raise LambdaKilled(f"killed {kind} {operation}")
@@ -560,18 +564,16 @@ def _moto_view(message: Any) -> dict[str, Any]:
     }
 
 
-def _record(message: dict[str, Any], arn: str) -> dict[str, Any]:
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": dict(message.get("Attributes", {})),
-        "messageAttributes": {
-            name: {"stringValue": value.get("StringValue"), "dataType": value["DataType"]}
-            for name, value in message.get("MessageAttributes", {}).items()
-        },
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": arn,
-        "awsRegion": REGION,
-    }
+def _claims(operation: str, params: Mapping[str, Any], claimed: bool) -> bool:
+    """Whether a write of the budget item leaves an attempt claimed and not yet sent: a claim
+    (``ADD #attempts :one``, or a restart that puts a pending token) sets it; a write that
+    settles the pending attempt (a report, a give-back, a settled interruption: each
+    ``REMOVE #pending``) clears it; any other write leaves it as it was."""
+    if operation == "PutItem":
+        return "pending" in (params.get("Item") or {})
+    expression = str(params.get("UpdateExpression") or "")
+    if "ADD #attempts :one" in expression:
+        return True
+    if "REMOVE #pending" in expression:
+        return False
+    return claimed

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from . import invariants
+from . import invariants, model_api
 from .harness import Fault, LabWorld
 from .lab import FaultLab
 from .lab_settings import QueueSettings
@@ -163,6 +163,63 @@ def test_three_killed_answers_are_counted(world) -> None:
     record = lab.lives[life_of(lab, PLAIN)]
     assert record.interrupted == 3
     assert record.metrics["AttemptsInterrupted"] >= 3
+    assert violations == []
+
+
+def test_the_last_killed_answer_is_counted_when_its_settle_loses_its_answer(world) -> None:
+    """Found by the generated schedules: with the budget spent, the delivery that settles the
+    last interrupted attempt (UpdateItem 2, after the refused claim) lost the write's answer;
+    the next one found nothing pending, and the third billed request was counted nowhere."""
+    lab = make_lab(world, bus_kind="classic")
+    lab.persistent.fail_points[PLAIN.value] = [("after", "UpdateItem", 2)]
+    lab.persistent.killed_after_answer.add(PLAIN.value)
+    lab.publish(PLAIN)
+    violations = finish(lab)
+    record = lab.lives[life_of(lab, PLAIN)]
+    assert record.interrupted == 3 and record.metrics["AttemptsInterrupted"] == 3
+    assert violations == []
+
+
+def test_a_claim_whose_answer_was_lost_is_an_attempt_no_one_can_tell_was_unsent(world) -> None:
+    """The claim (UpdateItem 1) applied, its answer lost: the attempt stays spent and, like a
+    kill before the request, may be counted as billed; the key still bills at most once."""
+    lab = make_lab(world)
+    lab.persistent.fail_points[PLAIN.value] = [("after", "UpdateItem", 1)]
+    lab.publish(PLAIN)
+    violations = finish(lab)
+    record = lab.lives[life_of(lab, PLAIN)]
+    assert record.billed == 1 and record.unsent_claims == 1
+    assert violations == []
+
+
+def test_an_answer_whose_save_failed_keeps_its_tokens_in_the_key_s_totals(world) -> None:
+    """Found by the generated schedules: the save of a billed answer (UpdateItem 2) fails,
+    the key is retried and billed again, and on_outcome reported the second answer's tokens
+    only. The runtime now writes the unsaved answer's spend to the key's budget."""
+    lab = make_lab(world)
+    lab.persistent.fail_points[PLAIN.value] = [("before", "UpdateItem", 2)]
+    lab.publish(PLAIN)
+    violations = finish(lab)
+    record = lab.lives[life_of(lab, PLAIN)]
+    [terminal] = record.terminal
+    assert record.billed == 2 and terminal["key_model_requests"] == 2
+    assert terminal["key_usage"]["input_tokens"] == 2 * model_api.INPUT_TOKENS
+    assert record.metrics["AttemptsInterrupted"] == 0  # answered, not interrupted
+    assert violations == []
+
+
+def test_a_dead_letter_whose_result_event_is_undeliverable_is_counted_for_each(world) -> None:
+    """A model failure dead-lettered, then its result event refused to the end: two coded
+    dead letters, each counted once."""
+    lab = make_lab(world, bus_kind="classic")
+    assert lab.bus is not None
+    lab.persistent.api[PLAIN.value] = "500"
+    lab.bus.refuse("AccessDeniedException", persistent=True)
+    lab.publish(PLAIN)
+    violations = finish(lab)
+    codes = sorted(m["attributes"].get("ERROR_CODE") for m in lab.dead_letters())
+    assert len(codes) == 2 and codes[1] == "ResultEventUndeliverable"  # and the 500's code
+    assert lab.lives[life_of(lab, PLAIN)].metrics["NonRetryableFailures"] == 2
     assert violations == []
 
 
