@@ -41,7 +41,7 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 	$(CURDIR)/$(CHECKOV_VENV)/bin/checkov --skip-download --framework cloudformation
 
-.PHONY: setup synth test test-loaded test-unit soak lint typecheck typecheck-runtime checkov docs demo \
+.PHONY: setup synth test test-loaded test-unit soak fault-days lint typecheck typecheck-runtime checkov docs demo \
 	demo-faults bench deploy-local mutate fault-stats lock dist clean
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
@@ -193,6 +193,11 @@ endif
 # schedules reaching budget exhaustion, clock spans, faults per schedule (tests/faults/stats.py).
 fault-stats:
 	$(BIN)/python -m tests.faults.stats
+
+# The day schedules: 100 more, weighted toward paused mappings of one to three days and keys
+# driven to exhaustion (tests/faults/days.py); prints their statistics and violations.
+fault-days: setup cdk.out/manifest.json
+	$(BIN)/python -m tests.faults.days
 
 # The dev lock, then every bundled function's runtime lock (lambda_src/*/requirements-<machine>.lock:
 # CPython 3.13 on manylinux2014 x86_64 and aarch64, hashes included; see docs/bundling.md).

@@ -18,8 +18,11 @@ slow           a 200 in three pieces 0.2 s apart, past the lab's 0.3 s total dea
 lukewarm       a complete 200 whose text is not an allowed label
 =============  ===========================  ==============================================
 
-A request is **billed** unless its answer is a 401, 429 or 529: the provider did not serve
-it. Every 200 bills :data:`INPUT_TOKENS` and :data:`OUTPUT_TOKENS` (the fakes' usage).
+A request is **billed** unless its answer is a 401, 429 or 529, or on Bedrock one of the
+errors that say the request was not served (``ThrottlingException``,
+``ModelNotReadyException``, ``ServiceUnavailableException``,
+``ServiceQuotaExceededException``): the provider did not serve it.
+Every 200 bills :data:`INPUT_TOKENS` and :data:`OUTPUT_TOKENS` (the fakes' usage).
 ``rate_limit`` (for persistent faults) is a 429 whose ``retry-after`` is 900 s, so a key
 rate-limited for hours costs a poll per quarter hour, not one per 20 s.
 """
@@ -61,6 +64,15 @@ _BEDROCK_ERRORS = {
     "400": "ValidationException",
     "quota": "ServiceQuotaExceededException",
 }
+#: Bedrock errors that say the request was not served, so not billed.
+_BEDROCK_UNSERVED = frozenset(
+    {
+        "ThrottlingException",
+        "ModelNotReadyException",
+        "ServiceUnavailableException",
+        "ServiceQuotaExceededException",
+    }
+)
 _BEDROCK_STATUSES = {
     "InternalServerException": 500,
     "ServiceUnavailableException": 503,
@@ -87,15 +99,19 @@ def status_of(provider: str, behaviour: str) -> int | None:
 
 def billed(provider: str, behaviour: str) -> bool:
     """Whether the provider bills a request answered this way."""
+    if provider == "bedrock" and behaviour in _BEDROCK_ERRORS:
+        return _BEDROCK_ERRORS[behaviour] not in _BEDROCK_UNSERVED
     return status_of(provider, behaviour) not in UNBILLED_STATUSES
 
 
 def spends_attempt(provider: str, behaviour: str) -> bool:
     """Whether the runtime keeps the attempt this answer used: every answer but a rate
     limit (429 / 529 on the Claude API, ``ThrottlingException`` on Bedrock), which it gives
-    back. Bedrock's ``ModelNotReadyException`` is a 429 that spends one."""
+    back; on Bedrock also ``ServiceUnavailableException`` and
+    ``ServiceQuotaExceededException``, which AWS says to resubmit later (issue 32).
+    Bedrock's ``ModelNotReadyException`` is a 429 that spends one."""
     if provider == "bedrock":
-        return behaviour not in ("429", "rate_limit")
+        return behaviour not in ("429", "rate_limit", "503", "quota")
     return behaviour not in ("429", "529", "rate_limit")
 
 

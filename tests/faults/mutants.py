@@ -11,11 +11,13 @@ once in its module fails loudly, here and in ``make test`` (``test_mutants.py``)
 refactor cannot retire a mutant silently: update the snippet with the refactor.
 
 The runner collects every violation of every schedule (``FAULT_LAB_COLLECT``) instead of
-stopping at the first, first for the unmutated runtime (the baseline), then for each
-mutant. A mutant is **killed** when some schedule breaks an invariant it kept in the
-baseline (or the run crashes); otherwise it **survived**. On a runtime that keeps every
-invariant the baseline is empty and "killed" means any violation at all; on one with known
-bugs the table still says which mutants the schedules tell apart from them.
+stopping at the first, first for the unmutated runtime (the baseline), then for each mutant,
+whose run stops at its first violation the baseline did not have (``--full`` runs all 200
+schedules anyway; a survivor always runs them all). A mutant is **killed** when some schedule
+breaks an invariant it kept in the baseline (or the run crashes); otherwise it **survived**. On
+a runtime that keeps every invariant the baseline is empty and "killed" means any violation at
+all; on one with known bugs the table still says which mutants the schedules tell apart from
+them.
 
 Usage::
 
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +45,8 @@ RUNTIME = Path("lambda_src") / "model_step"
 #: What the runner stages: everything the schedules import or read.
 STAGED = ("lambda_src", "constructs_lib", "tests", "pyproject.toml")
 TEMPLATE = Path("cdk.out") / "ProspectUploader.template.json"
+#: Seconds between two reads of a running mutant's violations (see ``run_schedules``).
+POLL_SECONDS = 2.0
 SCHEDULE_TESTS = (
     "tests/faults/test_fault_schedules.py",
     "tests/faults/test_fault_schedules_more.py",
@@ -157,6 +162,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "F6: one message from the redrive queue counts as two put-backs (ReceivesExhausted early)",
     ),
     Mutant(
+        "F5-lost-settle-not-recognised",
+        "budget.py",
+        '                    ConditionExpression="#pending = :token OR #by = :mine",\n',
+        '                    ConditionExpression="#pending = :token",\n',
+        "F5: a settle of the last interrupted attempt whose answer was lost is counted nowhere",
+    ),
+    Mutant(
+        "F5-unsaved-answer-spend-dropped",
+        "delivery.py",
+        "        if report is None or cause is None or not self.spend.requests:\n",
+        "        if True:  # mutant: an unsaved answer's spend is dropped\n",
+        "F5: a billed answer whose save failed leaves the key's tokens short",
+    ),
+    Mutant(
         "F7-integral-float-keeps-its-form",
         "key.py",
         "        integral = _integral(decimal.Decimal(repr(value)))\n",
@@ -217,25 +236,49 @@ class Run:
     output: str
 
 
-def run_schedules(root: Path, jobs: int) -> Run:
+def run_schedules(
+    root: Path, jobs: int, *, stop_unless: set[tuple[str, int, str, str]] | None = None
+) -> Run:
+    """Run the schedules in ``root``, collecting every violation. ``stop_unless``: stop the
+    run at the first violation not in this set (a mutant's kill is then known; the rest
+    of the schedules could only add to it). None (default): run every schedule."""
     collect = root / "violations.jsonl"
     collect.unlink(missing_ok=True)
     workers = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else ["-p", "no:xdist"]
     env = {**os.environ, "FAULT_LAB_COLLECT": str(collect), "HYPOTHESIS_PROFILE": "fast"}
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
-         *SCHEDULE_TESTS],
-        cwd=root, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers,
+             *SCHEDULE_TESTS],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        while process.poll() is None:
+            time.sleep(POLL_SECONDS)
+            if stop_unless is not None and set(_collected(collect)) - stop_unless:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait()
+                break
+        log.seek(0)
+        output = log.read()[-2000:]
+    stopped = stop_unless is not None and bool(set(_collected(collect)) - stop_unless)
+    returncode = 0 if stopped else process.returncode
+    return Run(_collected(collect), returncode, time.monotonic() - started, output)
+
+
+def _collected(collect: Path) -> dict[tuple[str, int, str, str], str]:
+    """The violations written to ``collect`` so far, by (machine, schedule, invariant,
+    where); a line still being written is left for the next read."""
     found: dict[tuple[str, int, str, str], str] = {}
-    if collect.is_file():
-        for line in collect.read_text().splitlines():
+    if not collect.is_file():
+        return found
+    for line in collect.read_text().splitlines():
+        try:
             v = json.loads(line)
-            key = (v["machine"], v["schedule"], v["invariant"], v["where"])
-            found.setdefault(key, v["detail"])
-    output = (done.stdout + done.stderr)[-2000:]
-    return Run(found, done.returncode, time.monotonic() - started, output)
+        except json.JSONDecodeError:
+            continue
+        found.setdefault((v["machine"], v["schedule"], v["invariant"], v["where"]), v["detail"])
+    return found
 
 
 def verdict(baselines: list[Run], run: Run) -> tuple[str, str]:
@@ -264,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         help="unmutated runs whose violations are all known (2 on a runtime with known bugs: "
         "a violation that depends on real-time timing is then not taken for a kill)",
     )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="run every schedule against each mutant (default: stop at its first new "
+        "violation, which already kills it)",
+    )
     args = parser.parse_args(argv)
     problems = check_snippets()
     if problems:
@@ -289,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             root = Path(scratch) / mutant.name
             shutil.copytree(base, root)
             apply(mutant, root)
-            run = run_schedules(root, args.jobs)
+            known = {key for baseline in baselines for key in baseline.violations}
+            run = run_schedules(root, args.jobs, stop_unless=None if args.full else known)
             result, why = verdict(baselines, run)
             rows.append((mutant, result, why, run.seconds))
             print(f"{mutant.name}: {result} ({run.seconds:.0f} s) {why}", flush=True)

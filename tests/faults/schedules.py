@@ -135,6 +135,8 @@ PERSISTENT_BEHAVIOURS = ("500", "503", "408", "disconnect", "slow", "rate_limit"
 #: Slack kept below a held copy's retention when time moves: the longest the key may still
 #: wait (``max_event_age``) plus an hour.
 RETENTION_SLACK_SECONDS = 3600
+#: Hours a day schedule pauses the mappings after its first receive (0: not paused).
+PAUSES = (26, 50, 73, 0)
 #: What a doomed row meets (see ``FaultSchedule.start``): each spends the key's budget.
 DOOMED = st.sampled_from([b for b in PERSISTENT_BEHAVIOURS if b != "400"] + ["killed"])
 STATS: list[dict[str, Any]] = []
@@ -210,6 +212,18 @@ class FaultSchedule(RuleBasedStateMachine):
         """The schedule's variant, and, two times in three, its first row doomed from the
         start: every request of it fails one way, or every invocation of it is killed after
         the answer (keys driven to budget exhaustion)."""
+        self._begin(short, provider, bus, second, doomed, paused=0)
+
+    def _begin(
+        self,
+        short: bool,
+        provider: str,
+        bus: str | None,
+        second: Row,
+        doomed: str | None,
+        *,
+        paused: int,
+    ) -> None:
         template = self.world.settings
         lab_settings = template.short_lived() if short else template.for_the_lab()
         self.variant = {
@@ -217,6 +231,7 @@ class FaultSchedule(RuleBasedStateMachine):
             "provider": provider,
             "bus": bus,
             "row": second.name,
+            "paused_h": paused,
         }
         self.lab = FaultLab(self.world, f"lab{next(_names)}", lab_settings, provider=provider,
                             bus_kind=bus)  # fmt: skip
@@ -228,6 +243,9 @@ class FaultSchedule(RuleBasedStateMachine):
         elif doomed is not None:
             self.api_keeps_failing(0, doomed)
         self.lab.publish(PLAIN)
+        if paused:
+            self.lab.poll("buffer", Fault())
+            self.mappings_paused(paused)
 
     # -- copies and polls -------------------------------------------------------------------
     @rule(row=st.integers(0, 1), spelling=st.integers(0, 2))
@@ -390,10 +408,65 @@ class FaultSchedule(RuleBasedStateMachine):
         STATS.append(stats.summary(lab, self.variant, sorted({v.invariant for v in found})))
         if not found:
             return
+        machine, schedule = type(self).__name__, len(STATS)
         if COLLECT:
-            _collect(type(self).__name__, len(STATS), found)
+            _collect(machine, schedule, found)
             return
-        raise AssertionError("\n".join(str(v) for v in found))
+        # A schedule listed as known to break an invariant may break others with it: which
+        # ones can depend on real-time timing (a slow answer's tokens), the schedule's
+        # number does not. Every other schedule must keep every invariant.
+        listed = PROFILE == "fast" and (machine, schedule) in KNOWN
+        new = [] if listed else found
+        KNOWN_SEEN.update((machine, schedule, v.invariant, v.where) for v in found)
+        if new:
+            raise AssertionError("\n".join(str(v) for v in new))
+
+
+class DaySchedule(FaultSchedule):
+    """The same schedules, weighted toward days and exhaustion (``make fault-days``): the
+    first row doomed in two schedules of three (drawn first, so shrinking keeps it), and in
+    three of four received once and then held while the mappings are paused for 26, 50 or
+    73 hours (capped below a held copy's retention), so the faults that follow come after
+    the day that used to bound a key's memory."""
+
+    @initialize(
+        short=st.booleans(),
+        provider=st.sampled_from([*PROVIDERS, "anthropic"]),
+        bus=st.sampled_from([None, *BUS_KINDS]),
+        second=st.sampled_from(SECOND_ROWS),
+        doomed=st.one_of(DOOMED, DOOMED, st.none()),
+        paused=st.sampled_from(PAUSES),
+    )
+    def start(  # type: ignore[override]
+        self,
+        short: bool,
+        provider: str,
+        bus: str | None,
+        second: Row,
+        doomed: str | None,
+        paused: int,
+    ) -> None:
+        self._begin(short, provider, bus, second, doomed, paused=paused)
+
+
+def _known(path: Path) -> dict[tuple[str, int], set[tuple[str, str]]]:
+    """The open violations of issue 31 that ``make test``'s schedules still meet, by machine
+    and schedule number (see ``known_violations.json``)."""
+    known: dict[tuple[str, int], set[tuple[str, str]]] = {}
+    for entry in json.loads(path.read_text())["violations"]:
+        key = (entry["machine"], entry["schedule"])
+        known.setdefault(key, set()).add((entry["invariant"], entry["where"]))
+    return known
+
+
+#: Schedules of ``make test`` (derandomized: the same ones every run) known to break an
+#: invariant on this commit: open bugs of issue 31, each listed with its invariant, key and
+#: detail. Any other schedule that breaks one fails the test. Regenerate the list from a
+#: collected run (``python -m tests.faults.known``) and review it: every entry is a bug.
+KNOWN = _known(Path(__file__).with_name("known_violations.json"))
+#: Known violations met in this run (those listed and not met are reported, not failed:
+#: fixed ones, to be removed from the list).
+KNOWN_SEEN: set[tuple[str, int, str, str]] = set()
 
 
 def _collect(machine: str, schedule: int, found: list[invariants.Violation]) -> None:
@@ -403,17 +476,23 @@ def _collect(machine: str, schedule: int, found: list[invariants.Violation]) -> 
             out.write(json.dumps(line) + "\n")
 
 
-def run_schedules(name: str) -> list[dict[str, Any]]:
+def run_schedules(name: str, base: type[FaultSchedule] = FaultSchedule) -> list[dict[str, Any]]:
     """Run the state machine under the selected profile; return each schedule's statistics
     (also written to ``build/fault-lab/<name>.jsonl``). ``name`` names a subclass of the
     machine: a derandomized profile draws its examples from the machine's name, so two names
     give two different sets of schedules."""
     STATS.clear()
-    machine = type(name, (FaultSchedule,), {"__module__": __name__})
+    KNOWN_SEEN.clear()
+    machine = type(name, (base,), {"__module__": __name__})
     test = machine.TestCase
     test.settings = settings(settings.get_profile(PROFILE), database=None)
     try:
         test("runTest").runTest()
     finally:
         stats.write(name, list(STATS))
+    listed = {(name, n, *violation) for (m, n), found in KNOWN.items() if m == name
+              for violation in found}  # fmt: skip
+    if PROFILE == "fast" and listed - KNOWN_SEEN:
+        print(f"{len(listed - KNOWN_SEEN)} known violations not met (fixed? remove them from "
+              f"known_violations.json): {sorted(listed - KNOWN_SEEN)}")  # fmt: skip
     return list(STATS)
