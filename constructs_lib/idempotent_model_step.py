@@ -696,8 +696,7 @@ class IdempotentModelStep(Construct):
         result_fields: ResultFields | None = None,
         point_in_time_recovery: bool | Duration | None = None,
     ) -> None:
-        """Check every prop, then build the step part by part. The props are documented
-        on the class."""
+        """Check every prop, then build the step part by part (props: see the class)."""
         super().__init__(scope, id)
         acknowledge_checkov_findings(self, MODEL_STEP)
         props = _StepProps(
@@ -732,8 +731,7 @@ class IdempotentModelStep(Construct):
             dashboard=dashboard,
             tracing=tracing,
             result_bus=result_bus,
-            # Message Batches delivery (issue 19): at least BATCH_MIN_TIMEOUT under batch.
-            delivery=delivery or ModelDelivery.realtime(),
+            delivery=delivery or ModelDelivery.realtime(),  # batch: see _with_delivery_timeout
             thinking=thinking,
             effort=effort,
             model_prices=model_prices,
@@ -745,15 +743,29 @@ class IdempotentModelStep(Construct):
         self._fit_model(props, owner)
         props = self._with_delivery_timeout(props)
 
-        self.lambda_retry_attempts = lambda_retry_attempts
-        self.event_retry_attempts = event_retry_attempts
-        self.max_concurrency = max_concurrency
-        self.model_provider = model_provider
-        self.event_bus = event_bus
+        self._describe(props)
+        self._storage(props)
+        self._queues(props)
+        self._function(props)
+        self._consume(props)
+        self._subscribe(props)
+        self._alarms(props)
+        self._dashboard(props)
+        self._batch_delivery(props)
+
+    def _describe(self, props: _StepProps) -> None:
+        """The step's public attributes: the props it was given and what it derived."""
+        self.lambda_retry_attempts = props.lambda_retry_attempts
+        self.event_retry_attempts = props.event_retry_attempts
+        self.max_concurrency = props.max_concurrency
+        self.model_provider = props.model_provider
+        self.event_bus = props.event_bus
         #: The bus each key's terminal result is published on (``None``: no result events).
-        self.result_bus = result_bus
+        self.result_bus = props.result_bus
         #: What its result events carry besides ids, codes and usage (``result_fields``).
-        self.result_fields = result_fields if result_fields is not None else DEFAULT_RESULT_FIELDS
+        self.result_fields = (
+            props.result_fields if props.result_fields is not None else DEFAULT_RESULT_FIELDS
+        )
         #: Transient-failure attempts of one delivery (the runtime's ``MAX_ATTEMPTS``).
         self.max_attempts = props.max_attempts
         #: How long the step remembers a key (its budget, its stored outcome, its hand-offs):
@@ -773,15 +785,6 @@ class IdempotentModelStep(Construct):
         self.redrive_max_receive_count = defaults.redrive_queue_max_receive_count(
             self.buffer_max_receive_count
         )
-
-        self._storage(props)
-        self._queues(props)
-        self._function(props)
-        self._consume(props)
-        self._subscribe(props)
-        self._alarms(props)
-        self._dashboard(props)
-        self._batch_delivery(props)
 
     def _fit_model(self, props: _StepProps, owner: str) -> None:
         """Issue 32: the request checked against the model catalogue (a warning for a model
