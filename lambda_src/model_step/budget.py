@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -241,35 +241,17 @@ class AttemptBudget:
         The write carries this caller's own token (``settled_by``), and an error is retried
         once with it: a write that DynamoDB applied but whose answer was lost is then
         recognised as this caller's, not left for nobody to count."""
-        mine = uuid.uuid4().hex
-        for attempt in (1, 2):
-            try:
-                self._client.update_item(
-                    TableName=self._table,
-                    Key=self._key,
-                    UpdateExpression="SET #last = :code, #exp = :exp, #by = :mine REMOVE #pending",
-                    ConditionExpression="#pending = :token OR #by = :mine",
-                    ExpressionAttributeNames={
-                        "#last": "last_error",
-                        "#exp": "expiration",
-                        "#pending": "pending",
-                        "#by": "settled_by",
-                    },
-                    ExpressionAttributeValues={
-                        ":code": {"S": INTERRUPTED},
-                        ":exp": self._expiry(clock.now()),
-                        ":token": {"S": token},
-                        ":mine": {"S": mine},
-                    },
-                )
-            except ClientError as error:
-                if _code(error) == "ConditionalCheckFailedException":
-                    return False
-                if attempt == 2:
-                    raise
-                continue
-            return True
-        return False  # not reached: the second attempt returns or raises
+        return self._write_once(
+            "SET #last = :code, #exp = :exp, #by = :mine REMOVE #pending",
+            "#pending = :token OR #by = :mine",
+            {
+                "#last": "last_error",
+                "#exp": "expiration",
+                "#pending": "pending",
+                "#by": "settled_by",
+            },
+            lambda now: {":code": {"S": INTERRUPTED}, ":token": {"S": token}},
+        )
 
     def give_back(self) -> BudgetState:
         """The claimed attempt was not billed (429/529): return it and count the wait."""
@@ -330,22 +312,39 @@ class AttemptBudget:
         The write carries this caller's token, and an error is retried once with the same
         token: a write that DynamoDB applied but whose answer was lost (a timeout) is then
         recognised as this caller's win, not as another delivery's."""
-        token = uuid.uuid4().hex
+        return self._write_once(
+            "SET #counted = :mine, #exp = :exp",
+            "attribute_not_exists(#counted) OR #counted = :mine OR #exp < :now",
+            {"#counted": "counted", "#exp": "expiration"},
+            lambda now: {":now": {"N": str(int(now))}},
+        )
+
+    def _write_once(
+        self,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: Callable[[float], dict[str, Any]],
+    ) -> bool:
+        """One conditional UpdateItem that also sets this caller's own token (``:mine``) and
+        the item's expiry (``:exp``): True when it applied, False when its condition failed.
+        Any other error is retried once with the same token, so a write that DynamoDB applied
+        but whose answer was lost is recognised as this caller's (``condition`` must accept
+        ``:mine``). ``values``: the rest of the values, from the write's clock time."""
+        mine = uuid.uuid4().hex
         for attempt in (1, 2):
             now = clock.now()
             try:
                 self._client.update_item(
                     TableName=self._table,
                     Key=self._key,
-                    UpdateExpression="SET #counted = :token, #exp = :exp",
-                    ConditionExpression=(
-                        "attribute_not_exists(#counted) OR #counted = :token OR #exp < :now"
-                    ),
-                    ExpressionAttributeNames={"#counted": "counted", "#exp": "expiration"},
+                    UpdateExpression=update,
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
                     ExpressionAttributeValues={
-                        ":token": {"S": token},
-                        ":now": {"N": str(int(now))},
+                        ":mine": {"S": mine},
                         ":exp": self._expiry(now),
+                        **values(now),
                     },
                 )
             except ClientError as error:

@@ -113,11 +113,10 @@ class UnitOfWork:
             delivery.log.spent(spend)
             return self._transient(exc, request, budget, claim, delivery)
         add_key_totals(result, claim.state, spend, settings=self._parts.settings)
-        cost = spend_cost_nanousd(self._parts.settings, spend) or 0
         # Only this result carries the answer's spend until it is saved; if the save fails,
-        # the runtime writes it to the budget (Delivery.result_not_saved).
+        # the runtime writes it to the budget (Delivery.result_not_saved), priced only then.
         delivery.report_spend = functools.partial(
-            budget.report_failure, RESULT_NOT_SAVED, usage=spend.usage, cost_nanousd=cost
+            _report_unsaved, budget, spend, self._parts.settings
         )
         return result
 
@@ -352,6 +351,12 @@ def add_key_totals(
     result["key_model_requests"] = max(0, requests)
     result["key_usage"] = usage
     result["key_cost_usd"] = None if settings.model_rates is None else nanousd / NANOS_PER_USD
+
+
+def _report_unsaved(budget: AttemptBudget, spend: Spend, settings: Settings) -> None:
+    """Write a billed answer whose result could not be saved to its key's budget."""
+    cost = spend_cost_nanousd(settings, spend) or 0
+    budget.report_failure(RESULT_NOT_SAVED, usage=spend.usage, cost_nanousd=cost)
 
 
 def spend_cost_nanousd(settings: Settings, spend: Spend) -> int | None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "cdk.out" / "ProspectUploader.template.json"
-VIOLATIONS = ROOT / "build" / "fault-lab" / "DaySchedules-violations.jsonl"
+# Beside the statistics, not among them: `make fault-stats` reads every *.jsonl there.
+VIOLATIONS = ROOT / "build" / "fault-lab" / "violations" / "DaySchedules.jsonl"
 
 
 def main() -> int:

@@ -164,8 +164,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "F5-lost-settle-not-recognised",
         "budget.py",
-        '                    ConditionExpression="#pending = :token OR #by = :mine",\n',
-        '                    ConditionExpression="#pending = :token",\n',
+        '            "#pending = :token OR #by = :mine",\n',
+        '            "#pending = :token",\n',
         "F5: a settle of the last interrupted attempt whose answer was lost is counted nowhere",
     ),
     Mutant(

@@ -135,6 +135,14 @@ PERSISTENT_BEHAVIOURS = ("500", "503", "408", "disconnect", "slow", "rate_limit"
 #: Slack kept below a held copy's retention when time moves: the longest the key may still
 #: wait (``max_event_age``) plus an hour.
 RETENTION_SLACK_SECONDS = 3600
+#: What a schedule's variant is drawn from (both machines): settings, provider, result bus
+#: and second row.
+VARIANTS = {
+    "short": st.booleans(),
+    "provider": st.sampled_from([*PROVIDERS, "anthropic"]),
+    "bus": st.sampled_from([None, *BUS_KINDS]),
+    "second": st.sampled_from(SECOND_ROWS),
+}
 #: Hours a day schedule pauses the mappings after its first receive (0: not paused).
 PAUSES = (26, 50, 73, 0)
 #: What a doomed row meets (see ``FaultSchedule.start``): each spends the key's budget.
@@ -194,13 +202,7 @@ class FaultSchedule(RuleBasedStateMachine):
 
     world: LabWorld
 
-    @initialize(
-        short=st.booleans(),
-        provider=st.sampled_from([*PROVIDERS, "anthropic"]),
-        bus=st.sampled_from([None, *BUS_KINDS]),
-        second=st.sampled_from(SECOND_ROWS),
-        doomed=st.one_of(st.none(), DOOMED, DOOMED),
-    )
+    @initialize(**VARIANTS, doomed=st.one_of(st.none(), DOOMED, DOOMED))
     def start(
         self,
         short: bool,
@@ -435,12 +437,7 @@ class DaySchedule(FaultSchedule):
     the day that used to bound a key's memory."""
 
     @initialize(
-        short=st.booleans(),
-        provider=st.sampled_from([*PROVIDERS, "anthropic"]),
-        bus=st.sampled_from([None, *BUS_KINDS]),
-        second=st.sampled_from(SECOND_ROWS),
-        doomed=st.one_of(DOOMED, DOOMED, st.none()),
-        paused=st.sampled_from(PAUSES),
+        **VARIANTS, doomed=st.one_of(DOOMED, DOOMED, st.none()), paused=st.sampled_from(PAUSES)
     )
     def start(  # type: ignore[override]
         self,
