@@ -216,7 +216,7 @@ class Poll:
     #: The row's targeted points this invocation carries (see ``Persistent``), if any.
     targeted_kill: tuple[str, str, int] | None = None
     targeted_fail: tuple[str, str, int] | None = None
-    #: The budget item was written and no request followed yet.
+    #: An attempt was claimed and is neither sent nor settled yet (see ``lab._claims``).
     claimed_unsent: bool = False
 
 
