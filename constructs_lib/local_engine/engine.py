@@ -35,7 +35,7 @@ from .assembly import (
     TargetSpec,
     short_path,
 )
-from .call_hooks import before_call_hooks
+from .call_hooks import HookSlot, before_call_hooks
 from .environment import (
     UNSAFE_VARIABLES,
     environment_union,
@@ -177,6 +177,8 @@ class LocalEngine:
         self._runtime: ExecutionEnvironment | None = None
         self._router: EventRouter | None = None
         self.iam: IamCheck | None = None
+        #: Hooks added while the engine runs see every call, after the IAM check's.
+        self.hooks = HookSlot()
         self.queues = LocalQueues()
         self.buses_v2: EventBusesV2 | None = None
         self.pollers: list[MappingPoller] = []
@@ -251,6 +253,7 @@ class LocalEngine:
                     "batch-create-kill.params", self.model_requests.before_aws_call, aws.session
                 )
             )
+        self._stack.enter_context(self.hooks.installed(aws.session))
         scoped = function_scoped_names(assembly.functions())
         self.environment = environment_union(assembly.functions(), aws.resolver, scoped)
         overlay = {

@@ -51,7 +51,6 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from constructs_lib.local_engine import identity
-from constructs_lib.local_engine.call_hooks import before_call_hooks
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.iam import DENIED_KEY, RolePolicies
 from constructs_lib.local_engine.intrinsics import LOCAL_ACCOUNT, LOCAL_REGION
@@ -251,12 +250,11 @@ def _s3_event(pipeline: LocalPipeline, key: str) -> dict[str, Any]:
 
 
 @contextmanager
-def _archived_object_reads_fail() -> Iterator[None]:
+def _archived_object_reads_fail(pipeline: LocalPipeline) -> Iterator[None]:
     """S3 answers every read of ARCHIVED_KEY as it answers a GetObject of an object in an
-    archive storage class (403 InvalidObjectState), after the IAM check has evaluated it.
-
-    Open it before the run: the hook reaches the sessions created after it (the handlers'),
-    and it acts after the IAM check's hook, registered before it."""
+    archive storage class (403 InvalidObjectState), after the IAM check has evaluated it
+    (the engine's hook slot comes after the check, and every client sees it). The test's own
+    calls (made as the engine, no function) read it as it is."""
 
     def answer(model: Any, context: dict[str, Any], **_: Any) -> Any:
         params = context.get("grants-test.params") or {}
@@ -265,6 +263,7 @@ def _archived_object_reads_fail() -> Iterator[None]:
             or model.name not in ("GetObject", "HeadObject")
             or params.get("Key") != ARCHIVED_KEY
             or context.get(DENIED_KEY)
+            or identity.current() is None
         ):
             return None
         response = AWSResponse("https://local-s3/", 403, {}, None)
@@ -276,7 +275,7 @@ def _archived_object_reads_fail() -> Iterator[None]:
             "ResponseMetadata": {"HTTPStatusCode": 403},
         }
 
-    with before_call_hooks("grants-test.params", answer):
+    with pipeline.engine.hooks.added("grants-test.params", answer):
         yield
 
 
@@ -307,7 +306,11 @@ def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[dict[str, Any]]:
         }
 
     def answer(model: Any, context: dict[str, Any], **_: Any) -> Any:
-        if model.service_model.service_name != "dynamodb" or context.get(DENIED_KEY):
+        if (
+            model.service_model.service_name != "dynamodb"
+            or context.get(DENIED_KEY)
+            or identity.current() is None  # the test's own calls, this hook's delete among them
+        ):
             return None
         params = context.get("grants-test.staging") or {}
         record = str(((params.get("Key") or {}).get("id") or {}).get("S") or "")
@@ -330,11 +333,10 @@ def _batch_staging_faults(pipeline: LocalPipeline) -> Iterator[dict[str, Any]]:
         dynamodb.delete_item(TableName=params["TableName"], Key=params["Key"])
         return error(500, "InternalServerError")
 
-    # The steps' clients come from one process-wide session, which a tick of the schedule may
-    # have created before these hooks (the engine's schedule starts with the pipeline): the
-    # hooks go on it too, or on a loaded machine no staging fault fires.
-    components = pipeline.engine.runtime.module("model_step.components")
-    with before_call_hooks("grants-test.staging", answer, components.shared_session()):
+    # A tick of the schedule may have created the steps' clients already (the engine's
+    # schedule starts with the pipeline), and a client never sees a hook registered after it:
+    # the engine's slot was registered before any client.
+    with pipeline.engine.hooks.added("grants-test.staging", answer):
         yield {"released": released, "refused": refused}
 
 
@@ -454,7 +456,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
         run_timeout_seconds=RUN_TIMEOUT_SECONDS,
         **options,
     )
-    with LocalPipeline(run_options) as pipeline, _archived_object_reads_fail():
+    with LocalPipeline(run_options) as pipeline, _archived_object_reads_fail(pipeline):
         if path in ("refused", "batch-refused"):
             assert pipeline.model is not None
             pipeline.model.labels = ("lukewarm",)
