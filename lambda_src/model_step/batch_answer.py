@@ -36,8 +36,10 @@ from typing import Any
 from . import clock
 from .batch_staging import exhausted
 from .batch_store import BatchStore, custom_id_of
+from .budget import BudgetState
 from .delivery import Delivery
 from .errors import NonRetryableError, RetriesExhaustedError, RetryableAnswerError
+from .key import dead_key_of_life
 from .model_call import error_code
 from .outcome import StepResult
 from .step_parts import StepParts
@@ -104,7 +106,7 @@ def answer(
         claim = parts.budget(request).claim()
         delivery.attempts_spent = claim.state.attempts
         if not claim.granted:
-            return work.dead_letter(exhausted(claim), key, dict(key))
+            return work.dead_letter(exhausted(claim), key, _of_life(parts, request, claim.state))
         raise BatchResubmit("Resubmitted")
     if given.kind == "succeeded":
         return _succeeded(parts, store, request, given)
@@ -124,7 +126,7 @@ def _succeeded(
     try:
         result: StepResult = parts.model_call.result(given.message, key)
     except NonRetryableError as error:
-        result = parts.work.dead_letter(error, key, dict(key))
+        result = parts.work.dead_letter(error, key, _of_life(parts, request))
     except RetryableAnswerError as exc:
         custom_id = custom_id_of(parts.persistence.record_id(request))
         if given.late or not store.close_claim(custom_id):
@@ -148,7 +150,7 @@ def _stored_failure(parts: StepParts, request: dict[str, Any], given: BatchAnswe
         code = given.error_type or "invalid_request_error"
         message = given.error_message or f"batch result errored: {code}"
     failure = RetriesExhaustedError(message, error_code=code, request_id=given.request_id)
-    return _from_batch(parts.work.dead_letter(failure, key, dict(key)), given)
+    return _from_batch(parts.work.dead_letter(failure, key, _of_life(parts, request)), given)
 
 
 def _retry_or_end(
@@ -189,7 +191,16 @@ def _retry_or_end(
         f"batch result {kind} ({code}) on {why}", error_code=code, request_id=given.request_id
     )
     key = request["key"]
-    return _from_batch(parts.work.dead_letter(late, key, dict(key)), given)
+    return _from_batch(parts.work.dead_letter(late, key, _of_life(parts, request, state)), given)
+
+
+def _of_life(
+    parts: StepParts, request: dict[str, Any], state: BudgetState | None = None
+) -> dict[str, Any]:
+    """The dead key of the key's outcome in its current life (:func:`.key.dead_key_of_life`);
+    the budget is read when the caller holds no state of it."""
+    state = state or parts.budget(request).read()
+    return dead_key_of_life(request["key"], state.first_seen)
 
 
 def _from_batch(result: StepResult, given: BatchAnswer) -> StepResult:

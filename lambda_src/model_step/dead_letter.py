@@ -56,6 +56,9 @@ REQUEST_ID = "REQUEST_ID"
 DEAD_LETTER_ID = "DEAD_LETTER_ID"
 #: The marker member of a body cut to fit (see the module docstring).
 PAYLOAD_OMITTED = "payload_omitted"
+#: The marker member naming the dead letter an operator redrove, when this one is its row's
+#: next dead letter.
+REDRIVEN_FROM = "redriven_from"
 #: Members of an event never dropped from a cut body: its identity.
 EVENT_IDS = frozenset({"version", "id", "detail-type", "source", "account", "time", "region"})
 # Characters SQS accepts: #x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF.
@@ -140,6 +143,11 @@ def marked_body(
     note = {name: value for name, value in marker.items() if value}
     if carried is not None:
         note[PAYLOAD_OMITTED] = carried
+    previous = _previous_id(event)
+    if previous is not None and previous != dead_letter_id:
+        # A redriven dead letter that failed again: which one it was, so the operator (and
+        # the ledger) can follow a row through its redrives.
+        note[REDRIVEN_FROM] = previous
     if dead_letter_id:
         document[DEAD_LETTER_FIELD] = {"id": dead_letter_id, **note}
     body = json_body(document)
@@ -216,6 +224,12 @@ def _marker_id(document: Mapping[str, Any], encoded: bytes) -> str:
     if isinstance(marker, Mapping) and isinstance(marker.get("id"), str):
         return str(marker["id"])
     return hashlib.sha256(encoded).hexdigest()
+
+
+def _previous_id(event: Mapping[str, Any]) -> str | None:
+    marker = event.get(DEAD_LETTER_FIELD)
+    previous = marker.get("id") if isinstance(marker, Mapping) else None
+    return previous if isinstance(previous, str) and previous else None
 
 
 def _carried_note(event: Mapping[str, Any]) -> Any:

@@ -212,3 +212,16 @@ def _is_empty(part: Any) -> bool:
         return not part
     # Numbers and booleans are real values, including 0 and False.
     return False
+
+
+def dead_key_of_life(key: Mapping[str, Any], first_seen: float | None) -> dict[str, Any]:
+    """What the dead letter of ``key``'s outcome is identified by (its ``dead_letter_id``):
+    the key and the life the outcome ends, its budget's ``first_seen`` (none: the key alone).
+
+    A key whose memory expired comes back as a new life. Its dead letter must not carry the
+    earlier life's id: an operator's redrive of it would be the earlier redrive's key,
+    replayed without a request (and its DLQ message consumed with no new one) or, once that
+    redrive's memory expired too, billed as the same key twice."""
+    if first_seen is None:
+        return dict(key)
+    return {**key, "life": f"{first_seen:.3f}"}

@@ -34,6 +34,7 @@ from .errors import (
     is_rate_limited,
     model_error_reason,
 )
+from .key import dead_key_of_life
 from .model_call import Prepared, Spend, error_code, request_cost_usd
 from .outcome import DeadLetteredResult, StepResult, Usage, as_provider
 from .request_cost import NANOS_PER_USD
@@ -141,7 +142,7 @@ class UnitOfWork:
     ) -> DeadLetteredResult:
         """The dead letter to store for ``key``, with the key's totals (see
         :func:`add_key_totals`)."""
-        result = self.dead_letter(error, key, dict(key))
+        result = self.dead_letter(error, key, dead_key_of_life(key, state.first_seen))
         add_key_totals(result, state, spend, settings=self._parts.settings)
         return result
 

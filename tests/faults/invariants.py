@@ -95,6 +95,8 @@ class DeadLetters:
     @classmethod
     def of(cls, lab: FaultLab) -> DeadLetters:
         messages = lab.dead_letters() + lab.redriven_dlq_messages
+        for message in messages:
+            message["sent_by_step"] = message["message_id"] in lab.step_dead_letters
         unanswerable = {_scope(m) for m in messages if not _coded(m) and _no_run_left(lab, m)}
         return cls(messages, unanswerable)
 
@@ -118,7 +120,7 @@ def check(lab: FaultLab) -> list[Violation]:
         found += _queues(lab)
     dead = DeadLetters.of(lab)
     for life, record in lab.lives.items():
-        where = _where(life)
+        where = _where(lab, life)
         found += [Violation(name, where, detail) for name, detail in _life(lab, life, record, dead)]
     found += _dead_letter_messages(lab, dead)
     found += _result_bus(lab)
@@ -168,8 +170,8 @@ def _outcomes(
             yield "counted-once", f"an answer counted {counted} times as a failure"
         return
     code, dead_letter_id = result.get("error_code"), result.get("dead_letter_id")
-    # A dead-letter id is the record key's: every life of the key shares it, each with its
-    # own code, so the life's own message is the one with its code.
+    # A dead-letter id is the record key's in one life (its first-seen time): a message
+    # with another code is a dead letter of the key's hand-offs (a refused result event).
     carrying = [
         m
         for m in dead.carrying(str(dead_letter_id))
@@ -345,8 +347,8 @@ def _dead_letter_messages(lab: FaultLab, dead: DeadLetters) -> Iterator[Violatio
     )
     if visible != len(lab.dead_letters()):
         yield Violation("dead-letter-visible", "DLQ", f"{visible} visible to the alarm")
-    for message in dead.messages:
-        where = f"DLQ message {message['message_id']}"
+    for number, message in enumerate(dead.messages, start=1):
+        where = f"DLQ message #{number}"
         if not _coded(message):
             failed = lab.failed_redrive_receives[message["message_id"]]
             if failed < least:
@@ -367,18 +369,26 @@ def _result_bus(lab: FaultLab) -> Iterator[Violation]:
         yield Violation("result-bus", "classic bus", f"took {accepted}, delivered {delivered}")
 
 
-def _where(life: Life) -> str:
+def _where(lab: FaultLab, life: Life) -> str:
+    """The life, named the same in every run of a schedule: a redrive by its order among
+    the schedule's redrives (a dead-letter id hashes the key's first-seen time, which
+    follows the wall clock)."""
     scope = life.scope
     parts = [f"key {list(scope.business_key)}"]
     if scope.generation is not None:
         parts.append(f"generation {scope.generation}")
     if scope.redrive_of is not None:
-        parts.append(f"redrive of {scope.redrive_of[:8]}")
+        redrives = list(dict.fromkeys(o.scope.redrive_of for o in lab.lives if o.scope.redrive_of))
+        parts.append(f"redrive #{redrives.index(scope.redrive_of) + 1}")
     parts.append(f"life {life.index}")
     return ", ".join(parts)
 
 
 def _coded(message: dict[str, Any]) -> bool:
+    """The step sent it with a code. A copy a redrive policy moved is uncoded, even when it
+    carries an earlier dead letter's marker and attributes (an operator's redrive of it)."""
+    if not message.get("sent_by_step", True):
+        return False
     return "ERROR_CODE" in message["attributes"] or bool((message["body"] or {}).get("dead_letter"))
 
 
@@ -392,10 +402,16 @@ def _scope(message: dict[str, Any]) -> Scope:
 
 
 def _row_scope(message: dict[str, Any]) -> Scope:
-    """The scope of the row a DLQ message dead-letters (its own marker left out)."""
+    """The scope of the row a DLQ message dead-letters. A message the step sent carries its
+    own marker: left out, with the dead letter it was redriven from (``redriven_from``) in
+    its place. A message a redrive policy moved is the row's copy: its marker (an operator's
+    redrive of an earlier dead letter) is the row's scope."""
     scope = _scope(message)
+    if not message.get("sent_by_step", True):
+        return scope
     if scope.redrive_of is not None and scope.redrive_of == _dead_letter_id(message):
-        return dataclasses.replace(scope, redrive_of=None)
+        marker = (message["body"] or {}).get("dead_letter") or {}
+        return dataclasses.replace(scope, redrive_of=marker.get("redriven_from"))
     return scope
 
 

@@ -79,6 +79,9 @@ class FaultLab:
         self.poll_state: Poll | None = None
         self.sends: dict[str, Send] = {}
         self.failed_redrive_receives: Counter[str] = Counter()
+        #: The DLQ messages the step sent itself (by message id); any other was moved there
+        #: by a redrive policy, its body as the row's copy had it.
+        self.step_dead_letters: set[str] = set()
         self.redriven_dlq_messages: list[dict[str, Any]] = []
         #: Faults injected: by poll, and by the schedule (``actions``).
         self.faults = 0
@@ -454,6 +457,8 @@ class FaultLab:
                         record.first_seen = self.clock.now()
                 if key == state.record_id and self.stored(state.life.scope) is not None:
                     record.stored_once = True
+        if status < 300 and operation == "SendMessage" and params.get("QueueUrl") == self.dlq_url:
+            self.step_dead_letters.add(str(parsed.get("MessageId")))
         if status < 300 and operation == "PutEvents":
             for event in ResultBus.accepted(params, parsed):
                 record.events.append((event.detail_type, event.event_id))

@@ -123,6 +123,16 @@ class QueueSettings:
         )
 
     @property
+    def dead_letter_path(self) -> int:
+        """Seconds the redrive policies take at most to move a copy to the DLQ from its first
+        receive: every receive of the buffer queue, then of the redrive queue, each after a
+        visibility timeout (the runtime's retry spacing is shorter)."""
+        return (
+            self.buffer_max_receive_count * self.visibility_timeout
+            + self.redrive_max_receive_count * self.redrive_visibility_timeout
+        )
+
+    @property
     def longest_retention(self) -> int:
         return max(self.buffer_retention, self.redrive_retention)
 

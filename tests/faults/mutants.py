@@ -176,6 +176,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "F5: a billed answer whose save failed leaves the key's tokens short",
     ),
     Mutant(
+        "F1-dead-letter-id-shared-by-lives",
+        "key.py",
+        '    return {**key, "life": f"{first_seen:.3f}"}\n',
+        "    return dict(key)  # mutant: every life of a key has one dead-letter id\n",
+        "F1: a key's later life dead-letters under its first life's id, and its redrive is "
+        "that life's redrive key",
+    ),
+    Mutant(
+        "F2-redrive-lineage-dropped",
+        "dead_letter.py",
+        "    if previous is not None and previous != dead_letter_id:\n",
+        "    if False:  # mutant: a redriven dead letter does not name the one it came from\n",
+        "F2: a redrive's own dead letters (a refused result event) cannot be told from the "
+        "row's first ones",
+    ),
+    Mutant(
         "F7-integral-float-keeps-its-form",
         "key.py",
         "        integral = _integral(decimal.Decimal(repr(value)))\n",

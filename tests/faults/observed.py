@@ -138,14 +138,18 @@ def exact_json(text: str) -> Any:
 
 
 def by_value(value: Any) -> Any:
-    """``value`` with every number compared by value (integral ones as ``int``) and every
-    string in NFC: the lab's own reading of a key, independent of the runtime's."""
+    """``value`` with every number compared by value (integral ones as ``int``, any other
+    as the float a JSON parser reads, which may be integral) and every string in NFC: the
+    lab's own reading of a key, independent of the runtime's."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, str):
         return unicodedata.normalize("NFC", value)
     if isinstance(value, decimal.Decimal):
-        return int(value) if value.is_finite() and value == value.to_integral_value() else value
+        if value.is_finite() and value == value.to_integral_value():
+            return int(value)
+        as_float = float(value)
+        return by_value(as_float) if value.is_finite() and as_float.is_integer() else value
     if isinstance(value, float):
         return by_value(decimal.Decimal(value)) if value == value else value
     if isinstance(value, dict):

@@ -1,9 +1,11 @@
 """The rows a schedule publishes, and the JSON each copy is written in.
 
 The lab writes each event's body itself, so a copy can spell its row number as a producer
-would: ``1`` or ``1.0``; ``1e30``, ``1E+30`` or its 31 digits; ``9007199254740993`` (2**53 + 1)
-or ``9007199254740993.0``, which a float cannot hold. Every spelling of one value is one key
-(the keys canonicalise numbers by value on the SQS path, where the runtime parses the body).
+would: ``1``, ``1.0`` or ``1.0000000000000000000001`` (more digits than a double holds: a
+JSON parser reads it as ``1.0``, and a fraction is compared as that float); ``1e30``, ``1E+30``
+or its 31 digits; ``9007199254740993`` (2**53 + 1) or ``9007199254740993.0``, which a float
+cannot hold. Every spelling of one value is one key (the keys canonicalise numbers by value on
+the SQS path, where the runtime parses the body).
 
 The ``big`` row carries 150 KB of non-ASCII text (UTF-8): a body that fits every queue as
 it is, and is three times larger once ASCII-escaped.
@@ -62,7 +64,7 @@ class Row:
         return json.dumps(envelope)[:-1] + ', "detail": ' + detail + "}"
 
 
-PLAIN = Row("plain", 1, ("1", "1.0"))
+PLAIN = Row("plain", 1, ("1", "1.0", "1.0000000000000000000001"))
 SECOND = Row("second", 2, ("2",))
 BIG = Row("big", 3, ("3",), big=True)
 HUGE_NUMBER = Row("huge-number", 10**30, ("1e30", "1000000000000000000000000000000", "1E+30"))

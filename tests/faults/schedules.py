@@ -132,8 +132,11 @@ TARGETED_FAILS = (
 #: Behaviours a row can keep through the drain: each ends the key within its budget or its
 #: rate-limit window (a 429 with retry-after 20 s would take a poll per 20 s for hours).
 PERSISTENT_BEHAVIOURS = ("500", "503", "408", "disconnect", "slow", "rate_limit", "400")
-#: Slack kept below a held copy's retention when time moves: the longest the key may still
-#: wait (``max_event_age``) plus an hour.
+#: Slack kept below a held copy's retention when time moves: the longer of the key's own
+#: wait (``max_event_age``) and the queues' way to the DLQ (``QueueSettings.dead_letter_path``:
+#: a copy whose DLQ send keeps failing takes every receive of both queues to get there), plus
+#: an hour. A copy SQS drops at the end of its retention is lost in AWS whatever the step does:
+#: an operator who resumes a mapping with less than that left loses it (docs/runtime.md).
 RETENTION_SLACK_SECONDS = 3600
 #: What a schedule's variant is drawn from (both machines): settings, provider, result bus
 #: and second row.
@@ -143,6 +146,8 @@ VARIANTS = {
     "bus": st.sampled_from([None, *BUS_KINDS]),
     "second": st.sampled_from(SECOND_ROWS),
 }
+#: What :meth:`FaultSchedule.rate_limited_after_failed_retries` leaves of the window.
+WINDOW_LEFT_SECONDS = 900
 #: Hours a day schedule pauses the mappings after its first receive (0: not paused).
 PAUSES = (26, 50, 73, 0)
 #: What a doomed row meets (see ``FaultSchedule.start``): each spends the key's budget.
@@ -312,7 +317,8 @@ class FaultSchedule(RuleBasedStateMachine):
         oldest = sqs_rules.oldest_sent_at((lab.buffer_url, lab.redrive_url))
         if oldest is not None:
             retention = min(lab.settings.buffer_retention, lab.settings.redrive_retention)
-            slack = lab.settings.max_event_age + RETENTION_SLACK_SECONDS
+            held = max(lab.settings.max_event_age, lab.settings.dead_letter_path)
+            slack = held + RETENTION_SLACK_SECONDS
             seconds = min(seconds, max(0.0, oldest + retention - slack - lab.clock.now()))
         lab.clock.advance(seconds)
 
@@ -322,6 +328,24 @@ class FaultSchedule(RuleBasedStateMachine):
         """Every request of the row gets ``behaviour`` from now on, through the drain."""
         self.lab.actions["api_persistent"] += 1
         self.lab.persistent.api[self.rows[row].value] = behaviour
+
+    @rule(row=st.integers(0, 1))
+    def rate_limited_after_failed_retries(self, row: int) -> None:
+        """The row's next two requests fail (500s: SQS redelivers the same message, which
+        carries no first-seen stamp), time runs to :data:`WINDOW_LEFT_SECONDS` before the end
+        of the rate-limit window counted from the first of them, then every request of the
+        row is rate limited through the drain: the window ends then, never a window counted
+        from a later claim (and the drain polls a 429's retry-after for minutes, not hours)."""
+        self.lab.actions["rate_limited_later"] += 1
+        value = self.rows[row].value
+        started = self.lab.clock.now()
+        self.lab.persistent.api[value] = "500"
+        self.lab.poll("buffer", Fault())
+        self._advance(self.lab.settings.visibility_timeout + 1)
+        self.lab.poll("buffer", Fault())
+        window_end = started + self.lab.settings.max_event_age - WINDOW_LEFT_SECONDS
+        self._advance(max(0.0, window_end - self.lab.clock.now()))
+        self.lab.persistent.api[value] = "rate_limit"
 
     @rule(row=st.integers(0, 1))
     def killed_after_every_answer(self, row: int) -> None:

@@ -115,6 +115,62 @@ def test_a_row_put_back_past_max_event_age_after_first_seen_is_receives_exhauste
     assert violations == []
 
 
+def _new_life(lab: FaultLab, row: Row) -> None:
+    """Everything settles, the key's memory lifetime passes, and the producer sends the row
+    again (the schedules' ``republished_after_its_memory``)."""
+    lab.drain()
+    lab.clock.advance(lab.settings.expires_after + 60)
+    lab.publish(row)
+
+
+def test_each_life_s_dead_letter_is_redriven_with_a_budget_of_its_own(world) -> None:
+    """A key dead-lettered in two lives: each life's dead letter has its own id, so each
+    operator's redrive is one request of its own, and a redrive that fails again names the
+    dead letter it came from (found by the day schedules: the second life's dead letter
+    shared the first's id, and its redrive, the first redrive's key, was billed again once
+    that redrive's memory expired)."""
+    lab = make_lab(world, short=True)
+    lab.persistent.api[PLAIN.value] = "500"
+    lab.publish(PLAIN)
+    _new_life(lab, PLAIN)
+    lab.drain()
+    first, second = lab.dead_letters()  # in the order they were sent
+    assert _own_id(first) != _own_id(second)
+    assert lab.redrive_dead_letters(keep_attributes=True, keep_receive_count=False) == 2
+    lab.drain()  # each redrive is billed once, fails again, and is dead-lettered again
+    again = lab.dead_letters()
+    assert {m["body"]["dead_letter"].get("redriven_from") for m in again} == {
+        _own_id(first),
+        _own_id(second),
+    }
+    _new_life(lab, PLAIN)  # the redrives' memory expires too
+    lab.redrive_dead_letters(keep_attributes=False, keep_receive_count=False)
+    violations = finish(lab)
+    assert violations == []
+
+
+def test_a_copy_resumed_near_the_end_of_its_retention_with_the_dlq_refusing(world) -> None:
+    """A row held until less than the queues' way to the DLQ is left of its retention, then
+    the DLQ refuses every send: SQS drops the copy at the end of its retention, in AWS as
+    here. The schedules keep that much retention (``QueueSettings.dead_letter_path`` plus an
+    hour) whenever they move the clock; this is the line they no longer cross."""
+    lab = make_lab(world, short=True)
+    settings = lab.settings
+    assert settings.dead_letter_path + 3600 < settings.buffer_retention
+    lab.publish(PLAIN)
+    lab.clock.advance(settings.buffer_retention - settings.dead_letter_path - 3600)
+    lab.persistent.dlq_refuses = lab.persistent.dlq_persistent = True
+    lab.persistent.killed_after_answer.add(PLAIN.value)
+    violations = finish(lab)
+    record = lab.lives[life_of(lab, PLAIN)]
+    assert record.retention_drops == 0
+    assert [v for v in violations if "never-lost" in v] == []
+
+
+def _own_id(message: dict) -> str:
+    return str(message["body"]["dead_letter"]["id"])
+
+
 # -- F2, F3: result events once, and bounded ------------------------------------------------------
 @pytest.mark.parametrize("bus", ["classic", "v2"])
 def test_a_kill_between_put_events_and_its_record_publishes_once(world, bus: str) -> None:
@@ -248,7 +304,7 @@ def test_two_hook_failures_on_the_redrive_queue_are_not_receives_exhausted(world
 
 
 # -- F7: keys by value --------------------------------------------------------------------------
-@pytest.mark.parametrize("row", [HUGE_NUMBER, PAST_FLOAT], ids=lambda row: row.name)
+@pytest.mark.parametrize("row", [PLAIN, HUGE_NUMBER, PAST_FLOAT], ids=lambda row: row.name)
 def test_every_spelling_of_a_number_is_one_key(world, row: Row) -> None:
     lab = make_lab(world)
     for spelling in range(len(row.spellings)):
