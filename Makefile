@@ -119,10 +119,10 @@ test-loaded: setup cdk.out/manifest.json
 	echo "two CPU hogs running beside make test: $$first $$second"; \
 	$(MAKE) --no-print-directory test
 
-# The long run of the property-based fault schedules (tests/faults): 10,000 random realtime
-# schedules (5,000 in each of the two modules) and 2,000 long-horizon batch schedules
+# The long run of the property-based fault schedules (tests/faults): 15,000 random realtime
+# schedules (5,000 in each of the three modules) and 2,000 long-horizon batch schedules
 # (test_batch_schedules.py) against the real handler, moto, the fake Messages API and the fake
-# Bedrock runtime. `make test` runs the derandomized fast profiles (200 and 100). Hours on 2
+# Bedrock runtime. `make test` runs the derandomized fast profiles (300 and 100). Hours on 2
 # cores; not in CI. `make fault-stats` prints what the schedules reached.
 soak: setup cdk.out/manifest.json
 	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults

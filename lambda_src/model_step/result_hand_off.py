@@ -38,6 +38,7 @@ from .errors import (
     ResultEventUndeliverableError,
 )
 from .hand_off_item import MAX_HAND_OFF_FAILURES, Begun, Intent
+from .key import dead_key_of_life
 from .outcome import DeadLetteredResult, StepResult
 
 if TYPE_CHECKING:
@@ -113,7 +114,11 @@ class ResultHandOff:
         work = self._parts.work
         result: StepResult = request["result"]
         owner = _result_key(result)
-        dead_key = {**request["key"], UNDELIVERABLE_KEY: "result-event"}
+        # In the key's life, as its own dead letter is: a later life's redrive republishes
+        # its own result, never replays the earlier life's republish.
+        first_seen = self._parts.budget(request).read().first_seen
+        dead_key = dead_key_of_life(request["key"], first_seen)
+        dead_key[UNDELIVERABLE_KEY] = "result-event"
         error = ResultEventUndeliverableError(
             f"the result bus refused this key's result event on {failures} deliveries"
             + (f" (last: {cause})" if cause else "")

@@ -347,11 +347,27 @@ def _dead_letter_messages(lab: FaultLab, dead: DeadLetters) -> Iterator[Violatio
     )
     if visible != len(lab.dead_letters()):
         yield Violation("dead-letter-visible", "DLQ", f"{visible} visible to the alarm")
+    lives_by_id: dict[str, list[Life]] = {}
+    for message in dead.messages:
+        life = lab.step_dead_letters.get(message["message_id"])
+        dead_letter_id = _dead_letter_id(message)
+        if life is not None and dead_letter_id is not None:
+            lives = lives_by_id.setdefault(dead_letter_id, [])
+            lives.extend([] if life in lives else [life])
+    for lives in lives_by_id.values():
+        if len(lives) > 1:
+            # An operator's redrive of either would be the other's redrive key.
+            yield Violation(
+                "dead-letter-id-per-life",
+                _where(lab, lives[0]),
+                f"one dead-letter id for {len(lives)} lives: "
+                + "; ".join(_where(lab, life) for life in lives),
+            )
     for number, message in enumerate(dead.messages, start=1):
         where = f"DLQ message #{number}"
         if not _coded(message):
             failed = lab.failed_redrive_receives[message["message_id"]]
-            if failed < least:
+            if failed < least and message["message_id"] not in lab.spent_on_arrival:
                 yield Violation(
                     "uncoded-dead-letter", where, f"no code after {failed} failed receives"
                 )
@@ -419,6 +435,8 @@ def _no_run_left(lab: FaultLab, message: dict[str, Any]) -> bool:
     """Every receive the redrive queue gave this message failed before the function could
     answer it. moto keeps the receive count a message brings from the buffer queue (SQS may
     too), so the redrive queue gives it at least the difference of the two counts."""
+    if message["message_id"] in lab.spent_on_arrival:
+        return True  # moved back with its receives spent: it never reached the function
     least = lab.settings.redrive_max_receive_count - lab.settings.buffer_max_receive_count
     return lab.failed_redrive_receives[message["message_id"]] >= least
 

@@ -79,9 +79,13 @@ class FaultLab:
         self.poll_state: Poll | None = None
         self.sends: dict[str, Send] = {}
         self.failed_redrive_receives: Counter[str] = Counter()
-        #: The DLQ messages the step sent itself (by message id); any other was moved there
-        #: by a redrive policy, its body as the row's copy had it.
-        self.step_dead_letters: set[str] = set()
+        #: The DLQ messages the step sent itself (by message id), each with the life whose
+        #: delivery sent it; any other was moved there by a redrive policy, its body as the
+        #: row's copy had it.
+        self.step_dead_letters: dict[str, Life] = {}
+        #: Messages an operator moved back with their receive count already past both
+        #: queues' ``maxReceiveCount`` (SQS may keep it: FIELD_NOTES, "DLQ redrive").
+        self.spent_on_arrival: set[str] = set()
         self.redriven_dlq_messages: list[dict[str, Any]] = []
         #: Faults injected: by poll, and by the schedule (``actions``).
         self.faults = 0
@@ -248,6 +252,10 @@ class FaultLab:
             dlq.pending_messages.discard(message)
             if keep_receive_count:
                 message.id = str(uuid.uuid4())
+                if message.approximate_receive_count >= self.settings.redrive_max_receive_count:
+                    # Its receives are spent: SQS moves it on at its next receive of each
+                    # queue, and the function never sees it.
+                    self.spent_on_arrival.add(message.id)
                 message.sent_timestamp = int(self.clock.now() * 1000)
                 message.visible_at = message.delayed_until = 0
                 if not keep_attributes:
@@ -458,7 +466,7 @@ class FaultLab:
                 if key == state.record_id and self.stored(state.life.scope) is not None:
                     record.stored_once = True
         if status < 300 and operation == "SendMessage" and params.get("QueueUrl") == self.dlq_url:
-            self.step_dead_letters.add(str(parsed.get("MessageId")))
+            self.step_dead_letters[str(parsed.get("MessageId"))] = state.life
         if status < 300 and operation == "PutEvents":
             for event in ResultBus.accepted(params, parsed):
                 record.events.append((event.detail_type, event.event_id))

@@ -50,6 +50,7 @@ POLL_SECONDS = 2.0
 SCHEDULE_TESTS = (
     "tests/faults/test_fault_schedules.py",
     "tests/faults/test_fault_schedules_more.py",
+    "tests/faults/test_fault_schedules_days.py",
 )
 
 

@@ -61,6 +61,7 @@ from .hooks import installed_hooks
 from .lab import FaultLab, answer_request
 from .lab_settings import QueueSettings
 from .model_api import BEHAVIOURS, PROVIDERS
+from .observed import scope_of
 from .result_bus import BUS_KINDS, REFUSALS
 from .rows import PLAIN, SECOND_ROWS, Row
 
@@ -333,19 +334,23 @@ class FaultSchedule(RuleBasedStateMachine):
     def rate_limited_after_failed_retries(self, row: int) -> None:
         """The row's next two requests fail (500s: SQS redelivers the same message, which
         carries no first-seen stamp), time runs to :data:`WINDOW_LEFT_SECONDS` before the end
-        of the rate-limit window counted from the first of them, then every request of the
-        row is rate limited through the drain: the window ends then, never a window counted
-        from a later claim (and the drain polls a 429's retry-after for minutes, not hours)."""
-        self.lab.actions["rate_limited_later"] += 1
+        of the rate-limit window counted from when the step first saw the row, then every
+        request of it is rate limited through the drain: the window ends then, never a window
+        counted from a later claim (and the drain polls a 429's retry-after for minutes, not
+        hours). A row the polls did not reach keeps failing instead."""
+        lab = self.lab
+        lab.actions["rate_limited_later"] += 1
         value = self.rows[row].value
-        started = self.lab.clock.now()
-        self.lab.persistent.api[value] = "500"
-        self.lab.poll("buffer", Fault())
-        self._advance(self.lab.settings.visibility_timeout + 1)
-        self.lab.poll("buffer", Fault())
-        window_end = started + self.lab.settings.max_event_age - WINDOW_LEFT_SECONDS
-        self._advance(max(0.0, window_end - self.lab.clock.now()))
-        self.lab.persistent.api[value] = "rate_limit"
+        lab.persistent.api[value] = "500"
+        lab.poll("buffer", Fault())
+        self._advance(lab.settings.visibility_timeout + 1)
+        lab.poll("buffer", Fault())
+        record = lab.lives.get(lab.life_of(scope_of(self.rows[row].body(0))))
+        if record is None or record.first_seen is None:
+            return  # the row was not reached: its requests keep failing (its budget ends it)
+        window_end = record.first_seen + lab.settings.max_event_age - WINDOW_LEFT_SECONDS
+        self._advance(max(0.0, window_end - lab.clock.now()))
+        lab.persistent.api[value] = "rate_limit"
 
     @rule(row=st.integers(0, 1))
     def killed_after_every_answer(self, row: int) -> None:
