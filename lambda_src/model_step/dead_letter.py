@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from .errors import DeadLetterError
-from .key import DEAD_LETTER_FIELD
+from .key import DEAD_LETTER_FIELD, dead_letter_marker
 from .lifetime import FIRST_SEEN_FIELD
 
 #: 1 KiB of error text is plenty, and keeps the attributes far below the message limit.
@@ -143,11 +143,11 @@ def marked_body(
     note = {name: value for name, value in marker.items() if value}
     if carried is not None:
         note[PAYLOAD_OMITTED] = carried
-    previous = _previous_id(event)
-    if previous is not None and previous != dead_letter_id:
+    previous = dead_letter_marker(event)
+    if previous is not None and previous["id"] != dead_letter_id:
         # A redriven dead letter that failed again: which one it was, so the operator (and
         # the ledger) can follow a row through its redrives.
-        note[REDRIVEN_FROM] = previous
+        note[REDRIVEN_FROM] = previous["id"]
     if dead_letter_id:
         document[DEAD_LETTER_FIELD] = {"id": dead_letter_id, **note}
     body = json_body(document)
@@ -224,12 +224,6 @@ def _marker_id(document: Mapping[str, Any], encoded: bytes) -> str:
     if isinstance(marker, Mapping) and isinstance(marker.get("id"), str):
         return str(marker["id"])
     return hashlib.sha256(encoded).hexdigest()
-
-
-def _previous_id(event: Mapping[str, Any]) -> str | None:
-    marker = event.get(DEAD_LETTER_FIELD)
-    previous = marker.get("id") if isinstance(marker, Mapping) else None
-    return previous if isinstance(previous, str) and previous else None
 
 
 def _carried_note(event: Mapping[str, Any]) -> Any:

@@ -187,7 +187,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "F2-redrive-lineage-dropped",
         "dead_letter.py",
-        "    if previous is not None and previous != dead_letter_id:\n",
+        '    if previous is not None and previous["id"] != dead_letter_id:\n',
         "    if False:  # mutant: a redriven dead letter does not name the one it came from\n",
         "F2: a redrive's own dead letters (a refused result event) cannot be told from the "
         "row's first ones",
