@@ -353,7 +353,8 @@ def _dead_letter_messages(lab: FaultLab, dead: DeadLetters) -> Iterator[Violatio
         dead_letter_id = _dead_letter_id(message)
         if life is not None and dead_letter_id is not None:
             lives = lives_by_id.setdefault(dead_letter_id, [])
-            lives.extend([] if life in lives else [life])
+            if life not in lives:
+                lives.append(life)
     for lives in lives_by_id.values():
         if len(lives) > 1:
             # An operator's redrive of either would be the other's redrive key.
