@@ -170,7 +170,7 @@ def deployed_variants(
     stack: ExitStack, cdk_out: Path, quick: bool = False
 ) -> tuple[list[Variant], str | None]:
     """The naive and the shipped bundle, or ([], why not)."""
-    from constructs_lib.bytecode import find_bytecode_python
+    from constructs_lib.bundling.bytecode import find_bytecode_python
 
     compiler = find_bytecode_python("3.13")
     if compiler is None:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "PropValidationError": "._validation",
-    "LocalBundlingError": ".bundling",
-    "LocalPipBundling": ".bundling",
-    "python_lambda_code": ".bundling",
+    "LocalBundlingError": ".bundling.errors",
+    "LocalPipBundling": ".bundling.local_pip",
+    "python_lambda_code": ".bundling.local_pip",
     "RESERVED_ENVIRONMENT": ".idempotent_model_step",
     "RESULT_COMPLETED": ".idempotent_model_step",
     "RESULT_DEAD_LETTERED": ".idempotent_model_step",
@@ -65,7 +65,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ._validation import PropValidationError
-    from .bundling import LocalBundlingError, LocalPipBundling, python_lambda_code
+    from .bundling.errors import LocalBundlingError
+    from .bundling.local_pip import LocalPipBundling, python_lambda_code
     from .event_bus_v2 import EventBusV2, EventBusV2Base
     from .idempotent_model_step import (
         RESERVED_ENVIRONMENT,

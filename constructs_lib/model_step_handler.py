@@ -6,8 +6,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._paths import lambda_src_root
 from ._validation import PropValidationError
-from .bundling import lambda_src_root
 
 _HANDLER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 

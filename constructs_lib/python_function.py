@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from . import defaults
-from .bundling import python_lambda_code
+from .bundling.local_pip import python_lambda_code
 
 
 def python_function(

@@ -69,10 +69,10 @@ from lambda_src.prospect_contract.settings import SPLIT_RECORD_PREFIX
 
 from .. import defaults
 from .. import point_in_time_recovery as pitr
+from .._paths import lambda_src_root
 from .._runtime_modules import model_catalogue
 from .._validation import PropValidationError, check_int_range
 from ..alarms import events_rule_metric, occurrence_alarm
-from ..bundling import lambda_src_root
 from ..checkov_acknowledgments import PROSPECT_UPLOADER, acknowledge_checkov_findings
 from ..event_bus_v2 import EventBusV2
 from ..idempotent_model_step import IdempotentModelStep, ModelProvider, PromptCache

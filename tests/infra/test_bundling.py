@@ -20,24 +20,11 @@ from constructs_lib import (
     LocalPipBundling,
     ModelStepHandler,
     PropValidationError,
-    lock_requirements,
 )
-from constructs_lib.bundling import (
-    BUNDLING_SKIPPED,
-    NO_BYTECODE,
-    NO_BYTECODE_WARNING,
-    UNLOCKED_REQUIREMENTS_WARNING,
-    bundle_hash,
-    find_bytecode_python,
-    lambda_src_root,
-    pip_platform,
-)
-from constructs_lib.bundling_errors import (
-    PackageIndexUnreachableError,
-    RequirementsConflictError,
-    RequirementsNotLockedError,
-)
-from constructs_lib.dependency_lock import (
+from constructs_lib._paths import lambda_src_root
+from constructs_lib.bundling import lock_requirements
+from constructs_lib.bundling.bytecode import find_bytecode_python
+from constructs_lib.bundling.dependency_lock import (
     LockTarget,
     check_installed,
     display_path,
@@ -45,10 +32,23 @@ from constructs_lib.dependency_lock import (
     read_requirements,
     resolve_locks,
 )
-from constructs_lib.lock_requirements import LIBRARY_REQUIREMENTS
-from constructs_lib.pip_failure import explain_pip_failure, explain_resolution_failure
+from constructs_lib.bundling.errors import (
+    PackageIndexUnreachableError,
+    RequirementsConflictError,
+    RequirementsNotLockedError,
+)
+from constructs_lib.bundling.local_pip import (
+    BUNDLING_SKIPPED,
+    NO_BYTECODE,
+    NO_BYTECODE_WARNING,
+    UNLOCKED_REQUIREMENTS_WARNING,
+    bundle_hash,
+    pip_platform,
+)
+from constructs_lib.bundling.lock_requirements import LIBRARY_REQUIREMENTS
+from constructs_lib.bundling.pip_failure import explain_pip_failure, explain_resolution_failure
+from constructs_lib.bundling.synth_resolution import CACHE_DIR_ENV, resolve_at_synth
 from constructs_lib.python_function import python_function
-from constructs_lib.synth_resolution import CACHE_DIR_ENV, resolve_at_synth
 
 from .conftest import NO_BUNDLING, step_props
 
@@ -616,7 +616,7 @@ def test_this_librarys_own_files_are_never_resolved_at_synth(tmp_path, monkeypat
     # a packaging bug, never something to paper over at synth)
     reqs = copy_lock(tmp_path)
     reqs.write_text(reqs.read_text() + "six==1.17.0\n")
-    monkeypatch.setattr("constructs_lib.dependency_lock.lambda_src_root", lambda: tmp_path)
+    monkeypatch.setattr("constructs_lib.bundling.dependency_lock.lambda_src_root", lambda: tmp_path)
 
     def never(path, constraints):
         raise AssertionError("resolved")
@@ -924,7 +924,7 @@ def test_finder_reads_uv_managed_pythons(tmp_path, python313):
 def test_make_lock_relocks_every_shipped_lock_extras_after_the_runtime():
     # Every requirements file that ships a lock is re-locked by `make lock`, and an extra
     # (the tracing SDK) only after the runtime's lock it is resolved within.
-    from constructs_lib.lock_requirements import library_requirement_files
+    from constructs_lib.bundling.lock_requirements import library_requirement_files
 
     files, extras = library_requirement_files()
     assert files[0] == RUNTIME / "requirements.txt"

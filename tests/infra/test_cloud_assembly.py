@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from constructs_lib.bundling import RUNTIME_PROVIDED, find_bytecode_python
-from constructs_lib.dependency_lock import LockTarget, resolve_locks
+from constructs_lib.bundling.bytecode import find_bytecode_python
+from constructs_lib.bundling.dependency_lock import RUNTIME_PROVIDED, LockTarget, resolve_locks
 
 from .conftest import REPO, cdk_cli, cli_env
 from .test_snapshot_and_compliance import lint

@@ -617,7 +617,7 @@ def test_one_step_is_20_resources(raw):
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory) -> dict:
     from constructs_lib import ModelProvider, ModelStepHandler
-    from constructs_lib.bundling import lambda_src_root
+    from constructs_lib._paths import lambda_src_root
 
     app = new_app(tmp_path_factory, "variants")
     stack = cdk.Stack(app, "Variants")
@@ -651,7 +651,7 @@ def test_extra_packages_are_bundled_beside_the_handler_before_the_runtime():
     # GIVEN a custom handler with one extra package  WHEN it is made
     # THEN the asset holds the handler's package, the extra one, then the runtime
     from constructs_lib import ModelStepHandler
-    from constructs_lib.bundling import lambda_src_root
+    from constructs_lib._paths import lambda_src_root
 
     src = lambda_src_root()
     handler = ModelStepHandler.from_package(

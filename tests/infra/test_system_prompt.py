@@ -11,7 +11,7 @@ from aws_cdk.assertions import Template
 
 from constructs_lib import PromptCache
 from constructs_lib._paths import lambda_src_root
-from constructs_lib.bundling import LocalPipBundling
+from constructs_lib.bundling.local_pip import LocalPipBundling
 from constructs_lib.system_prompt_asset import PROMPTS_DIRECTORY, SYSTEM_PROMPT_DIRECTORY
 
 from .conftest import NO_BUNDLING, make_step

@@ -87,8 +87,8 @@ def test_tracing_bundles_the_xray_sdk_from_a_current_lock_that_agrees_with_the_r
     # THEN one consistent lock installs the X-Ray SDK (Powertools' Tracer imports it)
     from constructs_lib import ModelStepHandler
     from constructs_lib._paths import lambda_src_root
+    from constructs_lib.bundling.dependency_lock import LockTarget, resolve_locks
     from constructs_lib.defaults import LAMBDA_PYTHON_VERSION
-    from constructs_lib.dependency_lock import LockTarget, resolve_locks
     from constructs_lib.idempotent_model_step import TRACING_REQUIREMENTS
 
     files = [

@@ -34,7 +34,7 @@ class RunOptions:
     local model; ``model`` [local] or ``anthropic``; ``seconds_per_minute`` [1.0] and
     ``timeout_cap_seconds`` [8.0] (see :class:`~.lambda_async.AsyncSettings`);
     ``object_key`` [the file name]; ``log_file`` [a new temp file]; ``code_root``
-    [``constructs_lib.bundling.lambda_src_root()``]; ``run_timeout_seconds`` [derived from
+    [``constructs_lib._paths.lambda_src_root()``]; ``run_timeout_seconds`` [derived from
     the work: :func:`~constructs_lib.local_engine.run_bound.derive_run_bound`];
     ``rate_limit`` [none]: requests per minute of the run's clock the local model accepts
     (beyond that it answers 429 with ``retry-after``); ``kill_rate`` [0.0]: the share of

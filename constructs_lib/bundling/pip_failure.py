@@ -17,17 +17,17 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from .bundling_errors import (
-    LocalBundlingError,
-    PackageIndexUnreachableError,
-    RequirementsConflictError,
-)
 from .dependency_lock import (
     LOCK_COMMAND,
     DependencyLock,
     LockTarget,
     display_path,
     read_requirements,
+)
+from .errors import (
+    LocalBundlingError,
+    PackageIndexUnreachableError,
+    RequirementsConflictError,
 )
 
 #: What pip (urllib3, requests, ssl) logs when it could not talk to an index or file host.

@@ -30,8 +30,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._paths import lambda_src_root
-from .bundling_errors import LocalBundlingError
+from .._paths import lambda_src_root
 from .dependency_lock import (
     LOCK_COMMAND,
     LOCK_MACHINES,
@@ -43,6 +42,7 @@ from .dependency_lock import (
     lock_path,
     read_requirements,
 )
+from .errors import LocalBundlingError
 
 #: The library's own bundled functions with requirements (each ``lambda_src/<name>``).
 #: prospect_classifier has none of its own: it runs on the model step runtime's lock.
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if bool(args.requirements) == args.library:
         parser.error("give requirements files, or --library")
-    from .defaults import LAMBDA_PYTHON_VERSION  # imports aws-cdk-lib: only when locking
+    from ..defaults import LAMBDA_PYTHON_VERSION  # imports aws-cdk-lib: only when locking
 
     files, extras = (
         library_requirement_files()

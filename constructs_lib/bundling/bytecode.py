@@ -33,17 +33,15 @@ __all__ = ["LAMBDA_TASK_ROOT", "BytecodeCompiler", "find_bytecode_python"]
 
 @dataclass(frozen=True)
 class BytecodeCompiler:
-    """A CPython interpreter that writes the Lambda runtime's bytecode.
+    """A CPython interpreter that writes the Lambda runtime's bytecode."""
 
-    :param executable: path of the interpreter.
-    :param version: its full version, e.g. ``"3.13.0"``.
-    :param cache_tag: e.g. ``"cpython-313"``; names the ``.pyc`` files.
-    :param magic: the bytecode magic number, hex.
-    """
-
+    #: Path of the interpreter.
     executable: str
+    #: Its full version, e.g. ``"3.13.0"``.
     version: str
+    #: E.g. ``"cpython-313"``; names the ``.pyc`` files.
     cache_tag: str
+    #: The bytecode magic number, hex.
     magic: str
 
     @property
@@ -155,6 +153,8 @@ def find_bytecode_python(
     then uv-managed Pythons (``$UV_PYTHON_INSTALL_DIR`` or ``~/.local/share/uv/python``),
     newest patch release first. Each candidate is run once to confirm what it is.
 
+    :param version: the Lambda's Python, e.g. ``"3.13"``; a candidate of another minor
+        version, a pre-release or a free-threaded build is skipped.
     :param environ: the environment to search (default ``os.environ``).
     """
     env = os.environ if environ is None else environ

@@ -15,12 +15,12 @@ a zip (2-second resolution) would not keep anyway. Without one, the asset is
 built as before and synth says so in a warning.
 
 Requirements are installed from their hash-pinned locks
-(:mod:`constructs_lib.dependency_lock`): ``pip --require-hashes --no-deps``, exactly
+(:mod:`constructs_lib.bundling.dependency_lock`): ``pip --require-hashes --no-deps``, exactly
 the locked files, then the installed metadata is checked for the target. The asset
 hash is computed from the inputs (package sources, the lock, architecture, Python
 version, bytecode mode), and the same inputs build byte-identical trees, whatever
 pip's cache holds. A custom handler's requirements file without a current lock is
-resolved while the function is constructed (:mod:`constructs_lib.synth_resolution`), so
+resolved while the function is constructed (:mod:`constructs_lib.bundling.synth_resolution`), so
 the hash covers what it resolved to, and synth warns that the file is not locked. Two
 functions with the same inputs share one asset; an arm64 and an x86_64 build never do,
 nor a build with and one without bytecode. A synth that skips bundling (``cdk ls``,
@@ -44,10 +44,9 @@ from aws_cdk import Annotations, AssetHashType, BundlingOptions, DockerImage, IL
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from ._paths import lambda_src_root
-from .bundling_errors import LocalBundlingError
+from .._paths import lambda_src_root
+from ..defaults import LAMBDA_PYTHON_VERSION, LAMBDA_RUNTIME
 from .bytecode import BytecodeCompiler, find_bytecode_python
-from .defaults import LAMBDA_PYTHON_VERSION, LAMBDA_RUNTIME
 from .dependency_lock import (
     LOCK_COMMAND,
     RUNTIME_PROVIDED,
@@ -58,6 +57,7 @@ from .dependency_lock import (
     display_path,
     resolve_locks,
 )
+from .errors import LocalBundlingError
 from .pip_failure import explain_pip_failure
 from .synth_resolution import resolution_cache_dir, resolve_at_synth, skip_resolution
 
@@ -172,12 +172,12 @@ class LocalPipBundling:
     :param requirements: requirements files, each installed through its hash-pinned lock
         for ``platform`` (``requirements-<machine>.lock`` beside it), or itself a complete
         lock. Checked when constructed: see
-        :func:`~constructs_lib.dependency_lock.resolve_locks`.
+        :func:`~constructs_lib.bundling.dependency_lock.resolve_locks`.
     :param platform: pip platform tag, e.g. ``manylinux2014_x86_64``.
     :param python_version: the Lambda interpreter, default the library's runtime (3.13).
     :param compiler: writes ``.pyc`` into the asset; default None (no bytecode).
     :param resolve_unlocked: how a custom file without a current lock is resolved, e.g.
-        :func:`~constructs_lib.synth_resolution.resolve_at_synth` (pip, cached; what
+        :func:`~constructs_lib.bundling.synth_resolution.resolve_at_synth` (pip, cached; what
         :func:`python_lambda_code` passes when the synth bundles). Default None: such a
         file raises ``RequirementsNotLockedError``, and construction stays offline.
     """
@@ -276,7 +276,7 @@ def python_lambda_code(
     :param requirements: requirements files, each installed through its hash-pinned lock
         (may be empty: copy only). A custom file without a current lock is resolved here,
         with pip against the other files' locks, when this synth bundles (cached:
-        :func:`~constructs_lib.synth_resolution.resolution_cache_dir`), and a warning lands
+        :func:`~constructs_lib.bundling.synth_resolution.resolution_cache_dir`), and a warning lands
         on ``scope``. Raises :class:`LocalBundlingError` subclasses when they conflict
         (offline, when a pin is refused outright), or when resolving fails.
     """

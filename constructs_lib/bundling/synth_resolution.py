@@ -42,7 +42,6 @@ from urllib.parse import unquote, urlparse
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from .bundling_errors import LocalBundlingError, RequirementsNotLockedError
 from .dependency_lock import (
     LOCK_COMMAND,
     RUNTIME_PROVIDED,
@@ -54,6 +53,7 @@ from .dependency_lock import (
     lock_stamp,
     read_requirements,
 )
+from .errors import LocalBundlingError, RequirementsNotLockedError
 from .pip_failure import explain_resolution_failure
 
 #: Bumped when what a resolution produces changes, so old cached results are not reused.

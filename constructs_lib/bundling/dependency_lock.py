@@ -16,8 +16,8 @@ is itself fully pinned with hashes is its own lock (for every target).
 :func:`resolve_locks` combines a function's locks (the runtime's and a custom handler's)
 and fails, offline, when they disagree. A custom file without a current lock is refused,
 unless the caller passes an :data:`UnlockedResolver`: bundling's resolves it at synth
-(:mod:`constructs_lib.synth_resolution`) into a lock of its own, so the asset hash still
-covers exactly what ships. :func:`check_installed` then proves on the
+(:mod:`constructs_lib.bundling.synth_resolution`) into a lock of its own, so the asset hash
+still covers exactly what ships. :func:`check_installed` then proves on the
 installed wheels' metadata that every dependency is satisfied for the target, with the
 target's markers (pip would evaluate them for the build machine's Python).
 
@@ -36,8 +36,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ._paths import lambda_src_root
-from .bundling_errors import (
+from .._paths import lambda_src_root
+from .errors import (
     LocalBundlingError,
     RequirementsConflictError,
     RequirementsNotLockedError,
@@ -413,7 +413,8 @@ def check_conflicts(requirements: Sequence[Path], target: LockTarget) -> None:
 #: Resolves a custom requirements file that has no current lock, against ``constraints``
 #: (the combined lock of the function's locked files: the runtime's), for the constraints'
 #: target. Returns a current lock of the file for that target, or None to leave the file
-#: out (a synth that skips bundling). See :func:`constructs_lib.synth_resolution.resolve_at_synth`.
+#: out (a synth that skips bundling).
+#: See :func:`constructs_lib.bundling.synth_resolution.resolve_at_synth`.
 UnlockedResolver = Callable[[Path, DependencyLock], Path | None]
 
 
