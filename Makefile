@@ -28,7 +28,8 @@ PYTEST_WORKERS ?= 3
 # megabyte-sized modules) cost 4.7 s of CPU uncompiled and 1.5 s from bytecode here, in each of
 # the suite's workers and subprocesses. synth, test and test-unit keep bytecode under
 # .pytest_cache/pycache instead: nothing lands in the source tree or the venv, and the Lambda
-# assets' own bytecode is compiled apart (constructs_lib/bytecode.py runs `python3.13 -I`).
+# assets' own bytecode is compiled apart (constructs_lib/bundling/bytecode.py runs
+# `python3.13 -I`).
 BYTECODE_CACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.pytest_cache/pycache
 
 UV_STAMP := $(VENV)/.uv
