@@ -14,6 +14,7 @@ import jmespath.exceptions
 from aws_cdk import (
     Acknowledgment,
     Annotations,
+    Aspects,
     Duration,
     Names,
     RemovalPolicy,
@@ -49,6 +50,7 @@ from ._validation import (
     check_non_empty,
 )
 from .alarms import (
+    NobodyNotified,
     events_rule_metric,
     events_v2_subscriber_metric,
     occurrence_alarm,
@@ -81,6 +83,10 @@ METRICS_NAMESPACE = "IdempotentModelStep"
 RESULT_COMPLETED = "Model Step Completed"
 RESULT_DEAD_LETTERED = "Model Step Dead Lettered"
 RESULT_DETAIL_TYPES = (RESULT_COMPLETED, RESULT_DEAD_LETTERED)
+#: Annotation id of the synth warning for alarms that notify nobody (no ``alarm_topic``, no
+#: action added): ``Annotations.of(step).acknowledge_warning(ALARMS_WITHOUT_ACTION_WARNING,
+#: reason)`` silences it.
+ALARMS_WITHOUT_ACTION_WARNING = "idempotent-model-step:alarms-without-action"
 #: The requirements file (beside the runtime's) that ``tracing=True`` adds to the bundle.
 TRACING_REQUIREMENTS = "requirements-tracing.txt"
 
@@ -512,7 +518,8 @@ class IdempotentModelStep(Construct):
       reaching ``redrive_queue``; the buffer's oldest message approaching
       ``max_event_age``; and, with ``result_bus``, any result event the runtime could not
       tell was published (``ResultEventsUncertainAlarm``). Each notifies ``alarm_topic``
-      if given.
+      if given; an alarm still without an action at synth makes synth warn
+      (``ALARMS_WITHOUT_ACTION_WARNING``).
 
     Example::
 
@@ -582,7 +589,9 @@ class IdempotentModelStep(Construct):
         whose id starts with the step's construct path and ``#`` (``dynamodb:LeadingKeys``).
         Default: a new one.
     :param dead_letter_queue: a STANDARD queue; FIFO is refused. Default: a new one.
-    :param alarm_topic: every alarm notifies it. Default: alarms without actions.
+    :param alarm_topic: every alarm notifies it. Default: alarms without actions, and synth
+        warns (``idempotent-model-step:alarms-without-action``) unless every alarm has an
+        action by then; ``Annotations.of(step).acknowledge_warning(id, reason)`` silences it.
     :param max_concurrency: the most model calls the step runs at once, 1-1,000,
         default 10. Requests per minute are about ``max_concurrency x 60 /
         seconds per call``. Implemented as the event source mapping's maximum
@@ -1225,6 +1234,11 @@ class IdempotentModelStep(Construct):
         if props.alarm_topic is not None:
             for alarm in self.alarms:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
+        # Read at synth, so an action added after the constructor (or the batch alarms
+        # appended by _batch_delivery) counts: no warning when every alarm notifies someone.
+        Aspects.of(self).add(
+            NobodyNotified(self, self.alarms, ALARMS_WITHOUT_ACTION_WARNING, self._nobody_notified)
+        )
         if props.dead_letter_queue is None:
             Validations.of(self.dead_letter_queue).acknowledge(
                 Acknowledgment(
@@ -1234,6 +1248,17 @@ class IdempotentModelStep(Construct):
                     "of a DLQ would only move the same messages one hop further.",
                 )
             )
+
+    def _nobody_notified(self, silent: int, total: int) -> str:
+        """The warning for ``silent`` of the step's ``total`` alarms without an action."""
+        which = f"The {total}" if silent == total else f"{silent} of the {total}"
+        return (
+            f"{which} alarms of IdempotentModelStep '{self.node.path}' have no alarm "
+            "action (no alarm_topic): when one fires, nobody is notified. Pass "
+            "alarm_topic=<an sns.ITopic> to notify someone, or acknowledge this warning with "
+            f'Annotations.of(step).acknowledge_warning("{ALARMS_WITHOUT_ACTION_WARNING}", '
+            '"<why>"). See docs/operations.md, "Alarms that notify nobody".'
+        )
 
     def _dashboard(self, props: _StepProps) -> None:
         """With ``dashboard=True``, a dashboard of this step alone."""
@@ -1646,6 +1671,7 @@ def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
 
 
 __all__ = [
+    "ALARMS_WITHOUT_ACTION_WARNING",
     "RESULT_COMPLETED",
     "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT",
