@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Token
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import jsii
+from aws_cdk import Annotations, Duration, IAspect, Stack, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 
 def is_default_bus(bus: events.IEventBus | None) -> bool:
@@ -102,3 +106,43 @@ def threshold_alarm(
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         alarm_description=description,
     )
+
+
+def has_alarm_action(alarm: cloudwatch.Alarm) -> bool:
+    """True when ``alarm`` notifies someone when it fires (an alarm action; OK and
+    insufficient-data actions do not count). Read from its template, so call it at synth."""
+    cfn = cast(cloudwatch.CfnAlarm, alarm.node.default_child)
+    return bool(Stack.of(alarm).resolve(cfn.alarm_actions))
+
+
+@jsii.implements(IAspect)
+class NobodyNotified:
+    """At synth, warn on ``owner`` when some of its ``alarms`` have no alarm action.
+
+    Added with ``Aspects.of(owner).add(...)`` in the owner's constructor: aspects run at
+    synth, after every action the caller adds later. ``warning_id`` is the annotation id a
+    caller acknowledges (``Annotations.of(owner).acknowledge_warning(warning_id, reason)``);
+    ``message(silent, total)`` says how many of how many alarms notify nobody.
+    """
+
+    def __init__(
+        self,
+        owner: Construct,
+        alarms: Sequence[cloudwatch.Alarm],
+        warning_id: str,
+        message: Callable[[int, int], str],
+    ) -> None:
+        self._owner = owner
+        self._alarms = alarms
+        self._warning_id = warning_id
+        self._message = message
+
+    def visit(self, node: IConstruct) -> None:
+        """Act on the owner only (an aspect visits every child too)."""
+        if node is not self._owner:
+            return
+        silent = [alarm for alarm in self._alarms if not has_alarm_action(alarm)]
+        if silent:
+            Annotations.of(self._owner).add_warning_v2(
+                self._warning_id, self._message(len(silent), len(self._alarms))
+            )

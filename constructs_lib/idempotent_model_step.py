@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -13,6 +14,7 @@ import jmespath.exceptions
 from aws_cdk import (
     Acknowledgment,
     Annotations,
+    Aspects,
     Duration,
     Names,
     RemovalPolicy,
@@ -48,6 +50,7 @@ from ._validation import (
     check_non_empty,
 )
 from .alarms import (
+    NobodyNotified,
     events_rule_metric,
     events_v2_subscriber_metric,
     occurrence_alarm,
@@ -61,6 +64,7 @@ from .model_prices import ModelPrice, price_for, price_table
 from .model_step_handler import ModelStepHandler
 from .python_function import python_function
 from .record_prefix_grants import grant_record_prefix
+from .result_event_loop import describe_bus, own_results_matched, same_bus
 from .result_fields import DEFAULT_RESULT_FIELDS, ResultFields
 from .system_prompt_asset import SYSTEM_PROMPT_MAX_BYTES, prompt_package, prompt_sha256
 
@@ -79,6 +83,10 @@ METRICS_NAMESPACE = "IdempotentModelStep"
 RESULT_COMPLETED = "Model Step Completed"
 RESULT_DEAD_LETTERED = "Model Step Dead Lettered"
 RESULT_DETAIL_TYPES = (RESULT_COMPLETED, RESULT_DEAD_LETTERED)
+#: Annotation id of the synth warning for alarms that notify nobody (no ``alarm_topic``, no
+#: action added): ``Annotations.of(step).acknowledge_warning(ALARMS_WITHOUT_ACTION_WARNING,
+#: reason)`` silences it.
+ALARMS_WITHOUT_ACTION_WARNING = "idempotent-model-step:alarms-without-action"
 #: The requirements file (beside the runtime's) that ``tracing=True`` adds to the bundle.
 TRACING_REQUIREMENTS = "requirements-tracing.txt"
 
@@ -182,9 +190,11 @@ class _StepProps:
     result_fields: ResultFields | None = None
     point_in_time_recovery: pitr.PointInTimeRecovery | None = None
 
-    def validate(self, owner: str) -> None:
+    def validate(self, owner: str, source: str, resolve: Callable[[Any], Any]) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
-        range it allows, for the first prop that is out of range or contradicts another."""
+        range it allows, for the first prop that is out of range or contradicts another.
+        ``source``: the step's construct path, its result events' source; ``resolve``: its
+        stack's ``resolve``, which turns ``events.Match`` tokens into the JSON they stand for."""
         self._check_strings(owner)
         self._check_ranges(owner)
         self._check_provider(owner)
@@ -195,6 +205,7 @@ class _StepProps:
         self._check_watch(owner)
         self._check_delivery(owner)
         self._check_personal_data(owner)
+        self._check_result_loop(owner, source, resolve)
 
     def _check_strings(self, owner: str) -> None:
         for prop in ("idempotency_key", "prompt_version", "model_id"):
@@ -436,6 +447,28 @@ class _StepProps:
             )
         pitr.period_days(owner, "point_in_time_recovery", self.point_in_time_recovery)
 
+    def _check_result_loop(self, owner: str, source: str, resolve: Callable[[Any], Any]) -> None:
+        """Issue 36: a step whose ``event_pattern`` matches its own result events on the bus
+        it subscribes to would answer each result again, billing a request every turn
+        (:mod:`.result_event_loop` says when a pattern surely matches)."""
+        if not same_bus(self.event_bus, self.result_bus):
+            return
+        pattern = resolve(_render_pattern(self.event_pattern))
+        fields = self.result_fields if self.result_fields is not None else DEFAULT_RESULT_FIELDS
+        matched = own_results_matched(pattern, source, RESULT_DETAIL_TYPES, fields)
+        if not matched:
+            return
+        raise PropValidationError(
+            f"{owner}: event_pattern {json.dumps(pattern, default=str)} matches the step's "
+            f"own result events (source {source!r}, detail-type "
+            f"{' and '.join(repr(detail_type) for detail_type in matched)}) on result_bus "
+            f"{describe_bus(self.result_bus)}, the bus it subscribes to (event_bus "
+            f"{describe_bus(self.event_bus)}): every result would come back as a new row and "
+            "be answered again, a loop that bills a model request each turn. Filter "
+            "event_pattern on its producer's source or detail-type, or publish the results "
+            "on another bus (result_bus)."
+        )
+
     @property
     def recovery_period_days(self) -> int:
         """The created table's point-in-time recovery period in days (0: off)."""
@@ -485,7 +518,8 @@ class IdempotentModelStep(Construct):
       reaching ``redrive_queue``; the buffer's oldest message approaching
       ``max_event_age``; and, with ``result_bus``, any result event the runtime could not
       tell was published (``ResultEventsUncertainAlarm``). Each notifies ``alarm_topic``
-      if given.
+      if given; an alarm still without an action at synth makes synth warn
+      (``ALARMS_WITHOUT_ACTION_WARNING``).
 
     Example::
 
@@ -511,7 +545,10 @@ class IdempotentModelStep(Construct):
     Props (keyword arguments of the constructor; every one is checked at synth, and a
     bad value fails with the prop, the value and the range it allows):
 
-    :param event_pattern: which events on ``event_bus`` the step handles. Required.
+    :param event_pattern: which events on ``event_bus`` the step handles. A pattern that
+        matches the step's own result events on that bus (it is also ``result_bus``) is
+        refused at synth, naming both props: each result would come back and be answered
+        again (:mod:`constructs_lib.result_event_loop`). Required.
     :param idempotency_key: a JMESPath over the event's ``detail`` giving the
         business key, e.g. ``"[upload_id, row_number]"``. Never the event id:
         a redelivered or re-published event gets a new id. Required.
@@ -552,7 +589,9 @@ class IdempotentModelStep(Construct):
         whose id starts with the step's construct path and ``#`` (``dynamodb:LeadingKeys``).
         Default: a new one.
     :param dead_letter_queue: a STANDARD queue; FIFO is refused. Default: a new one.
-    :param alarm_topic: every alarm notifies it. Default: alarms without actions.
+    :param alarm_topic: every alarm notifies it. Default: alarms without actions, and synth
+        warns (``idempotent-model-step:alarms-without-action``) unless every alarm has an
+        action by then; ``Annotations.of(step).acknowledge_warning(id, reason)`` silences it.
     :param max_concurrency: the most model calls the step runs at once, 1-1,000,
         default 10. Requests per minute are about ``max_concurrency x 60 /
         seconds per call``. Implemented as the event source mapping's maximum
@@ -739,7 +778,7 @@ class IdempotentModelStep(Construct):
             point_in_time_recovery=point_in_time_recovery,
         )
         owner = f"IdempotentModelStep '{self.node.path}'"
-        props.validate(owner)
+        props.validate(owner, source=self.node.path, resolve=Stack.of(self).resolve)
         self._fit_model(props, owner)
         props = self._with_delivery_timeout(props)
 
@@ -1195,6 +1234,11 @@ class IdempotentModelStep(Construct):
         if props.alarm_topic is not None:
             for alarm in self.alarms:
                 alarm.add_alarm_action(cloudwatch_actions.SnsAction(props.alarm_topic))
+        # Read at synth, so an action added after the constructor (or the batch alarms
+        # appended by _batch_delivery) counts: no warning when every alarm notifies someone.
+        Aspects.of(self).add(
+            NobodyNotified(self, self.alarms, ALARMS_WITHOUT_ACTION_WARNING, self._nobody_notified)
+        )
         if props.dead_letter_queue is None:
             Validations.of(self.dead_letter_queue).acknowledge(
                 Acknowledgment(
@@ -1204,6 +1248,17 @@ class IdempotentModelStep(Construct):
                     "of a DLQ would only move the same messages one hop further.",
                 )
             )
+
+    def _nobody_notified(self, silent: int, total: int) -> str:
+        """The warning for ``silent`` of the step's ``total`` alarms without an action."""
+        which = f"The {total}" if silent == total else f"{silent} of the {total}"
+        return (
+            f"{which} alarms of IdempotentModelStep '{self.node.path}' have no alarm "
+            "action (no alarm_topic): when one fires, nobody is notified. Pass "
+            "alarm_topic=<an sns.ITopic> to notify someone, or acknowledge this warning with "
+            f'Annotations.of(step).acknowledge_warning("{ALARMS_WITHOUT_ACTION_WARNING}", '
+            '"<why>"). See docs/operations.md, "Alarms that notify nobody".'
+        )
 
     def _dashboard(self, props: _StepProps) -> None:
         """With ``dashboard=True``, a dashboard of this step alone."""
@@ -1616,6 +1671,7 @@ def _render_pattern(pattern: events.EventPattern) -> dict[str, Any]:
 
 
 __all__ = [
+    "ALARMS_WITHOUT_ACTION_WARNING",
     "RESULT_COMPLETED",
     "RESULT_DEAD_LETTERED",
     "RESERVED_ENVIRONMENT",

@@ -62,7 +62,8 @@ counts (the summary table and --json):
   cache_creation_input_tokens, cache_read_input_tokens   prompt-cache tokens written / read
                   (cache_writes, cache_reads: the requests that wrote / read it)
   cost_usd        the billed requests in dollars at the step's MODEL_RATES (null: no price)
-  elapsed_s       wall seconds from the upload until everything settled
+  elapsed_s       wall seconds from the upload until everything settled (run_minutes:
+                  the same on the run's clock, whose minute lasts --backoff-minute-ms)
   aws_calls, denied   handler AWS calls evaluated against their role in cdk.out / denied
 
 invariants (checked; exit 1 when one fails):
@@ -237,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="end stdout with one JSON line of the counts"
     )
     run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also list the IAM detail: each function's grants the run never used and the "
+        "IAM conditions assumed to hold (default: one line of counts; denied calls are "
+        "always listed)",
+    )
+    run.add_argument(
         "--serve",
         action="store_true",
         help="then serve the Prospect Viewer on the run's results until Ctrl-C",
@@ -386,7 +394,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         result = pipeline.run()
         rejected = result.status == "rejected"
         checks = [] if rejected else check_invariants(result)
-        print(render_table(result, checks), file=out)
+        print(render_table(result, checks, verbose=args.verbose), file=out)
         if args.json:
             print(json_line(result), file=out)
         out.flush()

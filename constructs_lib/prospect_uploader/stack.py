@@ -565,7 +565,12 @@ class ProspectUploaderStack(Stack):
         self._alert_subscription()
 
     def _alert_subscription(self) -> None:
-        """Mail alerts to ``-c alert_email``, or warn that nobody receives them."""
+        """Mail alerts to ``-c alert_email``, or warn that nobody receives them.
+
+        One warning for one cause: every alarm of the stack, its classify steps' included
+        (``alarm_topic``), has an action on the topic, so the steps' own
+        ``idempotent-model-step:alarms-without-action`` never fires here; what is missing is
+        someone on the topic."""
         alert_email = self.node.try_get_context("alert_email")
         if alert_email:
             if "@" not in str(alert_email):
@@ -577,8 +582,10 @@ class ProspectUploaderStack(Stack):
         else:
             Annotations.of(self).add_warning_v2(
                 "prospect-uploader:no-alert-email",
-                "No alert_email context: the alert topic has no subscription. Synthesize "
-                "with `-c alert_email=ops@example.com` to receive alerts by email.",
+                "No alert_email context: the alert topic has no subscription, so the stack's "
+                "alarms (its classify steps' included) and upload mails reach nobody. "
+                "Synthesize with `-c alert_email=ops@example.com` to receive them by email, "
+                "or subscribe the topic another way.",
             )
         CfnOutput(
             self,

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from constructs_lib.prospect_uploader.cli import main
+from constructs_lib.prospect_uploader.local_run.report import render_table
+from constructs_lib.prospect_uploader.local_run.results import RunResult
 
 from .billing import assert_billed
 from .conftest import REPO
@@ -76,6 +78,8 @@ def test_cli_subprocess_json_and_summary(cdk_out, tmp_path):
     summary = "\n".join(lines[:-1])
     assert "Invariants:" in summary and "FAIL" not in summary
     assert "model requests" in summary
+    # Quiet by default (issue 36): the IAM detail is one line, the grant lists need --verbose.
+    assert "Granted but never used" not in summary and "(--verbose lists them)" in summary
     # Handler logs (Powertools JSON) stay out of stdout.
     assert all(not line.startswith('{"level"') for line in lines)
     assert "handler logs:" in completed.stderr
@@ -185,3 +189,66 @@ def test_help_names_the_lambda_faults_and_their_counts(capsys):
     assert "--batch-create-kill-rate" in out and "batch_create_kills" in out
     assert "max_requests_per_key" in out and "redriven" in out
     assert "derived from the work" in out
+
+
+def _iam_checked_result() -> RunResult:
+    return RunResult(
+        file="small.csv",
+        object_key="small.csv",
+        iam_checked=True,
+        aws_calls=40,
+        unused_grants={"Splitter": ["s3:PutObject on UploadBucket/*"], "Viewer": []},
+        unevaluated_conditions=["aws:SourceAccount on AlertTopic"],
+        elapsed_s=6.505,
+        run_minutes=6.505,
+        run_timeout_s=120,
+    )
+
+
+def test_the_summary_leaves_the_iam_detail_to_verbose():
+    # GIVEN an IAM-checked run with unused grants and assumed conditions
+    result = _iam_checked_result()
+    # WHEN it is rendered by default, THEN one line counts them and names --verbose
+    quiet = render_table(result, [])
+    assert "Granted but never used" not in quiet and "s3:PutObject" not in quiet
+    assert "IAM conditions assumed" not in quiet
+    assert (
+        "IAM: 1 grant never used in this run and 1 condition assumed to hold (--verbose lists them)"
+    ) in quiet
+    # WHEN verbose, THEN the lists are there, per function
+    verbose = render_table(result, [], verbose=True)
+    assert "Granted but never used in this run" in verbose
+    assert "    s3:PutObject on UploadBucket/*" in verbose and "  Viewer: none" in verbose
+    assert "  aws:SourceAccount on AlertTopic" in verbose
+
+
+def test_denied_calls_are_listed_without_verbose():
+    result = _iam_checked_result()
+    result.denied, result.denials = 1, ["Splitter: s3:GetObject on UploadBucket/x.csv"]
+    assert "  Splitter: s3:GetObject on UploadBucket/x.csv" in render_table(result, [])
+
+
+def test_elapsed_names_its_units_and_the_run_minute():
+    # The demo printed "elapsed s  6.505  6.505 minutes of the run's clock": one number twice.
+    row = next(
+        line for line in render_table(_iam_checked_result(), []).splitlines() if "elapsed" in line
+    )
+    assert "6.5 s" in row and "wall time from the upload until everything settled" in row
+    assert "6.505 minutes of the run's clock (a minute lasts 1 s of wall time)" in row
+
+
+def test_verbose_run_lists_the_grants_never_used(cdk_out, capsys, tmp_path):
+    code = main(
+        [
+            "run",
+            str(_small_csv(tmp_path)),
+            "--cdk-out",
+            str(cdk_out),
+            "--verbose",
+            "--log-file",
+            str(tmp_path / "handlers.log"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Granted but never used in this run" in out and "--verbose lists them" not in out

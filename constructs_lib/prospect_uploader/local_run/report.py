@@ -122,8 +122,10 @@ def to_json(result: RunResult) -> dict[str, Any]:
     }
 
 
-def render_table(result: RunResult, checks: Sequence[Check]) -> str:
-    """The human summary: counts with their meaning, then every invariant."""
+def render_table(result: RunResult, checks: Sequence[Check], verbose: bool = False) -> str:
+    """The human summary: counts with their meaning, then every invariant, then any denied
+    AWS call. ``verbose`` (``--verbose``) adds the IAM detail: each function's grants the run
+    never used and the conditions assumed to hold; default ``False``, one line of counts."""
     head = f"Prospect Uploader local run: {result.file} -> s3://{result.bucket}/{result.object_key}"
     status = result.status or "unknown"
     if result.reason:
@@ -173,9 +175,10 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
             JSON_FIELDS["cost_usd"],
         ),
         (
-            "elapsed s",
-            result.elapsed_s,
-            f"{result.run_minutes} minutes of the run's clock"
+            "elapsed",
+            f"{result.elapsed_s:.1f} s",
+            f"wall time from the upload until everything settled; {result.run_minutes:g} "
+            f"minutes of the run's clock ({_run_minute(result)})"
             + (f" at {result.rate_limit} requests/minute" if result.rate_limit else "")
             + f"; bound {result.run_timeout_s:.0f} s",
         ),
@@ -214,13 +217,24 @@ def render_table(result: RunResult, checks: Sequence[Check]) -> str:
         lines.append(f"  {mark}  {check.name:<54} {check.values}")
         if not check.ok and check.hint:
             lines.append(f"        {check.hint}")
-    lines += _iam_lines(result)
+    lines += _iam_lines(result, verbose)
     for message in result.alert_messages:
         lines += ["", f"Alert: {message}"]
     return "\n".join(lines)
 
 
-def _iam_lines(result: RunResult) -> list[str]:
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _run_minute(result: RunResult) -> str:
+    """How long a minute of the run's clock lasted (``--backoff-minute-ms``)."""
+    if not result.run_minutes:
+        return "a minute lasts --backoff-minute-ms"
+    return f"a minute lasts {result.elapsed_s / result.run_minutes:g} s of wall time"
+
+
+def _iam_lines(result: RunResult, verbose: bool) -> list[str]:
     if not result.iam_checked:
         return []
     lines = []
@@ -230,10 +244,19 @@ def _iam_lines(result: RunResult) -> list[str]:
         lines += [f"  {denial}" for denial in shown[:20]]
         if len(shown) > 20:
             lines.append(f"  ... and {len(shown) - 20} more")
-    lines += ["", "Granted but never used in this run (per function; log delivery excluded):"]
-    for function, grants in sorted(result.unused_grants.items()):
-        lines.append(f"  {function}: " + ("none" if not grants else ""))
-        lines += [f"    {grant}" for grant in grants]
+    if not verbose:
+        unused = sum(len(grants) for grants in result.unused_grants.values())
+        assumed = len(result.unevaluated_conditions)
+        lines += [
+            "",
+            f"IAM: {_plural(unused, 'grant')} never used in this run and "
+            f"{_plural(assumed, 'condition')} assumed to hold (--verbose lists them)",
+        ]
+    else:
+        lines += ["", "Granted but never used in this run (per function; log delivery excluded):"]
+        for function, grants in sorted(result.unused_grants.items()):
+            lines.append(f"  {function}: " + ("none" if not grants else ""))
+            lines += [f"    {grant}" for grant in grants]
     if result.provider == "bedrock":
         # Issue 22: the SDK's Bedrock calls, checked outside botocore (local_engine.bedrock_iam).
         routed = ", ".join(f"{r} x{n}" for r, n in sorted(result.bedrock_destinations.items()))
@@ -243,7 +266,7 @@ def _iam_lines(result: RunResult) -> list[str]:
             "the calling role (the inference profile, then the foundation model in the region "
             f"each was routed to: {routed or 'none'})",
         ]
-    if result.unevaluated_conditions:
+    if verbose and result.unevaluated_conditions:
         lines += ["", "IAM conditions assumed to hold (not evaluated locally):"]
         lines += [f"  {condition}" for condition in result.unevaluated_conditions]
     return lines
