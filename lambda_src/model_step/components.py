@@ -20,7 +20,7 @@ from .dead_letter import DeadLetterPublisher
 from .hand_off_item import HandOffItem
 from .key import RecordKey, key_fields
 from .model_call import BuildUserMessage, ModelCall, ParseAnswer, request_fingerprint
-from .persistence import ReleasingDynamoDBPersistenceLayer
+from .persistence import ReleasingDynamoDBPersistenceLayer, naming_the_holder
 from .result_events import (
     CLIENT_CONFIG,
     CLIENT_SERVICES,
@@ -77,12 +77,15 @@ class StepComponents:
             expires_after_seconds=settings.expires_after_seconds,
         )
         self.persistence = self._persistence(self.idempotency_config, settings.record_prefix)
-        self.complete = idempotent_function(
-            self.work.complete,
-            data_keyword_argument="request",
-            persistence_store=self.persistence,
-            config=self.idempotency_config,
-            key_prefix=settings.record_prefix,
+        self.complete = naming_the_holder(
+            idempotent_function(
+                self.work.complete,
+                data_keyword_argument="request",
+                persistence_store=self.persistence,
+                config=self.idempotency_config,
+                key_prefix=settings.record_prefix,
+            ),
+            self.persistence,
         )
         # The DLQ hand-off has its own record (and persistence object: Powertools keeps the
         # prefix on it), keyed on the dead-lettered record's key; no payload validation.
@@ -93,12 +96,15 @@ class StepComponents:
         )
         hand_off_prefix = settings.record_prefix + DEAD_LETTER_SUFFIX
         self.hand_off_persistence = self._persistence(self.dead_letter_config, hand_off_prefix)
-        self.hand_off = idempotent_function(
-            self.work.hand_off,
-            data_keyword_argument="request",
-            persistence_store=self.hand_off_persistence,
-            config=self.dead_letter_config,
-            key_prefix=hand_off_prefix,
+        self.hand_off = naming_the_holder(
+            idempotent_function(
+                self.work.hand_off,
+                data_keyword_argument="request",
+                persistence_store=self.hand_off_persistence,
+                config=self.dead_letter_config,
+                key_prefix=hand_off_prefix,
+            ),
+            self.hand_off_persistence,
         )
         self.model_call = ModelCall(
             settings,
@@ -146,12 +152,15 @@ class StepComponents:
         )
         prefix = settings.record_prefix + RESULT_EVENT_SUFFIX
         self.result_event_persistence = self._persistence(self.result_event_config, prefix)
-        self.publish_result = idempotent_function(
-            self.result_hand_off.publish,
-            data_keyword_argument="request",
-            persistence_store=self.result_event_persistence,
-            config=self.result_event_config,
-            key_prefix=prefix,
+        self.publish_result = naming_the_holder(
+            idempotent_function(
+                self.result_hand_off.publish,
+                data_keyword_argument="request",
+                persistence_store=self.result_event_persistence,
+                config=self.result_event_config,
+                key_prefix=prefix,
+            ),
+            self.result_event_persistence,
         )
 
     def _persistence(

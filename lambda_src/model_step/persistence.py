@@ -19,13 +19,18 @@ Three changes to ``DynamoDBPersistenceLayer``, each for a failure seen under com
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from aws_lambda_powertools.shared.json_encoder import Encoder
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+)
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
     STATUS_CONSTANTS,
     DataRecord,
@@ -36,6 +41,43 @@ from botocore.exceptions import ClientError
 from .tracing import NO_TRACING, STORE_PREFIX, StepTracer
 
 logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class LockHeld(IdempotencyAlreadyInProgressError):
+    """``IdempotencyAlreadyInProgressError`` naming the deadline of the lock it met."""
+
+    def __init__(self, message: str, lock_expiry_ms: int | None) -> None:
+        super().__init__(message)
+        #: The held record's in-progress expiry, epoch ms (None when unknown).
+        self.lock_expiry_ms = lock_expiry_ms
+
+
+def naming_the_holder(
+    function: Callable[_P, _T], persistence: ReleasingDynamoDBPersistenceLayer
+) -> Callable[_P, _T]:
+    """``function``, an idempotent function over ``persistence`` called with ``request=``,
+    whose ``IdempotencyAlreadyInProgressError`` is a :class:`LockHeld` naming the lock of the
+    record it met. A delivery has up to three records (its key's, the DLQ hand-off's, the
+    result event's): it waits for the one held, never for another, which may be long
+    expired (a one-second requeue loop until the holder's deadline)."""
+
+    @functools.wraps(function)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return function(*args, **kwargs)
+        except LockHeld:
+            raise  # an inner hand-off's lock, already named
+        except IdempotencyAlreadyInProgressError as exc:
+            request = kwargs.get("request")
+            expiry = (
+                persistence.in_progress_expiry_ms(request) if isinstance(request, dict) else None
+            )
+            raise LockHeld(str(exc), expiry) from exc
+
+    return call
 
 
 def stored_form(result: Any) -> str:

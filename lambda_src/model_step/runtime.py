@@ -72,6 +72,7 @@ from .outcome import (
     StepResult,
     usage_of,
 )
+from .persistence import LockHeld
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -252,9 +253,9 @@ class ModelStep:
                     (record["messageId"], batch.StagedRow(staged.custom_id, sent_at))
                 )
             return
-        except IdempotencyAlreadyInProgressError:
+        except IdempotencyAlreadyInProgressError as held:
             self._notify(delivery, "retry", None, IN_PROGRESS_ERROR)
-            parts.buffer.requeue(event, queue, self._holder_wait(delivery), _stamp(delivery))
+            parts.buffer.requeue(event, queue, _holder_wait(held), _stamp(delivery))
             return
         except Wait as wait:
             self._notify(delivery, wait.status, None, wait.code)
@@ -388,15 +389,6 @@ class ModelStep:
             delivery=delivery,
         )
 
-    def _holder_wait(self, delivery: Delivery) -> float:
-        """Seconds until the holder's lock expires, or the default when unknown."""
-        if delivery.request is None:
-            return buffer_queue.IN_PROGRESS_DEFAULT_WAIT_SECONDS
-        expiry_ms = self._components().persistence.in_progress_expiry_ms(delivery.request)
-        if expiry_ms is None:
-            return buffer_queue.IN_PROGRESS_DEFAULT_WAIT_SECONDS
-        return max(1.0, expiry_ms / 1000 - clock.now() + 1)
-
     def _notify(
         self,
         delivery: Delivery,
@@ -505,3 +497,13 @@ def _dead_letter_queue_refuses(exc: Exception) -> bool:
 
 def _result_code(result: StepResult) -> str | None:
     return result["error_code"] if result["status"] == "dead_lettered" else None
+
+
+def _holder_wait(held: IdempotencyAlreadyInProgressError) -> float:
+    """Seconds until the lock ``held`` met expires (the key's record, its DLQ hand-off's or
+    its result event's: :func:`.persistence.naming_the_holder`), or the default when
+    unknown."""
+    expiry_ms = held.lock_expiry_ms if isinstance(held, LockHeld) else None
+    if expiry_ms is None:
+        return buffer_queue.IN_PROGRESS_DEFAULT_WAIT_SECONDS
+    return max(1.0, expiry_ms / 1000 - clock.now() + 1)

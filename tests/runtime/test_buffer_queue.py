@@ -15,7 +15,16 @@ import pytest
 
 from tests.fakes import Reply
 
-from .conftest import FakeLambdaContext, ShiftedClock, fresh_event, make_event, prospect_detail
+from . import kill_points
+from .conftest import (
+    FakeLambdaContext,
+    ShiftedClock,
+    boto3_session,
+    fresh_event,
+    make_event,
+    prospect_detail,
+)
+from .test_combined_faults import LambdaKilled, run
 
 
 def test_an_sqs_batch_is_answered_with_batch_item_failures(make_step, fake_api, buffer, outcomes):
@@ -291,3 +300,48 @@ def test_x_should_retry_decides_whether_a_rate_limited_row_waits(
     assert message["attributes"]["ERROR_CODE"] == "OverloadedError"
     summary = [(o["status"], o["model_requests"], o["rate_limited"]) for _, o in outcomes.seen]
     assert summary == [("rate_limited", 0, 1), ("dead_lettered", 0, 1)]
+
+
+def test_a_duplicate_waits_for_the_held_hand_off_lock_not_the_keys_expired_one(
+    make_step, fake_api, model_env, buffer, outcomes
+):
+    """Issue 31 (DaySchedules 84): a delivery killed right after its DLQ send leaves the
+    hand-off record's lock held; the key's own record is COMPLETED, its old in-progress
+    deadline long past. A duplicate met the hand-off's lock but waited on the key's
+    record's deadline (one second), so it came back every second until the holder's
+    deadline: over a hundred invocations. It waits for the lock it met."""
+    sends = {"to_dlq": False, "kill": 0}
+
+    def note(params, **_kwargs):
+        sends["to_dlq"] = params.get("QueueUrl") == model_env.queue_url
+
+    def after(**_kwargs):
+        if sends["to_dlq"] and sends["kill"]:
+            sends["kill"] -= 1
+            raise LambdaKilled("killed after the DLQ send")
+
+    hooks = boto3_session().events
+    hooks.register("before-parameter-build.sqs.SendMessage", note)
+    hooks.register("after-call.sqs.SendMessage", after)
+    try:
+        with kill_points.movable_clock() as clock:
+            fake_api.script = [400]
+            step = make_step(on_outcome=outcomes)
+            event = fresh_event()
+            sends["kill"] = 1
+            assert run(step, buffer.batch(event)) == "killed"  # key's lock until +30 s
+            clock.advance(kill_points.PAST_THE_DEADLINE)
+            sends["kill"] = 1
+            assert run(step, buffer.batch(event)) == "killed"  # hand-off's lock: +61 s
+            clock.advance(4)
+            assert step.handle(buffer.batch(event), FakeLambdaContext()) == {
+                "batchItemFailures": []
+            }
+    finally:
+        hooks.unregister("before-parameter-build.sqs.SendMessage", note)
+        hooks.unregister("after-call.sqs.SendMessage", after)
+
+    [copy] = buffer.requeued()
+    assert 25 <= copy["DelaySeconds"] <= 28  # the hand-off holder's deadline, 26 s away
+    assert fake_api.request_count == 1
+    assert outcomes.seen[-1][1]["error_code"] == "IdempotencyAlreadyInProgressError"
