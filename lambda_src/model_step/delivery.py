@@ -60,6 +60,10 @@ class Delivery:
     #: it returns a result that alone carries that answer's spend (see
     #: :meth:`result_not_saved`); None otherwise.
     report_spend: Callable[[], None] | None = None
+    #: The key's stored result, once this delivery wrote or read it: when a hand-off after
+    #: it fails (the DLQ send, the result event), the outcome still reports the key's totals
+    #: it carries, as the successful hand-off's would (issue 31).
+    key_result: Mapping[str, Any] | None = None
 
     def result_not_saved(self, exc: BaseException) -> bool:
         """The delivery raised ``exc`` after its unit of work returned. When saving the result
@@ -93,10 +97,10 @@ class Delivery:
         cost_usd: float | None = 0.0,
     ) -> Outcome:
         """What ``on_outcome`` gets for this delivery: its own cost (``cost_usd``, priced by
-        the caller; default 0.0, no billed request), and the key's totals when its result
-        carries them."""
+        the caller; default 0.0, no billed request), and the key's totals when its result,
+        or the key's stored result it handed off (``key_result``), carries them."""
         billed = self.spend.requests > 0
-        totals: Mapping[str, Any] = result if result is not None else {}
+        totals: Mapping[str, Any] = result if result is not None else (self.key_result or {})
         key_usage = totals.get("key_usage")
         return Outcome(
             status=status,

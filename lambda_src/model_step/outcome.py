@@ -125,7 +125,8 @@ class Outcome(TypedDict):
     key_record_id: str | None
     #: The key's billed requests over ALL its deliveries, killed ones included, from its
     #: stored result: count a key once with these. None until the key has a terminal result
-    #: (and for a result stored before issue 31).
+    #: (and for a result stored before issue 31); also set on a retry whose hand-off of that
+    #: result failed.
     key_model_requests: int | None
     #: The tokens of all the key's billed answers (None as for ``key_model_requests``).
     key_usage: Usage | None

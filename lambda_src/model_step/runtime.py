@@ -369,6 +369,7 @@ class ModelStep:
             dead_key = {**key, "payload": payload}
             result = self._components().work.dead_letter(mismatch, key, dead_key)
             return self._components().work.hand_off_result(result, dead_key, delivery)
+        delivery.key_result = stored
         if stored["status"] == "dead_lettered":
             stored = self._components().work.hand_off_result(stored, dict(key), delivery)
         self._publish_result(stored, request, delivery)

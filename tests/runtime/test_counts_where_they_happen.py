@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from botocore.exceptions import ClientError
 from model_step import RetryableAnswerError
 
 from . import kill_points
-from .conftest import FakeLambdaContext, fresh_event
+from .conftest import FakeLambdaContext, boto3_session, fresh_event
 from .kill_points import PAST_THE_DEADLINE, LambdaKilled
 from .test_combined_faults import emf, metric_total, run
 
@@ -200,3 +201,34 @@ def test_two_hook_failures_on_the_redrive_queue_spend_no_requeue(
     result = step.handle(buffer.batch(json.loads(copy["MessageBody"])), FakeLambdaContext())
     assert result == {"batchItemFailures": []}
     assert fake_api.request_count == 1 and calls[-1] == "completed"
+
+
+def test_a_key_whose_dlq_keeps_refusing_still_reports_its_totals(
+    make_step, fake_api, model_env, buffer, outcomes
+):
+    """The fault lab's case (MoreSchedules 52): three billed 500s, the third stored as the
+    key's dead letter, and a DLQ that refuses every send. The first delivery's hook failed,
+    and no delivery reached a terminal outcome, so a ledger adding up ``model_requests``
+    read 2 of 3. Each retry that read the stored dead letter carries the key's totals."""
+
+    def refuse(params, **_kwargs):
+        if params.get("QueueUrl") == model_env.queue_url:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "kms"}}, "SendMessage")
+
+    hooks = boto3_session().events
+    hooks.register("before-parameter-build.sqs.SendMessage", refuse)
+    try:
+        fake_api.script = [500, 500, 500]
+        step = make_step(on_outcome=outcomes)
+        batch = buffer.batch(fresh_event())
+        for _ in range(4):  # two failures, the third stored but not handed off, a replay
+            assert step.handle(batch, FakeLambdaContext())["batchItemFailures"]
+    finally:
+        hooks.unregister("before-parameter-build.sqs.SendMessage", refuse)
+
+    seen = [outcome for _, outcome in outcomes.seen]
+    assert [o["status"] for o in seen] == ["retry"] * 4
+    assert [o["error_code"] for o in seen[2:]] == ["DeadLetterError"] * 2
+    assert [o["key_model_requests"] for o in seen] == [None, None, 3, 3]
+    assert [o["model_requests"] for o in seen] == [1, 1, 1, 0]
+    assert fake_api.request_count == 3
