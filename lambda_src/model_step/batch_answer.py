@@ -36,7 +36,7 @@ from typing import Any
 from . import clock
 from .batch_staging import exhausted
 from .batch_store import BatchStore, custom_id_of
-from .budget import BudgetState
+from .budget_state import BudgetState
 from .delivery import Delivery
 from .errors import NonRetryableError, RetriesExhaustedError, RetryableAnswerError
 from .key import dead_key_of_life

@@ -29,7 +29,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyVa
 from . import batch_limits
 from .batch_provider import BatchProvider
 from .batch_store import BatchStore, custom_id_of, text
-from .budget import Claim
+from .budget_state import Claim
 from .delivery import Delivery
 from .errors import NonRetryableError, RetriesExhaustedError
 from .step_parts import StepParts

@@ -46,87 +46,15 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
 from . import clock
+from .budget_state import INTERRUPTED, TOKEN_FIELDS, BudgetState, Claim, expired
 from .outcome import Usage, zero_usage
 
 BUDGET_SUFFIX = "#budget"
-INTERRUPTED = "AttemptInterrupted"
-#: The last error of an attempt whose answer was billed and whose result could not be saved:
-#: its requests and tokens are kept here instead (``Delivery.result_not_saved``).
-RESULT_NOT_SAVED = "ResultNotSaved"
-#: The token counts an item keeps, as :class:`~.outcome.Usage` names them.
-TOKEN_FIELDS = tuple(Usage.__annotations__)
-
-
-@dataclass(frozen=True)
-class BudgetState:
-    """The budget item as read or written."""
-
-    attempts: int = 0
-    first_seen: float | None = None
-    interrupted: bool = False
-    last_error: str | None = None
-    rate_limited: int = 0
-    requeues: int = 0
-    #: The token of the claim that never reported back (``interrupted``), if any.
-    pending: str | None = None
-    #: Claimed attempts the provider did not bill.
-    unbilled: int = 0
-    #: Tokens of billed answers that were retried.
-    usage: Usage = field(default_factory=zero_usage)
-    #: What those answers cost, in billionths of a US dollar at the prices they were billed
-    #: at (issue 32; 0 without a price).
-    cost_nanousd: int = 0
-
-    @property
-    def billed_requests(self) -> int:
-        """The key's billed requests so far: claimed attempts less the unbilled ones."""
-        return max(0, self.attempts - self.unbilled)
-
-    @property
-    def exhaustion_code(self) -> str:
-        """The code of a used-up budget: the last attempt's failure."""
-        if self.interrupted or not self.last_error:
-            return INTERRUPTED
-        return self.last_error
-
-    def age_seconds(self, now: float) -> float:
-        """Seconds since the step first saw the row (0 when it never did)."""
-        return 0.0 if self.first_seen is None else max(0.0, now - self.first_seen)
-
-    @classmethod
-    def from_item(cls, item: dict[str, Any] | None, now: float | None = None) -> BudgetState:
-        """The state an item holds; an item past its ``expiration`` holds none."""
-        item = item or {}
-        if _expired(item, clock.now() if now is None else now):
-            return cls()
-        return cls(
-            attempts=_number(item.get("attempts")),
-            first_seen=float(item["first_seen"]["N"]) if "first_seen" in item else None,
-            interrupted="pending" in item,
-            last_error=item.get("last_error", {}).get("S"),
-            rate_limited=_number(item.get("rate_limited")),
-            requeues=_number(item.get("requeues")),
-            pending=item.get("pending", {}).get("S"),
-            unbilled=_number(item.get("unbilled")),
-            usage=_usage(item),
-            cost_nanousd=_number(item.get("cost_nanousd")),
-        )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The answer to :meth:`AttemptBudget.claim`."""
-
-    granted: bool
-    #: Granted: the state after the claim (``attempts`` includes it; ``interrupted`` says
-    #: whether the previous attempt never reported back). Denied: the state found.
-    state: BudgetState
 
 
 class AttemptBudget:
@@ -176,7 +104,12 @@ class AttemptBudget:
                     "SET #pending = :token, #first = if_not_exists(#first, :first), "
                     "#exp = :exp ADD #attempts :one"
                 ),
-                ConditionExpression="attribute_not_exists(#attempts) OR #attempts < :limit",
+                # Never on an expired item: an ADD would revive its old count with a new
+                # expiration, and if this answer were lost, nobody would restart it.
+                ConditionExpression=(
+                    "attribute_not_exists(#attempts) OR (#attempts < :limit AND "
+                    "(attribute_not_exists(#exp) OR #exp >= :now))"
+                ),
                 ExpressionAttributeNames={
                     "#pending": "pending",
                     "#first": "first_seen",
@@ -189,6 +122,7 @@ class AttemptBudget:
                     ":exp": self._expiry(now),
                     ":one": {"N": "1"},
                     ":limit": {"N": str(self.limit)},
+                    ":now": {"N": _n(now)},
                 },
                 ReturnValues="ALL_OLD",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -197,15 +131,11 @@ class AttemptBudget:
             if _code(error) != "ConditionalCheckFailedException":
                 raise
             found: dict[str, Any] | None = error.response.get("Item")
-            if found and _expired(found, now):
-                self._restart(now)  # a spent budget of an expired record: a new lifetime
+            if found and expired(found, now):
+                self._restart(now)  # an expired item, spent or not: a new lifetime
                 return self.claim()
             return Claim(False, BudgetState.from_item(found, now))
-        old_item = response.get("Attributes") or {}
-        if _expired(old_item, now):
-            self._restart(now, attempts=1, token=token)
-            old_item = {}
-        old = BudgetState.from_item(old_item, now)
+        old = BudgetState.from_item(response.get("Attributes"), now)
         self._token = token
         first = old.first_seen if old.first_seen is not None else float(self._start(now))
         return Claim(True, dataclasses.replace(old, attempts=old.attempts + 1, first_seen=first))
@@ -268,7 +198,7 @@ class AttemptBudget:
         ``on_outcome``) is not another requeue."""
         now = clock.now()
         current = self._client.get_item(TableName=self._table, Key=self._key, ConsistentRead=True)
-        if _expired(current.get("Item") or {}, now):
+        if expired(current.get("Item") or {}, now):
             self._restart(now)
         try:
             response = self._client.update_item(
@@ -356,17 +286,15 @@ class AttemptBudget:
             return True
         return False  # not reached: the second attempt returns or raises
 
-    def _restart(self, now: float, *, attempts: int = 0, token: str | None = None) -> None:
-        """Start an expired item's lifetime again: only the fields a new claim sets, from the
-        key's first-seen time when a copy carried it."""
+    def _restart(self, now: float) -> None:
+        """Start an expired item's lifetime again, with no attempt spent, from the key's
+        first-seen time when a copy carried it."""
         item: dict[str, Any] = {
             **self._key,
-            "attempts": {"N": str(attempts)},
+            "attempts": {"N": "0"},
             "first_seen": {"N": self._start(now)},
             "expiration": self._expiry(now),
         }
-        if token is not None:
-            item["pending"] = {"S": token}
         self._client.put_item(TableName=self._table, Item=item)
 
     def _update(
@@ -394,24 +322,6 @@ class AttemptBudget:
             ReturnValues="ALL_NEW" if returns else "NONE",
         )
         return BudgetState.from_item(response.get("Attributes"))
-
-
-def _expired(item: dict[str, Any], now: float) -> bool:
-    expiration = item.get("expiration", {}).get("N")
-    return expiration is not None and float(expiration) < now
-
-
-def _usage(item: dict[str, Any]) -> Usage:
-    return Usage(
-        input_tokens=_number(item.get("input_tokens")),
-        output_tokens=_number(item.get("output_tokens")),
-        cache_creation_input_tokens=_number(item.get("cache_creation_input_tokens")),
-        cache_read_input_tokens=_number(item.get("cache_read_input_tokens")),
-    )
-
-
-def _number(attribute: dict[str, str] | None) -> int:
-    return int(float(attribute["N"])) if attribute and "N" in attribute else 0
 
 
 def _n(value: float) -> str:

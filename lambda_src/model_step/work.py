@@ -20,7 +20,8 @@ from typing import Any
 from . import buffer_queue, clock
 from .batch_staging import StagedDeadLetter
 from .batch_staging import exhausted as _exhausted
-from .budget import RESULT_NOT_SAVED, AttemptBudget, BudgetState, Claim
+from .budget import AttemptBudget
+from .budget_state import RESULT_NOT_SAVED, BudgetState, Claim
 from .config import Settings
 from .dead_letter import truncate
 from .delivery import Delivery, Wait

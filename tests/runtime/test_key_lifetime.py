@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.faults.harness import MovableClock
 
-from .conftest import TABLE, FakeLambdaContext, fresh_event
+from .conftest import TABLE, FakeLambdaContext, boto3_session, fresh_event
 
 HOUR = 3_600
 
@@ -140,3 +141,49 @@ def test_a_lost_budget_item_restarts_from_the_stamped_first_seen(
     [budget] = model_env.budgets().values()
     assert float(budget["first_seen"]["N"]) == pytest.approx(stamped, abs=0.01)
     assert fake_api.request_count == 2
+
+
+def test_a_lost_claim_on_an_expired_budget_never_revives_its_old_count(
+    make_step, fake_api, model_env, buffer, clock, monkeypatch
+):
+    """Issue 31 (DaySchedules 101): the key's memory expired and the row came back (a new
+    life). Its first claim was an ADD on the expired item, applied with a new expiration but
+    its answer lost: the old life's attempts came back to life, and the new life was
+    dead-lettered having had one request of its three. A claim now never writes an expired
+    item; it starts the item again first."""
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "600")
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", "25800")
+    lost = {"left": 0}
+
+    def keep(params, context, **_kwargs):
+        context["test.params"] = params
+
+    def after(http_response, context, **_kwargs):
+        expression = str((context.get("test.params") or {}).get("UpdateExpression") or "")
+        if lost["left"] and http_response.status_code == 200 and "ADD #attempts :one" in expression:
+            lost["left"] = 0
+            error = {"Error": {"Code": "RequestTimeout", "Message": "answer lost"}}
+            raise ClientError(error, "UpdateItem")
+
+    # Before the step makes its client: botocore copies a session's handlers into each one.
+    hooks = boto3_session().events
+    hooks.register("before-parameter-build.dynamodb.UpdateItem", keep)
+    hooks.register("after-call.dynamodb.UpdateItem", after)
+    try:
+        fake_api.script = [200, 500, 500]
+        step = make_step()
+        event = fresh_event()
+        assert _deliver(step, buffer, event) == {"batchItemFailures": []}  # life 0: 1 attempt
+        clock.advance(25_801)  # the key's record and budget are past their expiration
+        lost["left"] = 1
+        for _ in range(4):
+            _deliver(step, buffer, event)
+    finally:
+        hooks.unregister("before-parameter-build.dynamodb.UpdateItem", keep)
+        hooks.unregister("after-call.dynamodb.UpdateItem", after)
+
+    assert lost["left"] == 0
+    # Life 1: the lost claim (spent, never sent), then two billed 500s: its budget of 3.
+    assert fake_api.request_count == 1 + 2
+    [message] = model_env.dead_letters()
+    assert message["attributes"]["ERROR_CODE"] == "InternalServerError"
