@@ -22,3 +22,30 @@ def test_the_step_s_init_checks_props_and_delegates_in_at_most_100_lines() -> No
                    "__init__")  # fmt: skip
     assert init.end_lineno is not None
     assert init.end_lineno - init.lineno + 1 <= MAX_INIT_LINES
+
+
+#: The longest a runtime module may be, and a runtime function (issue 35).
+MAX_RUNTIME_MODULE_LINES = 400
+MAX_RUNTIME_FUNCTION_LINES = 60
+RUNTIME = ROOT / "lambda_src" / "model_step"
+
+
+def test_no_runtime_module_is_over_400_lines() -> None:
+    long = {
+        path.name: length
+        for path in sorted(RUNTIME.glob("*.py"))
+        if (length := len(path.read_text(encoding="utf-8").splitlines())) > MAX_RUNTIME_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_no_runtime_function_is_over_60_lines() -> None:
+    long = {}
+    for path in sorted(RUNTIME.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_RUNTIME_FUNCTION_LINES:
+                    long[f"{path.name}:{node.name}"] = length
+    assert long == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -77,15 +78,8 @@ class StepComponents:
             expires_after_seconds=settings.expires_after_seconds,
         )
         self.persistence = self._persistence(self.idempotency_config, settings.record_prefix)
-        self.complete = naming_the_holder(
-            idempotent_function(
-                self.work.complete,
-                data_keyword_argument="request",
-                persistence_store=self.persistence,
-                config=self.idempotency_config,
-                key_prefix=settings.record_prefix,
-            ),
-            self.persistence,
+        self.complete = _idempotent(
+            self.work.complete, self.persistence, self.idempotency_config, settings.record_prefix
         )
         # The DLQ hand-off has its own record (and persistence object: Powertools keeps the
         # prefix on it), keyed on the dead-lettered record's key; no payload validation.
@@ -96,15 +90,8 @@ class StepComponents:
         )
         hand_off_prefix = settings.record_prefix + DEAD_LETTER_SUFFIX
         self.hand_off_persistence = self._persistence(self.dead_letter_config, hand_off_prefix)
-        self.hand_off = naming_the_holder(
-            idempotent_function(
-                self.work.hand_off,
-                data_keyword_argument="request",
-                persistence_store=self.hand_off_persistence,
-                config=self.dead_letter_config,
-                key_prefix=hand_off_prefix,
-            ),
-            self.hand_off_persistence,
+        self.hand_off = _idempotent(
+            self.work.hand_off, self.hand_off_persistence, self.dead_letter_config, hand_off_prefix
         )
         self.model_call = ModelCall(
             settings,
@@ -152,15 +139,11 @@ class StepComponents:
         )
         prefix = settings.record_prefix + RESULT_EVENT_SUFFIX
         self.result_event_persistence = self._persistence(self.result_event_config, prefix)
-        self.publish_result = naming_the_holder(
-            idempotent_function(
-                self.result_hand_off.publish,
-                data_keyword_argument="request",
-                persistence_store=self.result_event_persistence,
-                config=self.result_event_config,
-                key_prefix=prefix,
-            ),
+        self.publish_result = _idempotent(
+            self.result_hand_off.publish,
             self.result_event_persistence,
+            self.result_event_config,
+            prefix,
         )
 
     def _persistence(
@@ -234,3 +217,23 @@ class StepComponents:
         """The stable id of the dead letter of ``dead_key`` (sha256 of its hand-off record)."""
         record_id = self.hand_off_persistence.record_id({"key": dead_key})
         return hashlib.sha256(record_id.encode()).hexdigest()
+
+
+def _idempotent(
+    function: Callable[..., Any],
+    persistence: ReleasingDynamoDBPersistenceLayer,
+    config: IdempotencyConfig,
+    prefix: str,
+) -> Callable[..., Any]:
+    """``function`` under Powertools' ``idempotent_function`` (its data in ``request=``),
+    raising :class:`~.persistence.LockHeld` for a held record."""
+    return naming_the_holder(
+        idempotent_function(
+            function,
+            data_keyword_argument="request",
+            persistence_store=persistence,
+            config=config,
+            key_prefix=prefix,
+        ),
+        persistence,
+    )

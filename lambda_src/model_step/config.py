@@ -107,17 +107,8 @@ class Settings:
         Raises ``ConfigurationError`` naming the first missing or invalid variable.
         """
         env = os.environ if environ is None else environ
-        key_expression = _required(env, env_names.IDEMPOTENCY_KEY)
-        try:
-            # Compile now so a typo fails the first invocation loudly, not silently per event.
-            jmespath.compile(key_expression)
-        except JMESPathError as exc:
-            raise ConfigurationError(f"IDEMPOTENCY_KEY is not valid JMESPath: {exc}") from exc
-
-        provider = env.get(env_names.MODEL_PROVIDER, "anthropic").strip().lower() or "anthropic"
-        if provider not in PROVIDERS:
-            raise ConfigurationError(f"MODEL_PROVIDER must be one of {PROVIDERS}, got {provider!r}")
-
+        key_expression = _key_expression(env)
+        provider = _provider(env)
         settings = cls(
             idempotency_table_name=_required(env, env_names.IDEMPOTENCY_TABLE_NAME),
             dead_letter_queue_url=_required(env, env_names.DEAD_LETTER_QUEUE_URL),
@@ -274,6 +265,25 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     if raw == "true":
         return True
     raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
+
+
+def _key_expression(env: Mapping[str, str]) -> str:
+    """``IDEMPOTENCY_KEY``, compiled now so a typo fails the first invocation loudly, not
+    silently per event."""
+    key_expression = _required(env, env_names.IDEMPOTENCY_KEY)
+    try:
+        jmespath.compile(key_expression)
+    except JMESPathError as exc:
+        raise ConfigurationError(f"IDEMPOTENCY_KEY is not valid JMESPath: {exc}") from exc
+    return key_expression
+
+
+def _provider(env: Mapping[str, str]) -> str:
+    """``MODEL_PROVIDER``, one of :data:`PROVIDERS` (default ``anthropic``)."""
+    provider = env.get(env_names.MODEL_PROVIDER, "anthropic").strip().lower() or "anthropic"
+    if provider not in PROVIDERS:
+        raise ConfigurationError(f"MODEL_PROVIDER must be one of {PROVIDERS}, got {provider!r}")
+    return provider
 
 
 def _required(env: Mapping[str, str], name: str) -> str:

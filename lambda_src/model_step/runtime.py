@@ -24,7 +24,6 @@ buffer-queue path (:mod:`.buffer_queue`) owns retry timing there.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -33,30 +32,18 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
-    IdempotencyValidationError,
 )
 
-from . import batch, buffer_queue, clock, lifetime
+from . import batch, buffer_queue, clock, delivery_flow, lifetime
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
-from .dead_letter import PAYLOAD_OMITTED
 from .delivery import IN_PROGRESS_ERROR, Delivery, Wait
 from .delivery_log import DeliveryLog
 from .errors import (
     DeadLetterError,
-    NonRetryableError,
-    PayloadMismatchError,
-    ResultEventUndeliverableError,
 )
 from .hand_off_item import MAX_HAND_OFF_FAILURES
-from .key import (
-    canonical,
-    dead_letter_marker,
-    extract_business_key,
-    record_key,
-    split_replay_generation,
-)
 from .model_call import (
     BuildUserMessage,
     ParseAnswer,
@@ -78,8 +65,6 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 __all__ = ["ModelStep", "default_user_message", "model_timeout", "request_fingerprint"]
-
-RESULT_EVENT_UNDELIVERABLE = ResultEventUndeliverableError.error_code
 
 OnOutcome = Callable[[Mapping[str, Any], Outcome], None]
 
@@ -193,7 +178,7 @@ class ModelStep:
             return self._stage_direct(event, context)
         delivery = self._new_delivery(event, context, None)
         try:
-            result = self._deliver(delivery)
+            result = delivery_flow.deliver(self._components(), delivery)
         except Exception as exc:
             status: DeliveryStatus = "rate_limited" if delivery.spend.rate_limited else "retry"
             try:
@@ -242,7 +227,7 @@ class ModelStep:
         queue = QueueDelivery.from_record(record, parts.settings.redrive_queue_arn)
         delivery = self._new_delivery(event, context, queue)
         try:
-            result = self._deliver(delivery)
+            result = delivery_flow.deliver(self._components(), delivery)
         except batch.Staged as staged:
             # Message Batches delivery (issue 19): the key waits in a batch; the message is
             # deleted once the invocation's submission is written (_flush_staged).
@@ -285,111 +270,6 @@ class ModelStep:
         parts.register_context(context)
         return Delivery(event, context, DeliveryLog(parts.settings, parts.logger, context), queue)
 
-    def _deliver(self, delivery: Delivery) -> StepResult:
-        """Logs and metrics around :meth:`_process`; returns its result or raises."""
-        log = delivery.log
-        try:
-            result = self._process(delivery)
-        except (batch.Staged, batch.BatchResubmit) as waiting:
-            # Message Batches delivery (issue 19): no request now; the key waits in a batch.
-            log.spent(delivery.spend)
-            log.batched(getattr(waiting, "error_code", "Staged"))
-            log.flush()
-            raise
-        except IdempotencyAlreadyInProgressError:
-            log.in_progress()
-            log.flush()
-            raise
-        except Wait as wait:
-            log.spent(delivery.spend)
-            status = "requeued" if wait.code == "Requeued" else wait.status
-            log.waiting(status, wait.code, 0, counted=wait.counted)
-            log.flush()
-            raise
-        except Exception as exc:
-            delivery.result_not_saved(exc)
-            log.spent(delivery.spend)
-            log.transient(error_code(exc), getattr(exc, "request_id", None))
-            log.flush()
-            raise
-        log.spent(delivery.spend)
-        log.finished(
-            result,
-            replayed=delivery.replayed,
-            sent=delivery.sent_dead_letter,
-            counted=delivery.counted_dead_letter,
-        )
-        log.flush()
-        return result
-
-    def _process(self, delivery: Delivery) -> StepResult:
-        parts = self._components()
-        settings = parts.settings
-        event = delivery.event
-        raw_detail = event.get("detail")
-        marker = dead_letter_marker(event)
-        redrive_of = None if marker is None else str(marker["id"])
-        try:
-            detail, generation = split_replay_generation(
-                canonical(raw_detail) if isinstance(raw_detail, dict) else {}
-            )
-            business_key = extract_business_key(detail, settings.idempotency_key)
-        except NonRetryableError as error:
-            # No record can hold this outcome; the hand-off is keyed on the event id instead.
-            dead_key = {"event_id": event.get("id"), "error_code": error.error_code}
-            if redrive_of is not None:
-                dead_key["redrive_of"] = redrive_of
-            result = self._components().work.dead_letter(error, None, dead_key)
-            return self._components().work.hand_off_result(result, dead_key, delivery)
-        if marker is not None and marker.get("error_code") == RESULT_EVENT_UNDELIVERABLE:
-            # An operator's redrive of a result event the bus refused: republish, never ask.
-            return parts.result_hand_off.republish(marker, business_key, delivery)
-        key = record_key(
-            business_key,
-            prompt_version=settings.prompt_version,
-            model_id=settings.model_id,
-            fingerprint=parts.fingerprint,
-            replay_generation=generation,
-            redrive_of=redrive_of,
-        )
-        request: dict[str, Any] = {"key": key, "detail": detail}
-        delivery.request = request
-        delivery.record_id = parts.persistence.record_id(request)
-        # The record id, never the key's parts: a part can be row data (an email), and
-        # every log line of the delivery carries these fields.
-        delivery.log.fields["record_id"] = delivery.record_id
-        delivery.first_seen = lifetime.stamped_first_seen(event, delivery.record_id)
-        if marker is not None and PAYLOAD_OMITTED in marker:
-            return parts.work.refuse_cut_payload(key, delivery)
-        try:
-            stored: StepResult = parts.complete(request=request, delivery=delivery)
-        except IdempotencyValidationError as exc:
-            mismatch = PayloadMismatchError(f"same idempotency key, different payload: {exc}")
-            payload = hashlib.sha256(default_user_message(detail).encode()).hexdigest()
-            dead_key = {**key, "payload": payload}
-            result = self._components().work.dead_letter(mismatch, key, dead_key)
-            return self._components().work.hand_off_result(result, dead_key, delivery)
-        delivery.key_result = stored
-        if stored["status"] == "dead_lettered":
-            stored = self._components().work.hand_off_result(stored, dict(key), delivery)
-        self._publish_result(stored, request, delivery)
-        return stored
-
-    def _publish_result(
-        self, result: StepResult, request: dict[str, Any], delivery: Delivery
-    ) -> None:
-        """The key's terminal result on the result bus, once per record key (its own hand-off
-        record): a duplicate replays the hand-off, an operator's retry is a new key. Keyless
-        events and payload mismatches have no outcome of a key, so they publish nothing."""
-        parts = self._components()
-        if parts.result_events is None:
-            return
-        record_id = delivery.record_id or parts.persistence.record_id(request)
-        parts.publish_result(
-            request={"key": request["key"], "result": result, "record_id": record_id},
-            delivery=delivery,
-        )
-
     def _notify(
         self,
         delivery: Delivery,
@@ -427,7 +307,7 @@ class ModelStep:
         (or answered from its stored record)."""
         delivery = self._new_delivery(event, context, None)
         try:
-            result = self._deliver(delivery)
+            result = delivery_flow.deliver(self._components(), delivery)
         except batch.Staged as staged:
             parts = self._components()
             assert parts.batch is not None
@@ -477,7 +357,7 @@ class ModelStep:
             delivery.spend.requests = 1
             delivery.spend.usage = usage_of(answer.message.usage)
         try:
-            result = self._deliver(delivery)
+            result = delivery_flow.deliver(self._components(), delivery)
         except batch.BatchResubmit:
             return None
         self._notify(delivery, result["status"], result, _result_code(result))
