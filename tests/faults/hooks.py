@@ -8,7 +8,9 @@ at the generic event name, so the lab decides in one place and in one order (a m
 handler would run first, and could answer before the lab's kill point).
 
 Every model request passes the HTTP transport: a hook point before it is sent, the send's
-tag, a hook point after it was answered.
+tag, a hook point after it was answered, and the send marked ``answered`` once the runtime
+read its whole body (a client that gave up first, at its wall-clock deadline on a loaded
+machine, cannot know what the answer was).
 """
 
 from __future__ import annotations
@@ -21,8 +23,24 @@ import httpx2
 
 from .harness import LabWorld
 from .lab import AWS_SERVICES
+from .observed import Send
 
 _PARAMS = "fault-lab.params"
+
+
+class _Answered(httpx2.SyncByteStream):
+    """An answer's body that marks its send ``answered`` when read to the end."""
+
+    def __init__(self, inner: Any, send: Send) -> None:
+        self._inner = inner
+        self._send = send
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._inner
+        self._send.answered = True
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 @contextlib.contextmanager
@@ -55,10 +73,13 @@ def installed_hooks(world: LabWorld) -> Iterator[None]:
 
     def handle_request(transport: httpx2.HTTPTransport, request: httpx2.Request) -> Any:
         lab = world.lab
+        send = None
         if lab is not None:
             lab.model_point("before")
-            lab.on_send(request.headers)
+            send = lab.on_send(request.headers)
         response = real(transport, request)
+        if send is not None:
+            response.stream = _Answered(response.stream, send)
         if lab is not None:
             lab.model_point("after")
         return response

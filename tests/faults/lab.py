@@ -330,9 +330,12 @@ class FaultLab:
             # (a claim whose answer was lost), before it could tell. Nobody can tell this
             # attempt from one whose request was sent and lost, so a count may include it.
             record.unsent_claims += 1
+        for send in state.unreported:
+            # Sent, and its invocation never wrote what became of it: killed, or the write
+            # failed (the next delivery finds the claim pending, as after a kill).
+            send.interrupted = killed
+            send.unrecorded = not killed
         if killed:
-            for send in state.unreported:
-                send.interrupted = True
             return True
         return bool(response["batchItemFailures"])
 
@@ -454,10 +457,11 @@ class FaultLab:
             return
         record = self.record(state.life)
         if status < 300 and operation in WRITES:
-            for send in state.unreported:
-                send.reported = True
-            state.unreported.clear()
             key = (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
+            if _records_send(operation, key, state.record_id):
+                for send in state.unreported:
+                    send.reported = True
+                state.unreported.clear()
             if key is not None and state.record_id is not None:
                 if key == state.record_id + BUDGET_SUFFIX:
                     state.claimed_unsent = _claims(operation, params, state.claimed_unsent)
@@ -501,14 +505,14 @@ class FaultLab:
                 operation,
             )
 
-    def on_send(self, headers: Any) -> None:
+    def on_send(self, headers: Any) -> Send | None:
         """Called in the invocation's thread as the runtime sends a model request: tag it with
-        its send, and note it if the key's result is already stored. Both are decided here,
-        not when the server reads it: on a loaded machine the server can read a request
-        after the client gave up on it and the lab moved on to the next poll."""
+        its send (returned), and note it if the key's result is already stored. Both are
+        decided here, not when the server reads it: on a loaded machine the server can read a
+        request after the client gave up on it and the lab moved on to the next poll."""
         state = self.poll_state
         if state is None:
-            return
+            return None
         state.claimed_unsent = False
         send = Send(state.life, state.fault.api)
         number = str(len(self.world.sent) + 1)
@@ -525,6 +529,7 @@ class FaultLab:
                 f"sent at +{self.clock.now() - self.started_at:.0f} s, after a result stored "
                 f"at {stored.get('completed_at')} ({stored.get('status')}), fault {state.fault}"
             )
+        return send
 
     def _on_outcome(self, event: Mapping[str, Any], outcome: Mapping[str, Any]) -> None:
         state = self.poll_state
@@ -575,6 +580,16 @@ def _moto_view(message: Any) -> dict[str, Any]:
             for name, value in (message.message_attributes or {}).items()
         },
     }
+
+
+def _records_send(operation: str, key: str | None, record_id: str | None) -> bool:
+    """Whether a write records what became of the invocation's sent request: any write of the
+    budget item (a report, a give-back, a settle), or the idempotency record's update that
+    saves a result. Powertools' own writes around it (the in-progress ``PutItem``, the
+    ``DeleteItem`` when the handler raised) record nothing about the request."""
+    if key is None or record_id is None:
+        return False
+    return key == record_id + BUDGET_SUFFIX or (key == record_id and operation == "UpdateItem")
 
 
 def _claims(operation: str, params: Mapping[str, Any], claimed: bool) -> bool:

@@ -59,6 +59,12 @@ class Send:
     billed: bool = False  # the fake read it and bills this answer
     reported: bool = False  # a DynamoDB write followed it in its invocation
     interrupted: bool = False  # its invocation was killed before that write
+    #: Its invocation ended without that write (the write failed): as unknown to the runtime
+    #: as an interrupted one.
+    unrecorded: bool = False
+    #: The runtime's client read the whole answer (False: it gave up first, at a wall-clock
+    #: deadline on a loaded machine, and cannot know whether it was billed).
+    answered: bool = False
     tokens: bool = False  # a complete 200: it billed INPUT_TOKENS / OUTPUT_TOKENS
 
 
@@ -106,15 +112,24 @@ class LifeRecord:
 
     @property
     def uncertain(self) -> int:
-        """Attempts the runtime cannot know were billed: interrupted before they reported
-        back, yet not billed (a rate limit, or never sent). A count may include them."""
-        lost = sum(1 for send in self.sends if send.interrupted and not send.billed)
+        """Attempts the runtime cannot know were billed, yet not billed (a rate limit, or never
+        read): interrupted before they reported back, whose report failed, or whose answer
+        the client gave up on. A count may include them."""
+        lost = sum(
+            1
+            for send in self.sends
+            if (send.interrupted or send.unrecorded or not send.answered) and not send.billed
+        )
         return lost + self.unsent_claims
 
     def tokens(self, *, reported_only: bool) -> int:
-        """Billed 200 answers (each bills the fakes' fixed usage)."""
+        """Billed 200 answers (each bills the fakes' fixed usage); ``reported_only``: those
+        the runtime read to the end and reported (one it gave up on, at its wall-clock
+        deadline on a loaded machine, was billed with tokens it never saw)."""
         return sum(
-            1 for s in self.sends if s.billed and s.tokens and (s.reported or not reported_only)
+            1
+            for s in self.sends
+            if s.billed and s.tokens and ((s.reported and s.answered) or not reported_only)
         )
 
     @property
