@@ -124,9 +124,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "F2-result-published-by-every-delivery",
-        "runtime.py",
-        "        parts.publish_result(\n",
-        "        parts.work.publish_result(  # mutant: no hand-off record\n",
+        "delivery_flow.py",
+        "    parts.publish_result(\n",
+        "    parts.work.publish_result(  # mutant: no hand-off record\n",
         "F2: every delivery, replays included, publishes the key's result event again",
     ),
     Mutant(
@@ -198,6 +198,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "        integral = _integral(decimal.Decimal(repr(value)))\n",
         "        integral = None  # mutant: a float keeps its form\n",
         "F7: 1.0 and 1 (1e30 and 10**30) are two keys",
+    ),
+    Mutant(
+        "F2-holder-wait-on-another-lock",
+        "persistence.py",
+        "            raise LockHeld(str(exc), expiry) from exc\n",
+        "            raise LockHeld(str(exc), 0) from exc  # mutant: another record's deadline\n",
+        "F2: a duplicate that met a held hand-off waits on its key's long-expired lock: back "
+        "every second until the holder's deadline",
+    ),
+    Mutant(
+        "F5-failed-hand-off-drops-key-totals",
+        "delivery.py",
+        "else (self.key_result or {})",
+        "else {}",
+        "F5: a key whose DLQ keeps refusing reports only its deliveries' own requests, and one "
+        "whose hook failed is lost",
+    ),
+    Mutant(
+        "F1-claim-revives-expired-count",
+        "budget.py",
+        '                    "(attribute_not_exists(#exp) OR #exp >= :now))"\n',
+        '                    "(attribute_not_exists(#exp) OR #exp >= :now OR :now > #exp))"\n',
+        "F1: a claim on an expired budget item whose answer is lost revives the old life's "
+        "attempts",
     ),
 )
 
