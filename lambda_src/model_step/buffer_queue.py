@@ -170,12 +170,16 @@ class BufferQueue:
     def space_retry(self, queue: QueueDelivery, attempts_spent: int) -> None:
         """Space the next transient retry of a buffered row like Lambda async (1 min, then
         2 min). Best effort: if it fails, the queue's visibility timeout applies."""
-        seconds = min(MAX_VISIBILITY_SECONDS, RETRY_SPACING_SECONDS * max(1, attempts_spent))
+        self.hold(queue, RETRY_SPACING_SECONDS * max(1, attempts_spent))
+
+    def hold(self, queue: QueueDelivery, seconds: int) -> None:
+        """Keep a buffered record invisible ``seconds`` (at most 12 hours) before its next
+        receive. Best effort: if it fails, the queue's visibility timeout applies."""
         try:
             self._sqs_client().change_message_visibility(
                 QueueUrl=self._url(queue),
                 ReceiptHandle=queue.receipt_handle,
-                VisibilityTimeout=seconds,
+                VisibilityTimeout=min(MAX_VISIBILITY_SECONDS, seconds),
             )
         except Exception:
             logger.exception("could not delay the retry")

@@ -12,6 +12,7 @@ import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
+from . import misconfiguration
 from .batch import BatchDelivery
 from .budget import AttemptBudget
 from .buffer_queue import BufferQueue
@@ -163,7 +164,9 @@ class StepComponents:
             if service_name not in self._clients:
                 session = self._session or shared_session()
                 config = CLIENT_CONFIG if service_name in CLIENT_SERVICES else None
-                self._clients[service_name] = session.client(service_name, config=config)
+                client = session.client(service_name, config=config)
+                # Each call named, so a refused one is logged with its action and resource.
+                self._clients[service_name] = misconfiguration.watch(client)
             return self._clients[service_name]
 
     def register_context(self, context: Any) -> None:

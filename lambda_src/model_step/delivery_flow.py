@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 
-from . import batch, lifetime
+from . import batch, lifetime, misconfiguration
 from .components import StepComponents
 from .dead_letter import PAYLOAD_OMITTED
 from .delivery import Delivery, Wait
@@ -60,7 +60,11 @@ def deliver(parts: StepComponents, delivery: Delivery) -> StepResult:
     except Exception as exc:
         delivery.result_not_saved(exc)
         log.spent(delivery.spend)
-        log.transient(error_code(exc), getattr(exc, "request_id", None))
+        denied = misconfiguration.denied_call(exc)
+        if denied is None:
+            log.transient(error_code(exc), getattr(exc, "request_id", None))
+        else:  # issue 36: the deployment, not the row; logged once per container
+            log.configuration_error(denied, first=misconfiguration.first_report(denied))
         log.flush()
         raise
     log.spent(delivery.spend)

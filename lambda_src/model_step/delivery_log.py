@@ -11,9 +11,10 @@ never reported back: a kill, timeout or out-of-memory after its request was sent
 ``NonRetryableFailures`` (once per dead-lettered key, however many DLQ messages it took) and
 ``RowsRequeued`` (a row the buffer queue gave up on, put back with budget left, once per
 redrive message), ``RowsStaged`` (batch delivery: a row staged for a Message Batch, or
-found staged) and ``ResultEventsUncertain`` (a key's result event that an earlier delivery
+found staged), ``ResultEventsUncertain`` (a key's result event that an earlier delivery
 was about to publish and never recorded: it may or may not be on the bus, and is not
-published again).
+published again) and ``ConfigurationErrors`` (a delivery refused by the step's own table,
+queue or secret: :mod:`.misconfiguration`).
 
 What is spent is written where it is spent, not at the end of the delivery, which a killed
 one never reaches: ``ModelRequests``, ``RateLimited`` and the token counts right after the
@@ -35,6 +36,7 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from .config import Settings
+from .misconfiguration import DeniedCall
 from .model_call import Spend
 from .outcome import StepResult
 
@@ -165,6 +167,26 @@ class DeliveryLog:
         self._logger.warning(
             "transient failure; raising so the delivery is retried",
             extra={**self.fields, "outcome": "retry", "error_type": code, "request_id": request_id},
+        )
+
+    def configuration_error(self, call: DeniedCall, *, first: bool) -> None:
+        """The deployment refused a call of the step (:mod:`.misconfiguration`): counted on
+        every delivery, logged (ERROR) only when ``first`` in this container for its action
+        and resource. The row is left to be retried; nothing is stored for its key."""
+        self._count("ConfigurationErrors")
+        if not first:
+            return
+        self._logger.error(
+            f"configuration error: the step may not call {call.action} on {call.resource} "
+            f"({call.code}); the row is left to be retried once the deployment is fixed "
+            "(logged once per container)",
+            extra={
+                **self.fields,
+                "outcome": "configuration_error",
+                "error_type": call.code,
+                "action": call.action,
+                "resource": call.resource,
+            },
         )
 
     def finished(

@@ -34,7 +34,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
 
-from . import batch, buffer_queue, clock, delivery_flow, lifetime
+from . import batch, buffer_queue, clock, delivery_flow, lifetime, misconfiguration
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
@@ -248,6 +248,10 @@ class ModelStep:
             return
         except Exception as exc:
             self._notify(delivery, "retry", None, error_code(exc))
+            if misconfiguration.waits_for_the_fix(exc):  # issue 36: waits, never spins
+                if queue.source == "buffer":
+                    parts.buffer.hold(queue, misconfiguration.CONFIGURATION_RETRY_SECONDS)
+                raise
             if queue.source == "redrive" and not _dead_letter_queue_refuses(exc):
                 # Receives are scarce here and plenty on the buffer queue: the row goes back
                 # there (a stored result replays, a failed hand-off is sent again). Not when

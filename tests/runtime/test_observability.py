@@ -78,9 +78,10 @@ def test_non_retryable_failures_counted_only_once_the_dead_letter_is_sent(
     make_step().handle(make_event(), FakeLambdaContext())
     make_step().handle(make_event(), FakeLambdaContext())
 
+    # A DLQ that does not exist is the deployment's fault, not a blip (issue 36).
     assert _emf_metrics(capsys.readouterr().out) == [
         {"ModelRequests": [1.0]},
-        {"TransientFailures": [1.0]},
+        {"ConfigurationErrors": [1.0]},
         {"NonRetryableFailures": [1.0]},
         {"DuplicatesSuppressed": [1.0]},
     ]
