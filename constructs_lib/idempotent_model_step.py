@@ -515,7 +515,8 @@ class IdempotentModelStep(Construct):
       ``InvocationsFailedToBeSentToDlq``, or on a v2 bus ``OnFailureDestinationDelivered``
       / ``EventsDropped``); messages on the DLQ (its depth, and every receive from it,
       so SQS's own redrives and messages a DLQ consumer took are both seen); any row
-      reaching ``redrive_queue``; the buffer's oldest message approaching
+      reaching ``redrive_queue``; any call the deployment refuses the runtime
+      (``ConfigurationErrorsAlarm``); the buffer's oldest message approaching
       ``max_event_age``; and, with ``result_bus``, any result event the runtime could not
       tell was published (``ResultEventsUncertainAlarm``). Each notifies ``alarm_topic``
       if given; an alarm still without an action at synth makes synth warn
@@ -1443,6 +1444,14 @@ class IdempotentModelStep(Construct):
         minutes)."""
         return self._runtime_metric("NonRetryableFailures", period)
 
+    def metric_configuration_errors(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Deliveries refused by the step's own table, queues or secret (EMF
+        ``ConfigurationErrors``, Sum, default 5 minutes): an ``AccessDenied``, a missing
+        resource or an unusable KMS key. The rows are left to be retried, never
+        dead-lettered; the function's log names each action and resource once per
+        container."""
+        return self._runtime_metric("ConfigurationErrors", period)
+
     def metric_input_tokens(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Input tokens of billed answers (EMF ``InputTokens``, Sum, default 5 minutes)."""
         return self._runtime_metric("InputTokens", period)
@@ -1519,6 +1528,15 @@ class IdempotentModelStep(Construct):
                 "even if a consumer (a failure recorder) took it before the depth alarm "
                 "sampled the queue. Look for it where that consumer records failures, by "
                 "its ERROR_CODE.",
+            ),
+            (
+                "ConfigurationErrorsAlarm",
+                self.metric_configuration_errors(),
+                "The model step's deployment refused one of its own calls (AccessDenied, a "
+                "missing table, queue or secret, or a KMS key it may not use). Find the line "
+                "'configuration error: the step may not call <action> on <resource>' in the "
+                "function's log (outcome configuration_error), fix the grant or resource; the "
+                "rows retry by themselves. See docs/operations.md, 'Configuration errors'.",
             ),
             (
                 "RedriveQueueAlarm",

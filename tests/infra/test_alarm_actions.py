@@ -39,7 +39,7 @@ def test_a_step_without_alarm_topic_warns_with_the_acknowledgment_id(stack):
     # THEN synth warns on the step, says how many alarms and how to silence it
     [(path, text)] = silent_warnings(stack)
     assert path == "/Alarms/Step"
-    assert text.startswith("The 6 alarms of IdempotentModelStep 'Alarms/Step' have no alarm")
+    assert text.startswith("The 7 alarms of IdempotentModelStep 'Alarms/Step' have no alarm")
     assert "alarm_topic" in text and "acknowledge_warning" in text
     assert "docs/operations.md" in text
 
@@ -53,12 +53,12 @@ def test_batch_delivery_alarms_are_counted_and_covered_by_alarm_topic(stack):
     # GIVEN two batch steps: their two batch alarms are appended after the others
     make_step(stack, "Silent", delivery=ModelDelivery.batch())
     make_step(stack, "Paged", delivery=ModelDelivery.batch(), alarm_topic=sns.Topic(stack, "T"))
-    # THEN the silent one counts all 8 alarms; the paged one has an action on every one
+    # THEN the silent one counts all 9 alarms; the paged one has an action on every one
     [(path, text)] = silent_warnings(stack)
-    assert path == "/Alarms/Silent" and text.startswith("The 8 alarms")
+    assert path == "/Alarms/Silent" and text.startswith("The 9 alarms")
     alarms = Template.from_stack(stack).find_resources("AWS::CloudWatch::Alarm")
     paged = [a for logical, a in alarms.items() if logical.startswith("Paged")]
-    assert len(paged) == 8 and all(a["Properties"].get("AlarmActions") for a in paged)
+    assert len(paged) == 9 and all(a["Properties"].get("AlarmActions") for a in paged)
 
 
 def test_actions_added_after_the_constructor_count(stack):
@@ -70,9 +70,9 @@ def test_actions_added_after_the_constructor_count(stack):
         alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
     for alarm in some.alarms[:2]:
         alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
-    # THEN only the second warns, naming the 4 of 6 that notify nobody
+    # THEN only the second warns, naming the 5 of 7 that notify nobody
     [(path, text)] = silent_warnings(stack)
-    assert path == "/Alarms/Some" and text.startswith("4 of the 6 alarms")
+    assert path == "/Alarms/Some" and text.startswith("5 of the 7 alarms")
 
 
 def test_acknowledging_on_the_step_silences_it(stack):
@@ -113,9 +113,9 @@ def test_the_readme_example_wires_alarm_topic_into_every_alarm(tmp_path):
     namespace: dict = {}
     exec(compile(example.replace("app = cdk.App()\n", unbundled), "README.md", "exec"), namespace)
     stack = namespace["stack"]
-    # THEN its 13 alarms (Classify's 7, with result_bus, and Outreach's 6) each notify the
+    # THEN its 15 alarms (Classify's 8, with result_bus, and Outreach's 7) each notify the
     # topic, and nothing warns about them
     alarms = Template.from_stack(stack).find_resources("AWS::CloudWatch::Alarm")
-    assert len(alarms) == 13
+    assert len(alarms) == 15
     assert all(alarm["Properties"].get("AlarmActions") for alarm in alarms.values())
     assert silent_warnings(stack) == []

@@ -438,6 +438,20 @@ def test_redrive_queue_alarm_fires_on_any_row_sqs_gave_up_on(raw):
     assert alarm["Dimensions"] == _queue_dimension(raw, "RedriveQueue")
 
 
+def test_configuration_errors_alarm_fires_on_the_first_refused_call(raw):
+    """Issue 36: a refused grant, a missing table, queue or secret is loud at once."""
+    alarm = _alarms(raw)["ConfigurationErrorsAlarm"]
+    assert (alarm["MetricName"], alarm["Statistic"], alarm["Period"], alarm["Threshold"]) == (
+        "ConfigurationErrors", "Sum", 300, 1
+    )  # fmt: skip
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["EvaluationPeriods"] == 1
+    assert alarm["Namespace"] == _alarms(raw)["ResultEventsUncertainAlarm"]["Namespace"]
+    assert alarm["Dimensions"] == _alarms(raw)["ResultEventsUncertainAlarm"]["Dimensions"]
+    assert alarm["AlarmActions"]  # the step's alarm_topic
+    assert "docs/operations.md" in alarm["AlarmDescription"]
+
+
 def test_every_alarm_says_what_to_do(raw):
     for name, alarm in _alarms(raw).items():
         assert len(alarm["AlarmDescription"]) <= 1024, name
@@ -451,8 +465,8 @@ def test_every_alarm_treats_missing_data_as_not_breaching(raw):
 
 def test_every_alarm_notifies_the_alarm_topic(raw):
     topic = {"Ref": logical_id(raw, "AWS::SNS::Topic")}
-    # Six of every step, and the demo's result bus brings ResultEventsUncertainAlarm.
-    assert [a["AlarmActions"] for a in _alarms(raw).values()] == [[topic]] * 7
+    # Seven of every step, and the demo's result bus brings ResultEventsUncertainAlarm.
+    assert [a["AlarmActions"] for a in _alarms(raw).values()] == [[topic]] * 8
 
 
 def test_buffer_age_alarm_fires_at_half_of_max_event_age(raw):
@@ -582,7 +596,7 @@ def test_attributes_and_retry_arithmetic(demo):
     assert step.table is not None and step.dead_letter_queue is not None
     assert step.buffer_queue is not None and step.alias is None and step.subscriber is None
     assert isinstance(step.redrive_queue, sqs.Queue)
-    assert len(step.alarms) == 7  # six, and one for its result bus (issue 31)
+    assert len(step.alarms) == 8  # seven, and one for its result bus (issue 31)
     assert (step.max_attempts, step.max_model_requests_per_delivery) == (3, 3)
     assert step.buffer_max_receive_count == 3 + 1 + 5
 
@@ -603,14 +617,16 @@ def test_step_is_a_construct_with_stable_child_ids():
         "FunctionLogGroup", "FunctionServiceRole", "Function", "Rule",
         "SentToDlqAlarm", "FailedToBeSentToDlqAlarm", "DeadLetterMessagesAlarm",
         "DeadLetterReceivedAlarm", "RedriveQueueAlarm", "BufferAgeAlarm",
+        "ConfigurationErrorsAlarm",
     }  # fmt: skip
 
 
-def test_one_step_is_20_resources(raw):
+def test_one_step_is_21_resources(raw):
     # The docs quote this figure; CloudFormation allows 500 per stack. The redrive queue
     # brought 5: the queue, its TLS policy, its mapping and two alarms. The demo's result bus
-    # brings one more: ResultEventsUncertainAlarm (issue 31).
-    assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 20 + 1
+    # brings one more: ResultEventsUncertainAlarm (issue 31). ConfigurationErrorsAlarm
+    # made it 21 (issue 36).
+    assert len([k for k in raw["Resources"] if k.startswith("Classify")]) == 21 + 1
 
 
 # ---------------------------------------------------------------- providers / handlers

@@ -299,9 +299,9 @@ def test_every_alarm_notifies_the_alert_topic(raw):
     alarms = [
         v["Properties"] for v in raw["Resources"].values() if v["Type"] == "AWS::CloudWatch::Alarm"
     ]
-    # 6 of the Classify step, 8 of ClassifyBatch (its 6, the open-batch and the lost-batch
+    # 7 of the Classify step, 9 of ClassifyBatch (its 7, the open-batch and the lost-batch
     # alarms) and 8 of the pipeline
-    assert len(alarms) == 22
+    assert len(alarms) == 24
     assert all(a["AlarmActions"] == [ref(raw, "AlertTopic/Resource")] for a in alarms)
     assert {a["TreatMissingData"] for a in alarms} == {"notBreaching"}
 
