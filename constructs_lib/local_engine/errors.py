@@ -46,4 +46,7 @@ class EmulatorError(LocalRunError):
 
 
 class RunTimeoutError(LocalRunError):
-    """The pipeline did not settle within the run's time limit."""
+    """The pipeline did not settle within the run's time limit. ``result``: what the run saw
+    until then (its counts and denied calls), when the caller could read it; else None."""
+
+    result: object | None = None

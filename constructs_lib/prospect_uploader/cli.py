@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 # Only modules without boto3 or moto here: `--help`, and the message that names the missing
 # extra, must work where the `local` extra is not installed. The local run is imported in
 # _run(), once its dependencies are known to be there.
-from constructs_lib.local_engine.errors import LocalRunError
+from constructs_lib.local_engine.errors import LocalRunError, RunTimeoutError
 from constructs_lib.local_engine.lambda_async import (
     DEFAULT_SECONDS_PER_MINUTE,
     DEFAULT_TIMEOUT_CAP_SECONDS,
@@ -65,6 +65,9 @@ counts (the summary table and --json):
   elapsed_s       wall seconds from the upload until everything settled (run_minutes:
                   the same on the run's clock, whose minute lasts --backoff-minute-ms)
   aws_calls, denied   handler AWS calls evaluated against their role in cdk.out / denied
+                  (denied_calls: each distinct "function: action on resource")
+  settled         false when --run-timeout passed with work in flight: the summary and
+                  --json still print (the counts so far), and the run exits 1
 
 invariants (checked; exit 1 when one fails):
   rows = valid + invalid;  valid = classified + failed, every failure with a code;
@@ -391,7 +394,11 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     with LocalPipeline(options) as pipeline:
         print(f"{PROG}: handler logs: {pipeline.log_path}", file=err)
-        result = pipeline.run()
+        try:
+            result = pipeline.run()
+        except RunTimeoutError as unsettled:
+            _print_unsettled(unsettled, args, out)
+            raise
         rejected = result.status == "rejected"
         checks = [] if rejected else check_invariants(result)
         print(render_table(result, checks, verbose=args.verbose), file=out)
@@ -409,6 +416,21 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.serve:
             _serve(pipeline, args.port, err)
         return 1 if failing else 0
+
+
+def _print_unsettled(unsettled: RunTimeoutError, args: argparse.Namespace, out: TextIO) -> None:
+    """A run that did not settle still prints its summary and, with ``--json``, its JSON line
+    (``"settled": false``, the denied calls); ``main`` then prints the error and exits 1."""
+    from .local_run.report import json_line, render_table
+    from .local_run.results import RunResult
+
+    result = unsettled.result
+    if not isinstance(result, RunResult):
+        return
+    print(render_table(result, [], verbose=args.verbose), file=out)
+    if args.json:
+        print(json_line(result), file=out)
+    out.flush()
 
 
 def _serve(pipeline: LocalPipeline, port: int, err: TextIO) -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from constructs_lib.local_engine.iam import RolePolicies
 from constructs_lib.prospect_uploader.cli import main
+from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
 from constructs_lib.prospect_uploader.local_run.report import render_table
 from constructs_lib.prospect_uploader.local_run.results import RunResult
 
@@ -140,14 +142,70 @@ def test_run_timeout_bounds_the_run_and_says_so(cdk_out, capsys, tmp_path):
             str(cdk_out),
             "--run-timeout",
             "0.01",
+            "--json",
             "--log-file",
             str(tmp_path / "l"),
         ]
     )
     # THEN it fails with a one-line error naming the limit
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert code != 0
     assert "had not settled after 0 s" in err
+    # ... and still prints its summary and JSON line, saying it did not settle (issue 36)
+    document = json.loads(captured.out.strip().splitlines()[-1])
+    assert document["settled"] is False and document["rows"] == 3
+    assert "NOT SETTLED" in captured.out
+
+
+def test_a_refused_grant_prints_the_denied_calls_and_exits_non_zero(
+    cdk_out, capsys, tmp_path, monkeypatch
+):
+    """The issue's case: dynamodb:PutItem stripped from the classify role. The rows wait for
+    the fix (spaced minutes apart, so the run does not spin), the run's bound passes, and the
+    JSON line names the denied call."""
+    real_enter = LocalPipeline.__enter__
+
+    def enter(pipeline: LocalPipeline) -> LocalPipeline:
+        pipeline = real_enter(pipeline)
+        iam, assembly = pipeline.engine.iam, pipeline.assembly
+        assert iam is not None and assembly is not None
+        step = assembly.model_step_function().logical_id
+        role = iam.roles[step]
+        deny = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Deny", "Action": "dynamodb:PutItem", "Resource": "*"}],
+        }
+        iam.roles[step] = RolePolicies(role.function, role.role_name, [*role.documents, deny])
+        return pipeline
+
+    monkeypatch.setattr(LocalPipeline, "__enter__", enter)
+    code = main(
+        [
+            "run",
+            str(_small_csv(tmp_path)),
+            "--cdk-out",
+            str(cdk_out),
+            "--run-timeout",
+            "8",
+            "--json",
+            "--log-file",
+            str(tmp_path / "l"),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "had not settled after 8 s" in captured.err
+    document = json.loads(captured.out.strip().splitlines()[-1])
+    assert document["settled"] is False
+    assert document["denied"] >= 2 and document["model_requests"] == 0
+    [denied] = document["denied_calls"]
+    assert ": dynamodb:PutItem on arn:aws:dynamodb:" in denied
+    assert "Denied AWS calls" in captured.out
+    # The handler log names the refusal once (one process: one container), never per row.
+    log = (tmp_path / "l").read_text()
+    assert log.count("configuration error: the step may not call dynamodb:PutItem") == 1
+    assert "transient failure" not in log
 
 
 def test_run_timeout_must_be_positive(capsys, tmp_path):

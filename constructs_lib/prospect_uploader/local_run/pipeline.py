@@ -34,7 +34,7 @@ from constructs_lib._runtime_environment import runtime_batch_limits
 from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
 from constructs_lib.local_engine.bedrock_iam import BedrockInvokeCheck
 from constructs_lib.local_engine.engine import DrainResult, EngineSettings, LocalEngine
-from constructs_lib.local_engine.errors import NoMatchingRuleError, UsageError
+from constructs_lib.local_engine.errors import NoMatchingRuleError, RunTimeoutError, UsageError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
 from constructs_lib.local_engine.handler_logs import count_emf_metric, handler_output_to
 from constructs_lib.local_engine.lambda_async import model_deadline_seconds
@@ -370,12 +370,31 @@ class LocalPipeline:
                 f"starts on keys matching {self._s3_key_pattern()} (rename the file or pass "
                 "--key)"
             )
-        self.engine.wait_until_settled()
+        try:
+            self.engine.wait_until_settled()
+        except RunTimeoutError as unsettled:
+            # Issue 36: a run that does not settle still reports what it saw, denied calls
+            # first (a refused grant keeps every row waiting); the caller prints it.
+            unsettled.result = self._unsettled_result(key, started)
+            raise
+        return self._finish(key, started)
+
+    def _finish(self, key: str, started: float, *, settled: bool = True) -> RunResult:
         drains = self.engine.drain_event_sources()
         result = self._collect(key, drains)
+        result.settled = settled
         result.elapsed_s = round(time.monotonic() - started, 3)
-        result.run_minutes = round(result.elapsed_s / options.seconds_per_minute, 3)
+        result.run_minutes = round(result.elapsed_s / self.options.seconds_per_minute, 3)
         return result
+
+    def _unsettled_result(self, key: str, started: float) -> RunResult | None:
+        """The counts of a run that did not settle (work still in flight), or None when they
+        cannot be read."""
+        try:
+            return self._finish(key, started, settled=False)
+        except Exception:
+            logger.exception("the counts of the unsettled run could not be read")
+            return None
 
     def _upload(self, key: str) -> dict[str, Any]:
         assert self.assembly is not None

@@ -38,6 +38,8 @@ JSON_FIELDS = {
     "elapsed_s": "wall seconds from the upload until everything settled",
     "aws_calls": "AWS calls of the handlers evaluated against their role in cdk.out",
     "denied": "of those, denied (the handler got AccessDenied)",
+    "denied_calls": 'the distinct denied calls: "function: action on resource"',
+    "settled": "false when the run's bound passed with work in flight (exit 1)",
     "billed_requests": "model requests billed (all but 401, 429 and 529 answers)",
     "model_transport_errors": "of those, requests that failed in transport after they were "
     "sent (timed out client-side, connection lost, answer cut by the deadline): billed, retried",
@@ -99,6 +101,8 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "rate_limit": result.rate_limit,
         "aws_calls": result.aws_calls,
         "denied": result.denied,
+        "denied_calls": sorted(set(result.denials)),
+        "settled": result.settled,
         "billed_requests": result.billed_requests,
         "model_transport_errors": result.model_transport_errors,
         "overruns": result.overruns,
@@ -131,6 +135,12 @@ def render_table(result: RunResult, checks: Sequence[Check], verbose: bool = Fal
     if result.reason:
         status += f" ({result.error_code or 'reason'}: {result.reason})"
     lines = [head, f"upload {result.upload_id or '-'}: {status}", ""]
+    if not result.settled:
+        lines[-1:] = [
+            f"NOT SETTLED: work was still in flight after {result.run_timeout_s:g} s; these "
+            "are the counts so far",
+            "",
+        ]
     label_text = ", ".join(f"{label} {result.labels.get(label, 0)}" for label in LABEL_ORDER)
     faults = ", ".join(f"{k} x{v}" for k, v in sorted(result.model_outcomes.items()) if k != "200")
     rows: list[tuple[str, Any, str]] = [

@@ -101,6 +101,7 @@ class RunResult:
     aws_calls: int = 0  # AWS calls of handlers (and of Lambda on their behalf) evaluated
     denied: int = 0  # of those, denied by the function's role
     denials: list[str] = field(default_factory=list)  # "function: action on resource"
+    settled: bool = True  # False: the run's bound passed with work in flight (issue 36)
     unused_grants: dict[str, list[str]] = field(default_factory=dict)
     unevaluated_conditions: list[str] = field(default_factory=list)
     # Message Batches delivery (issue 19).
