@@ -790,8 +790,9 @@ class IdempotentModelStep(Construct):
         self._consume(props)
         self._subscribe(props)
         self._alarms(props)
-        self._dashboard(props)
         self._batch_delivery(props)
+        # Last: the dashboard reads the delivery and every alarm, the batch ones included.
+        self._dashboard(props)
 
     def _describe(self, props: _StepProps) -> None:
         """The step's public attributes: the props it was given and what it derived."""
@@ -799,6 +800,11 @@ class IdempotentModelStep(Construct):
         self.event_retry_attempts = props.event_retry_attempts
         self.max_concurrency = props.max_concurrency
         self.model_provider = props.model_provider
+        #: The model each request names (``model_id``).
+        self.model_id = props.model_id
+        #: The prompt cache TTL requests ask for (``prompt_cache``): the rate cache writes
+        #: are billed at.
+        self.prompt_cache = props.prompt_cache
         self.event_bus = props.event_bus
         #: The bus each key's terminal result is published on (``None``: no result events).
         self.result_bus = props.result_bus
