@@ -213,6 +213,8 @@ class Poll:
     points: int = 0
     by_operation: Counter[tuple[str, str]] = field(default_factory=Counter)
     unreported: list[Send] = field(default_factory=list)
+    #: Every model request this invocation sent.
+    sends: list[Send] = field(default_factory=list)
     #: The row's targeted points this invocation carries (see ``Persistent``), if any.
     targeted_kill: tuple[str, str, int] | None = None
     targeted_fail: tuple[str, str, int] | None = None

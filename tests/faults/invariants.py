@@ -32,6 +32,9 @@ Each check returns :class:`Violation` s naming the invariant, so a run can stop 
 ``outcome-totals``
     the ``model_requests`` and tokens ``on_outcome`` recorded for the life (the ledger sums
     them; a call the hook failed recorded nothing) lie within the same bounds;
+``outcome-per-delivery``
+    each ``on_outcome`` call's ``model_requests`` is at least the billed requests its
+    delivery read the answer of, and at most the requests it sent;
 ``window``
     no rate-limit wait and no put-back past ``max_event_age`` from the key's first-seen time
     (the first write of its budget item in this life);
@@ -135,6 +138,7 @@ def _life(
     yield from _result_events(lab, life, record, dead)
     yield from _metrics(record)
     yield from _totals(record)
+    yield from _per_delivery(record)
     yield from _window(lab, record)
     yield from _receives_exhausted(lab, life, record)
     yield from _never_lost(lab, life, record, dead)
@@ -245,6 +249,18 @@ def _metrics(record: LifeRecord) -> Iterator[tuple[str, str]]:
         high = record.tokens(reported_only=False) * per_answer
         if not low <= metrics[name] <= high:
             yield "metric-tokens", f"{name} {metrics[name]:g}, billed {low}-{high}"
+
+
+def _per_delivery(record: LifeRecord) -> Iterator[tuple[str, str]]:
+    for reported, read, sent in record.deliveries:
+        if not read <= reported <= sent:
+            yield (
+                "outcome-per-delivery",
+                (
+                    f"on_outcome reported {reported} model requests for a delivery that sent "
+                    f"{sent}, {read} of them billed and read"
+                ),
+            )
 
 
 def _totals(record: LifeRecord) -> Iterator[tuple[str, str]]:

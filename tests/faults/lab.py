@@ -522,6 +522,7 @@ class FaultLab:
         record = self.record(state.life)
         record.sends.append(send)
         state.unreported.append(send)
+        state.sends.append(send)
         stored = self.stored(state.life.scope)
         if stored is not None or record.stored_once:
             stored = stored or {}
@@ -538,6 +539,12 @@ class FaultLab:
         if fails and self.persistent.hook_failures > 0:
             self.persistent.hook_failures -= 1
         self.record(life).outcomes.append((self.clock.now(), dict(outcome), not fails))
+        if state is not None:
+            # This delivery's own count, against what it sent and what it read of it.
+            read = sum(1 for send in state.sends if send.billed and send.answered)
+            self.record(life).deliveries.append(
+                (int(outcome.get("model_requests") or 0), read, len(state.sends))
+            )
         if fails:
             raise RuntimeError("lab: on_outcome failed")
 

@@ -94,6 +94,9 @@ class LifeRecord:
     count_window_kill: bool = False
     #: Copies SQS dropped at the end of their retention.
     retention_drops: int = 0
+    #: Per ``on_outcome`` call made in an invocation: the ``model_requests`` it reported,
+    #: the invocation's billed requests whose answer the runtime read, and its requests.
+    deliveries: list[tuple[int, int, int]] = field(default_factory=list)
     #: Invocations killed after a write of the budget item and before any request: an
     #: attempt claimed and never sent, which no one can tell from one sent and lost.
     unsent_claims: int = 0
