@@ -215,6 +215,8 @@ class Poll:
     unreported: list[Send] = field(default_factory=list)
     #: Every model request this invocation sent.
     sends: list[Send] = field(default_factory=list)
+    #: A write of the key's budget item was tried since the last request was sent.
+    report_tried: bool = False
     #: The row's targeted points this invocation carries (see ``Persistent``), if any.
     targeted_kill: tuple[str, str, int] | None = None
     targeted_fail: tuple[str, str, int] | None = None

@@ -331,10 +331,13 @@ class FaultLab:
             # attempt from one whose request was sent and lost, so a count may include it.
             record.unsent_claims += 1
         for send in state.unreported:
-            # Sent, and its invocation never wrote what became of it: killed, or the write
-            # failed (the next delivery finds the claim pending, as after a kill).
+            # Sent, and its invocation never wrote what became of it: killed, or its write to
+            # the key's budget failed (the next delivery finds the claim pending, as after a
+            # kill). An invocation that tried no such write had the answer and owed it (a
+            # failed save of the result is not an excuse: the budget is its fallback).
             send.interrupted = killed
-            send.unrecorded = not killed
+            send.unrecorded = not killed and state.report_tried
+            send.reported = not killed and not state.report_tried
         if killed:
             return True
         return bool(response["batchItemFailures"])
@@ -437,8 +440,12 @@ class FaultLab:
     def before_call(self, operation: str, params: Mapping[str, Any]) -> Any:
         """Before an AWS call of the step: kill or fail it, or answer it as SQS's rules, the
         refusing DLQ or the result bus would."""
-        if self.poll_state is None:
+        state = self.poll_state
+        if state is None:
             return None
+        key = (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
+        if operation in WRITES and state.record_id and key == state.record_id + BUDGET_SUFFIX:
+            state.report_tried = True
         self._point("before", operation)
         if operation == "SendMessage":
             if params.get("QueueUrl") == self.dlq_url and self.persistent.dlq_refuses:
@@ -514,6 +521,7 @@ class FaultLab:
         if state is None:
             return None
         state.claimed_unsent = False
+        state.report_tried = False
         send = Send(state.life, state.fault.api)
         number = str(len(self.world.sent) + 1)
         self.world.sent[number] = send

@@ -57,7 +57,9 @@ class Send:
     behaviour: str
     read: bool = False  # the fake API read it
     billed: bool = False  # the fake read it and bills this answer
-    reported: bool = False  # a DynamoDB write followed it in its invocation
+    #: A write recording what became of it followed it in its invocation, or the invocation
+    #: ended (not killed) without trying one: it had the answer and owed its count.
+    reported: bool = False
     interrupted: bool = False  # its invocation was killed before that write
     #: Its invocation ended without that write (the write failed): as unknown to the runtime
     #: as an interrupted one.
