@@ -35,6 +35,7 @@ def total(seconds: float) -> Iterator[None]:
     """Requests made by this thread inside the block end within ``seconds``."""
     _state.end = time.monotonic() + seconds
     _state.fired = False
+    _state.unsent = False
     try:
         yield
     finally:
@@ -44,6 +45,13 @@ def total(seconds: float) -> Iterator[None]:
 def fired() -> bool:
     """Whether this thread's last deadline stopped a request."""
     return bool(getattr(_state, "fired", False))
+
+
+def stopped_unsent() -> bool:
+    """Whether this thread's last deadline passed before its request was sent: nothing left
+    the function, so nothing was billed (a loaded machine can spend the whole deadline
+    before the first byte)."""
+    return bool(getattr(_state, "unsent", False))
 
 
 def _end() -> float | None:
@@ -67,6 +75,7 @@ class DeadlineTransport(httpx2.BaseTransport):
         if end is None:
             return self._inner.handle_request(request)
         if time.monotonic() >= end:
+            _state.unsent = True
             raise _fire(request, "before the request was sent")
         try:
             response = self._inner.handle_request(request)

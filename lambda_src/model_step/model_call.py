@@ -186,6 +186,8 @@ class ModelCall:
         except Exception as exc:
             if is_rate_limited(exc):
                 spend.rate_limited = 1
+            elif deadline.stopped_unsent():
+                pass  # the deadline passed before the request left: nothing was billed
             elif getattr(exc, "status_code", None) not in UNBILLED_STATUSES:
                 spend.requests = 1
             raise

@@ -274,6 +274,25 @@ def test_5_a_slow_chunked_answer_ends_at_the_total_deadline(
     assert budget["attempts"]["N"] == "1"  # it was billed: the attempt stays spent
 
 
+def test_5_a_deadline_passed_before_the_request_left_bills_nothing(
+    make_step, fake_api, model_env, monkeypatch, outcomes
+):
+    """A loaded machine can spend the whole deadline before the first byte: the request never
+    leaves, so it is counted as a spent attempt the provider did not bill, not a request."""
+    import model_step.model_call
+
+    monkeypatch.setattr(model_step.model_call, "model_timeout", lambda *_args: 0.0)
+    step = make_step(on_outcome=outcomes)
+    with pytest.raises(Exception, match="timed out"):
+        step.handle(make_event(), FakeLambdaContext())
+
+    assert fake_api.request_count == 0
+    outcome = outcomes.seen[-1][1]
+    assert (outcome["error_code"], outcome["model_requests"]) == ("ModelDeadlineExceeded", 0)
+    budget = [b for b in model_env.budgets().values() if "last_error" in b][0]
+    assert (budget["attempts"]["N"], budget["unbilled"]["N"]) == ("1", "1")
+
+
 def test_5_the_deadline_ends_before_the_lambda_deadline_minus_the_margin(
     make_step, fake_api, monkeypatch
 ):
