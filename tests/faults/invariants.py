@@ -205,12 +205,25 @@ def _result_events(
     if len(record.events) > 1:
         yield "result-event-once", f"{len(record.events)} result events: {record.events}"
     if record.terminal and not record.events:
-        if record.kills_after_result == 0 and not dead.of_scope(life.scope):
+        # The key's own coded dead letter tells nothing of its result event: only one that
+        # says the event was refused, or the row's copy moved to the DLQ uncoded, does. An
+        # operator's redrive keeps the looser rule (any dead letter of its scope): a refused
+        # cut payload publishes nothing by design, and a republish's refusal is attributed
+        # to the row it republishes.
+        telling = [
+            m
+            for m in dead.of_scope(life.scope)
+            if life.scope.redrive_of is not None
+            or not _coded(m)
+            or m["attributes"].get("ERROR_CODE") == "ResultEventUndeliverable"
+        ]
+        if record.kills_after_result == 0 and not telling:
             yield (
                 "result-event-missing",
                 (
                     "a terminal outcome, no result event, no kill that could have lost it and "
-                    "no dead letter telling the operator"
+                    "no dead letter telling the operator (a refused event's, or the row's "
+                    "uncoded copy)"
                 ),
             )
 
