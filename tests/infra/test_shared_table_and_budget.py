@@ -151,7 +151,8 @@ def test_retry_budget_fails_cdk_synth(tmp_path):
     assert "OverBudget/Step may make 3 model requests per delivery" in result.stderr
 
 
-def test_a_step_with_shared_table_and_queue_is_17_resources(shared):
+def test_a_step_with_shared_table_and_queue_is_18_resources(shared):
     # The docs quote this figure: buffer and redrive queues + their policies, log group,
-    # role + policy, function, two event source mappings, rule and six alarms.
-    assert len([k for k in shared["Resources"] if k.startswith("Summarize")]) == 17
+    # role + policy, function, two event source mappings, rule and seven alarms (issue 36
+    # added ConfigurationErrorsAlarm).
+    assert len([k for k in shared["Resources"] if k.startswith("Summarize")]) == 18
