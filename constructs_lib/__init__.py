@@ -14,8 +14,9 @@ package, such as the ``prospect-uploader`` local run, do not start jsii.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 _EXPORTS = {
     "PropValidationError": "._validation",
@@ -85,9 +86,4 @@ if TYPE_CHECKING:
     from .retry_budget import RetryBudget
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())

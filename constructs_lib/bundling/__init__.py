@@ -17,9 +17,9 @@ library and ``packaging`` only, and importing them must not start jsii.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from .._paths import lambda_src_root
 
 _EXPORTS = {
@@ -48,9 +48,4 @@ if TYPE_CHECKING:
     from .local_pip import LocalPipBundling, python_lambda_code
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
