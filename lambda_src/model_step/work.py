@@ -126,12 +126,16 @@ class UnitOfWork:
         """Count the key's previous attempt if it never reported back, once: by the claim
         that replaced its token or, when the budget is spent, by the one delivery whose
         conditional write settles it."""
-        state = claim.state
-        if not state.interrupted:
-            return
-        if claim.granted or (
-            state.pending is not None and budget.settle_interrupted(state.pending)
-        ):
+        if claim.granted and claim.state.interrupted:
+            delivery.log.interrupted()
+        elif not claim.granted:
+            self._settle_interrupted(budget, claim.state, delivery)
+
+    @staticmethod
+    def _settle_interrupted(budget: AttemptBudget, state: BudgetState, delivery: Delivery) -> None:
+        """A key that ends with an attempt that never reported back: count it once, by the
+        one delivery whose conditional write settles it."""
+        if state.pending is not None and budget.settle_interrupted(state.pending):
             delivery.log.interrupted()
 
     def _stored(
@@ -211,13 +215,16 @@ class UnitOfWork:
         assert delivery.queue is not None
         state, counted = budget.note_requeue(delivery.queue.message_id)
         delivery.first_seen = state.first_seen
-        if state.attempts >= budget.limit:
-            return self._stored(_exhausted(Claim(False, state)), key, state)
-        if (
+        if state.attempts < budget.limit and (
             state.requeues <= REDRIVE_REQUEUES
             and state.age_seconds(clock.now()) < settings.max_event_age_seconds
         ):
             raise Wait("retry", "Requeued", 0, counted=counted)
+        # The row ends here: an attempt killed after its request is counted now, by the one
+        # delivery whose write settles it, as a claim would have counted it.
+        self._settle_interrupted(budget, state, delivery)
+        if state.attempts >= budget.limit:
+            return self._stored(_exhausted(Claim(False, state)), key, state)
         error = ReceivesExhaustedError(
             f"the buffer queue gave up on this row {state.requeues} times (the last after "
             f"{delivery.queue.receive_count} receives) without an answer: crashes, timeouts or "

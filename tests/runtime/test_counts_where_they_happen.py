@@ -232,3 +232,31 @@ def test_a_key_whose_dlq_keeps_refusing_still_reports_its_totals(
     assert [o["key_model_requests"] for o in seen] == [None, None, 3, 3]
     assert [o["model_requests"] for o in seen] == [1, 1, 1, 0]
     assert fake_api.request_count == 3
+
+
+def test_an_attempt_killed_after_its_answer_is_counted_when_its_row_ends_receives_exhausted(
+    make_step, fake_api, model_env, buffer, redrive, clock, killed_after_answer, capsys,
+    monkeypatch,
+):  # fmt: skip
+    """Found by the fault schedules (a clean-clone CI run): the only request of a key was
+    killed after its answer, throttles then made the buffer queue give up on the row, and the
+    redrive copy came back past max_event_age. No claim ever replaced the killed attempt, so
+    nobody counted it: 1 billed, 0 in ModelRequests, 0 in AttemptsInterrupted. The delivery
+    that ends the row now settles it, once, however many copies end it."""
+    monkeypatch.setenv("MAX_EVENT_AGE_SECONDS", "3600")
+    monkeypatch.setenv("IDEMPOTENCY_EXPIRES_AFTER_SECONDS", str(8 * 3600))
+    step = make_step()
+    event = fresh_event()
+    killed_after_answer["left"] = 1
+    assert run(step, buffer.batch(event)) == "killed"
+    clock.advance(3_848)
+
+    for _ in range(2):  # a second copy of the redrive message settles nothing more
+        assert step.handle(redrive.batch(event), FakeLambdaContext()) == {"batchItemFailures": []}
+
+    assert fake_api.request_count == 1
+    [message] = model_env.dead_letters()
+    assert message["attributes"]["ERROR_CODE"] == "ReceivesExhausted"
+    lines = emf(capsys)
+    assert metric_total(lines, "AttemptsInterrupted") == 1
+    assert metric_total(lines, "ModelRequests") == 0
