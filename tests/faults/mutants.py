@@ -76,7 +76,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "refund-killed-attempt",
         "work.py",
+        "        if claim.granted and claim.state.interrupted:\n"
         "            delivery.log.interrupted()\n",
+        "        if claim.granted and claim.state.interrupted:\n"
         "            budget.give_back()  # mutant: the killed attempt is refunded\n"
         "            delivery.log.interrupted()\n",
         "an attempt killed after its request was sent is given back",
@@ -222,6 +224,14 @@ MUTANTS: tuple[Mutant, ...] = (
         '                    "(attribute_not_exists(#exp) OR #exp >= :now OR :now > #exp))"\n',
         "F1: a claim on an expired budget item whose answer is lost revives the old life's "
         "attempts",
+    ),
+    Mutant(
+        "F5-ended-row-leaves-killed-attempt-uncounted",
+        "work.py",
+        "        self._settle_interrupted(budget, state, delivery)\n",
+        "",
+        "F5: a row that ends on the redrive queue never counts the attempt killed after its "
+        "answer (no claim replaced it): 1 billed, 0 in ModelRequests or AttemptsInterrupted",
     ),
 )
 

@@ -22,7 +22,8 @@ runs steps:
   while they hold a copy: that loses rows in AWS too, and is the operator's doing), and a
   producer that sends a row again after everything settled and the key's memory expired
   (a new life of the key);
-- throttle storms, operator retries and DLQ redrives.
+- throttle storms, a buffer queue giving up on a row two or three times in a row, operator
+  retries and DLQ redrives.
 
 After each schedule the queues are drained with only the persistent faults left, and the
 invariants of :mod:`.invariants` are checked per key and lifetime.
@@ -287,6 +288,20 @@ class FaultSchedule(RuleBasedStateMachine):
             self.lab.poll("buffer", Fault(throttle=True))
             self._advance(self.lab.settings.visibility_timeout + 1)
 
+    @rule(times=st.integers(min_value=2, max_value=3))
+    def buffer_gives_up_again(self, times: int) -> None:
+        """Lambda throttles the function through a whole receive count, ``times`` times: each
+        time the buffer queue gives up on what it holds, and the poller then takes the copy
+        from the redrive queue (put back while the key has put-backs and time left). Drives a
+        row through :data:`~.invariants.REDRIVE_PUT_BACKS` put-backs inside
+        ``max_event_age``, which a single storm never does."""
+        self.lab.actions["buffer_gives_up"] += times
+        for _ in range(times):
+            for _ in range(self.lab.settings.buffer_max_receive_count + 1):
+                self.lab.poll("buffer", Fault(throttle=True))
+                self._advance(self.lab.settings.visibility_timeout + 1)
+            self.lab.poll("redrive", Fault())
+
     # -- time ---------------------------------------------------------------------------------
     @rule(seconds=st.sampled_from([1, 25, 61, 130, 541, 900, 4_000, 3 * 3_600]))
     def time_passes(self, seconds: int) -> None:
@@ -447,12 +462,7 @@ class FaultSchedule(RuleBasedStateMachine):
         # ones can depend on real-time timing (a slow answer's tokens), the schedule's
         # number does not. Every other schedule must keep every invariant.
         listed = PROFILE == "fast" and (machine, schedule) in KNOWN
-        counts = [v for v in found if v.invariant in COUNT_INVARIANTS]
-        if PROFILE == "fast" and counts:
-            # Timing still decides a few of them on a busy machine (see COUNT_INVARIANTS):
-            # reported (printed and in the statistics), not failed, in make test.
-            COUNTS_MET.extend(str(v) for v in counts)
-        new = [] if listed else [v for v in found if PROFILE != "fast" or v not in counts]
+        new = [] if listed else found
         KNOWN_SEEN.update((machine, schedule, v.invariant, v.where) for v in found)
         if new:
             raise AssertionError("\n".join(str(v) for v in new))
@@ -495,23 +505,6 @@ def _known(path: Path) -> dict[tuple[str, int], set[tuple[str, str]]]:
 #: detail. Any other schedule that breaks one fails the test. Regenerate the list from a
 #: collected run (``python -m tests.faults.known``) and review it: every entry is a bug.
 KNOWN = _known(Path(__file__).with_name("known_violations.json"))
-#: The invariants of what a key's requests and tokens are counted as (metrics, on_outcome
-#: totals, each delivery's count). ``make test`` reports them and does not fail on them: no
-#: schedule breaks them on a quiet machine or beside two CPU hogs, but a clean-clone CI run
-#: (three workers) met one (a billed request killed after its answer, counted nowhere) that
-#: is not yet explained. ``make soak``, ``make fault-days`` and the mutant runner keep them
-#: strict.
-COUNT_INVARIANTS = frozenset(
-    {
-        "metric-model-requests",
-        "metric-attempts-interrupted",
-        "metric-tokens",
-        "outcome-totals",
-        "outcome-per-delivery",
-    }
-)
-#: The count violations met in this run (see ``COUNT_INVARIANTS``).
-COUNTS_MET: list[str] = []
 #: Known violations met in this run (those listed and not met are reported, not failed:
 #: fixed ones, to be removed from the list).
 KNOWN_SEEN: set[tuple[str, int, str, str]] = set()
@@ -531,7 +524,6 @@ def run_schedules(name: str, base: type[FaultSchedule] = FaultSchedule) -> list[
     give two different sets of schedules."""
     STATS.clear()
     KNOWN_SEEN.clear()
-    COUNTS_MET.clear()
     machine = type(name, (base,), {"__module__": __name__})
     test = machine.TestCase
     test.settings = settings(settings.get_profile(PROFILE), database=None)
@@ -541,9 +533,6 @@ def run_schedules(name: str, base: type[FaultSchedule] = FaultSchedule) -> list[
         stats.write(name, list(STATS))
     listed = {(name, n, *violation) for (m, n), found in KNOWN.items() if m == name
               for violation in found}  # fmt: skip
-    if COUNTS_MET:
-        print(f"{len(COUNTS_MET)} count violations (reported, not failed; see COUNT_INVARIANTS):")
-        print("\n".join(f"  {line}" for line in COUNTS_MET))
     if PROFILE == "fast" and listed - KNOWN_SEEN:
         print(f"{len(listed - KNOWN_SEEN)} known violations not met (fixed? remove them from "
               f"known_violations.json): {sorted(listed - KNOWN_SEEN)}")  # fmt: skip
