@@ -443,7 +443,7 @@ class FaultLab:
         state = self.poll_state
         if state is None:
             return None
-        key = (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
+        key = _item_id(params)
         if operation in WRITES and state.record_id and key == state.record_id + BUDGET_SUFFIX:
             state.report_tried = True
         self._point("before", operation)
@@ -464,7 +464,7 @@ class FaultLab:
             return
         record = self.record(state.life)
         if status < 300 and operation in WRITES:
-            key = (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
+            key = _item_id(params)
             if _records_send(operation, key, state.record_id):
                 for send in state.unreported:
                     send.reported = True
@@ -569,6 +569,11 @@ def answer_request(world: LabWorld, provider: str, index: int, fake: Any) -> Any
     send.tokens = model_api.answered_with_tokens(send.behaviour)
     send.read = True
     return model_api.reply(provider, send.behaviour)
+
+
+def _item_id(params: Mapping[str, Any]) -> str | None:
+    """The ``id`` of the DynamoDB item a call reads or writes (its ``Key`` or ``Item``)."""
+    return (params.get("Key") or params.get("Item") or {}).get("id", {}).get("S")
 
 
 def _refused(code: str, message: str, status: int) -> tuple[Any, dict[str, Any]]:
