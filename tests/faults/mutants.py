@@ -2,8 +2,9 @@
 
 ``make mutate PROFILE=schedules`` (``python -m tests.faults.mutants``) applies each mutant
 below, one at a time, to a staged copy of the repository, runs the fast schedules of
-``make test`` against it (``tests/faults/test_fault_schedules*.py``, derandomized, so every
-run meets the same 200 schedules) and prints a kill table.
+``make test`` against it (``tests/faults/test_fault_schedules*.py``: 300 generated and
+derandomized, so every run meets the same ones, and the found schedules kept as
+regressions) and prints a kill table.
 
 A mutant is data: the runtime module, the exact snippet it replaces, the replacement, and
 the bug it stands for. Adding one is one entry. A snippet that no longer appears exactly
@@ -12,7 +13,7 @@ refactor cannot retire a mutant silently: update the snippet with the refactor.
 
 The runner collects every violation of every schedule (``FAULT_LAB_COLLECT``) instead of
 stopping at the first, first for the unmutated runtime (the baseline), then for each mutant,
-whose run stops at its first violation the baseline did not have (``--full`` runs all 200
+whose run stops at its first violation the baseline did not have (``--full`` runs all the
 schedules anyway; a survivor always runs them all). A mutant is **killed** when some schedule
 breaks an invariant it kept in the baseline (or the run crashes); otherwise it **survived**. On
 a runtime that keeps every invariant the baseline is empty and "killed" means any violation at
@@ -51,6 +52,7 @@ SCHEDULE_TESTS = (
     "tests/faults/test_fault_schedules.py",
     "tests/faults/test_fault_schedules_more.py",
     "tests/faults/test_fault_schedules_days.py",
+    "tests/faults/test_fault_schedules_found.py",
 )
 
 
