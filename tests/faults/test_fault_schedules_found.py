@@ -67,6 +67,18 @@ FOUND: dict[str, tuple[dict[str, Any], Steps]] = {
     ),
     # The buffer queue gives up on the row twice inside max_event_age: each redrive message
     # is one put-back (receives-exhausted). Mutant F6-redrive-put-back-counted-twice.
+    # A dead-lettered row redriven by the operator is answered, and the bus refuses its result
+    # event: that dead letter must name the one it was redriven from, or it reads as the
+    # row's first life's (result-event-missing, counted-once). Mutant F2-redrive-lineage-...
+    "a-redrive-whose-result-event-is-refused": (
+        {"bus": "classic", "doomed": "500"},
+        [
+            ("drain", {}),
+            ("row_recovers", {"row": 0}),
+            ("bus_refuses", {"persistent": True, "refusal": "AccessDeniedException"}),
+            ("operator_redrives_the_dlq", {"keep_attributes": True, "keep_receive_count": False}),
+        ],
+    ),
     "the-buffer-queue-gives-up-twice": ({}, [("buffer_gives_up_again", {"times": 2})]),
 }
 
@@ -88,5 +100,8 @@ def test_a_found_schedule_keeps_the_per_key_invariants(world, name: str) -> None
     arguments = {"short": False, "provider": "anthropic", "bus": None, "second": SECOND}
     schedule.start(**{**arguments, "doomed": None, **start})
     for rule, kwargs in steps:
-        getattr(schedule, rule)(**kwargs)
+        if rule == "drain":  # everything settles first (as republished_after_its_memory does)
+            schedule.lab.drain()
+        else:
+            getattr(schedule, rule)(**kwargs)
     schedule.teardown()  # drains, checks every invariant per key, raises on a violation
