@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError
 from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
 from prospect_contract.metrics import write_closed_upload
 from prospect_contract.put_events import ClassicBus, detail_json, send_batch
+from prospect_contract.upload_status import LAST_ACTIVITY
 
 from .config import LedgerSettings
 from .errors import SummaryPublishError
@@ -515,6 +516,8 @@ class UploadLedger:
         return reasons is None
 
     def _upload_update(self, upload_id: str, update: _Update) -> dict[str, Any]:
+        # Each write to the counts is activity: an open upload without any is stalled.
+        update.set(LAST_ACTIVITY, utc_now_iso(self._clock()))
         return {
             "Update": {
                 "TableName": self.settings.uploads_table_name,
@@ -557,6 +560,7 @@ class UploadLedger:
             update.add(counter, amount)
         if batch_id is not None:
             update.add_to_set(BATCH_IDS, batch_id)
+        update.set(LAST_ACTIVITY, utc_now_iso(self._clock()))
         if self._update_upload(upload_id, update, "attribute_exists(upload_id)") is None:
             logger.warning("no upload item for %s; delivery counters dropped", upload_id)
 
@@ -659,7 +663,9 @@ class UploadLedger:
         response = self._update_upload(upload_id, update, condition, ReturnValues="ALL_NEW")
         if response is None:
             return False
-        detail = summary_detail(_plain_item(response["Attributes"]), self.settings.model_price)
+        detail = summary_detail(
+            _plain_item(response["Attributes"]), self.settings.model_price, self._clock()
+        )
         self._put_completed_event(detail)
         write_closed_upload(self.settings.uploads_table_name, detail, self._clock())
         done = _Update().set("summary_published_at", utc_now_iso(self._clock()))

@@ -457,3 +457,42 @@ def test_the_handler_accounts_through_the_environment(aws, ledger, monkeypatch):
     finally:
         handler_module._ledger.cache_clear()
     assert upload_item(aws.session, "u-123")["failed_total"] == 1
+
+
+def _transient(message_id, generation=None, letter_id="a" * 64, attempt="3 of 3"):
+    event = _row_event(row_number=9, **({"replay_generation": generation} if generation else {}))
+    event["dead_letter"] = {"id": letter_id, "error_code": "ModelDeadlineExceeded"}
+    return _record(
+        message_id,
+        event,
+        ERROR_CODE="ModelDeadlineExceeded",
+        ERROR_MESSAGE=f"transient failure on attempt {attempt}: ModelDeadlineExceeded",
+        DEAD_LETTER_ID=letter_id,
+    )
+
+
+def test_each_failed_attempt_of_a_row_is_kept_once_in_its_history(aws):
+    # GIVEN a row that failed, was retried by the operator (generation 1) and failed again
+    handler({"Records": [_transient("m-1")]}, None)
+    handler({"Records": [_transient("m-1-again")]}, None)  # the same dead letter re-sent
+    handler(
+        {"Records": [_transient("m-2", generation=1, letter_id="b" * 64, attempt="1 of 1")]}, None
+    )
+
+    item = aws.failures("u-123")["model#00000009"]
+    # THEN the item shows the latest failure, and its history lists both attempts once
+    assert item["error_code"] == "ModelDeadlineExceeded"
+    history = [
+        (int(e["generation"]), e["error_code"], int(e["attempt"]), int(e["of"]))
+        for e in item["attempts"]
+    ]
+    assert history == [(0, "ModelDeadlineExceeded", 3, 3), (1, "ModelDeadlineExceeded", 1, 1)]
+    assert all(e["recorded_at"] for e in item["attempts"])
+    # and the history expires with the item (it is stored on it)
+    assert int(item["expires_at"]) > time.time()
+
+
+def test_a_failure_that_is_not_a_row_keeps_no_history(aws):
+    handler({"Records": [_record("m-nodetail", {"source": "x"}, ERROR_CODE="Boom")]}, None)
+
+    assert "attempts" not in aws.failures("unattributed")["message#m-nodetail"]

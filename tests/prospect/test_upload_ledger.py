@@ -140,6 +140,9 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         # No MODEL_PRICE: the cost is unknown, never a guess.
         "cost_usd": None, "saved_by_replays_usd": None, "saved_by_cache_usd": None,
         "saved_by_batch_usd": None,
+        # Issue 36: the one counting rule (prospect_contract.upload_status), as the mail says.
+        "state": "complete_with_failures", "labelled": 2,
+        "status_text": "complete with failures: 2 labelled, 1 failed, 1 invalid",
     }  # fmt: skip
     item = upload_item(aws.session, "u-1")
     assert item["status"] == "completed" and "summary_published_at" in item
