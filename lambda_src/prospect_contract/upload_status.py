@@ -65,6 +65,15 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else _int(value)
 
 
+def _total(item: Mapping[str, Any], name: str) -> int:
+    """The ledger's ``<name>_total``; an item without one (written before the totals) sums
+    its ``<name>`` map (label or error code -> rows)."""
+    if item.get(f"{name}_total") is not None:
+        return _int(item.get(f"{name}_total"))
+    counts = item.get(name)
+    return sum(_int(n) for n in counts.values()) if isinstance(counts, Mapping) else 0
+
+
 def _epoch(text: Any) -> float | None:
     try:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
@@ -139,8 +148,8 @@ def upload_counts(item: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The upload's ``state``, its ``text`` and its counts (see the module docstring);
     ``now``: epoch seconds, for ``stalled``."""
     valid = _optional_int(item.get("valid"))
-    labelled = _int(item.get("classified_total"))
-    failed = _int(item.get("failed_total"))
+    labelled = _total(item, "classified")
+    failed = _total(item, "failed")
     counts: dict[str, Any] = {
         "status": item.get("status"),
         "reason": item.get("reason"),
