@@ -1066,13 +1066,20 @@ class ProspectUploaderStack(Stack):
         self.dashboard = ModelStepDashboard(self, "Dashboard", steps=self.classify_steps)
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
-                title="Uploads closed, by status",
-                left=[self.metric_upload(name) for name in upload_metrics.STATUS_METRICS.values()],
+                title="Uploads closed, by status (with failures: completed with failed or "
+                "invalid rows)",
+                left=[
+                    self.metric_upload(name)
+                    for name in (
+                        *upload_metrics.STATUS_METRICS.values(),
+                        *upload_metrics.STATE_METRICS.values(),
+                    )
+                ],
                 width=8,
                 height=6,
             ),
             cloudwatch.GraphWidget(
-                title="Rows of closed uploads: classified and failed",
+                title="Closed uploads: rows labelled, failed, invalid; billed model requests",
                 left=[self.metric_upload(name) for name in upload_metrics.ROW_METRICS.values()],
                 width=8,
                 height=6,

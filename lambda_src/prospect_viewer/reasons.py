@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from prospect_contract.dead_letters import RECEIVES_EXHAUSTED
+
 #: What went wrong, by error code, as the sentence's start.
 _LEADS = {
     "BadRequestError": "The model refused the request",
@@ -39,7 +41,7 @@ _LEADS = {
     "ModelTimeoutException": "The model did not answer in time",
     "APIConnectionError": "The connection to the model API failed",
     "AttemptInterrupted": "The function was stopped after it sent the request",
-    "ReceivesExhausted": "The queue gave up on the row: the function crashed or timed out",
+    RECEIVES_EXHAUSTED: "The queue gave up on the row: the function crashed or timed out",
     "LabelNotAllowed": "The model answered with a label that is not allowed",
     "MaxTokensReached": "The model's answer was cut off at max_tokens",
     "ModelRefused": "The model declined to answer",

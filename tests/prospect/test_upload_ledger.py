@@ -626,7 +626,9 @@ def test_a_closed_upload_is_counted_once_in_the_ledgers_own_metrics(aws, ledger,
     assert {m["Name"] for m in directive["Metrics"]} == set(upload_metrics.METRIC_NAMES)
     assert {name: document[name] for name in upload_metrics.METRIC_NAMES} == {
         "UploadsCompleted": 1, "UploadsIncomplete": 0, "UploadsRejected": 0,
-        "RowsClassified": 2, "RowsFailed": 1,
+        # Issue 36: by the one counting rule, completed with a failed row; and its counts.
+        "UploadsWithFailures": 1, "RowsClassified": 2, "RowsFailed": 1, "RowsInvalid": 0,
+        "ModelRequests": 2,
     }  # fmt: skip
 
 
