@@ -18,7 +18,7 @@ import boto3
 from prospect_contract.settings import positive_int, required
 from upload_accounting import LedgerSettings, UploadLedger
 
-from .shapes import normalise, replay_generation_of, row_attribution
+from .shapes import SHAPE_MODEL_STEP, normalise, replay_generation_of, row_attribution
 from .store import append_attempt, upsert_failure
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,14 @@ def record_batch(
                 # The row's history: each failed attempt once, the retries' included.
                 append_attempt(table, item, replay_generation_of(item))
             if ledger is not None and row is not None:
-                ledger.row_failed(row[0], row[1], str(item["error_code"]))
+                # The model step's own dead letter: the step reports the row with its key's
+                # billed totals, and that report closes the upload (its summary is whole).
+                ledger.row_failed(
+                    row[0],
+                    row[1],
+                    str(item["error_code"]),
+                    step_reports=item.get("source_shape") == SHAPE_MODEL_STEP,
+                )
         except Exception:  # Any failure, of any type, must leave this message on the queue.
             logger.exception("could not store dead letter %s", message_id)
             failures.append({"itemIdentifier": message_id})
