@@ -64,16 +64,32 @@ _REQUEST_ID = re.compile(r"\b(req_[A-Za-z0-9_]+)\b")
 MAX_MESSAGE_CHARS = 300
 
 
+#: What can still be read from a dump cut short (a reason is stored at most 1,024 characters).
+_CUT_DUMP = re.compile(r"Error code: (?P<status>\d{3}) - \{")
+_CUT_TYPE = re.compile(r"'error': \{'type': '(?P<type>[\w.-]+)'")
+_CUT_MESSAGE = re.compile(r"'message': '(?P<message>[^']*)")
+
+
 def _sdk_body(text: str) -> tuple[int, dict[str, Any]] | None:
-    """``(status, body)`` of an SDK dict dump in ``text``, else None."""
+    """``(status, body)`` of an SDK dict dump in ``text``, else None. A dump cut short keeps
+    what its start says: the status, the error's type and as much of its message as is left."""
     found = _SDK_DUMP.search(text)
-    if not found:
+    if found:
+        try:
+            body = ast.literal_eval(found.group("body"))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            body = None
+        if isinstance(body, dict):
+            return int(found.group("status")), body
+    cut = _CUT_DUMP.search(text)
+    if not cut:
         return None
-    try:
-        body = ast.literal_eval(found.group("body"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return (int(found.group("status")), body) if isinstance(body, dict) else None
+    kind, message = _CUT_TYPE.search(text), _CUT_MESSAGE.search(text)
+    error = {
+        "type": kind.group("type") if kind else "",
+        "message": message.group("message") if message else "",
+    }
+    return int(cut.group("status")), {"error": error}
 
 
 def _sentence(text: str) -> str:

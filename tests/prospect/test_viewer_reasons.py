@@ -132,3 +132,13 @@ def test_a_retry_that_failed_again_shows_its_own_attempt():
 
 def test_a_validation_failure_has_no_outcome():
     assert row_outcome({"kind": "validation"}, None) is None
+
+
+def test_a_dump_cut_short_still_reads_as_a_sentence():
+    cut = SDK_DUMP[:120]  # stored reasons are cut at 1,024 characters; this one mid-message
+
+    text = human_reason({"error_code": "BadRequestError", "reason": cut, "request_id": "req_9"})
+
+    assert text.startswith("The model refused the request (invalid_request_error): Prompt is")
+    assert text.endswith("Code BadRequestError, HTTP 400. Request req_9.")
+    assert "{" not in text
