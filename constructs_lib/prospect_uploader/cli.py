@@ -43,8 +43,13 @@ counts (the summary table and --json):
   classified      rows labelled hot, warm or cold in ProspectsTable
   failed          valid rows that ended in FailureQueue -> FailuresTable, unlabelled
   dlq             model-step failures the recorder stored from FailureQueue (one per row)
-  model_requests  requests billed by the model: realtime HTTP requests (429s included)
-                  plus succeeded Message Batch requests
+  upload          the upload's state (complete, complete_with_failures, in_progress,
+                  waiting_in_batch, stalled, rejected) and counts: the one counting rule
+                  the Prospect Viewer and the summary mail use
+  model_requests  requests billed for the upload's rows, each key's once (the viewer's
+                  and the mail's count; 429 and 529 answers are never billed)
+  http_requests   requests that reached the model: realtime HTTP requests (429s and 529s
+                  included) plus succeeded Message Batch requests
   batches, batch_requests   Message Batches created / requests submitted in them
   batch_create_kills   kills around a batch create, by point (--batch-create-kill-rate)
   batch_faults    Message Batches faults injected: canceled, lost, broken_reads,
@@ -73,7 +78,7 @@ invariants (checked; exit 1 when one fails):
   rows = valid + invalid;  valid = classified + failed, every failure with a code;
   max_requests_per_key <= MAX_ATTEMPTS;  no step dead letter without ERROR_CODE unless
   every receive of it was throttled;
-  no faults (throttles are none): failed = 0 and model_requests - rate_limited = valid;
+  no faults (throttles are none): failed = 0 and http_requests - rate_limited = valid;
   with faults or kills: billed <= MAX_ATTEMPTS x valid, and failed = dlq.
 
 Rules, patterns, targets, retry settings, handlers and environments are read from the cloud

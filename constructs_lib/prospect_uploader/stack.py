@@ -891,6 +891,7 @@ class ProspectUploaderStack(Stack):
                 "FAILURES_TABLE_NAME": self.failures_table.table_name,
                 "UPLOADS_TABLE_NAME": self.uploads_table.table_name,
                 "ROWS_TABLE_NAME": self.rows_table.table_name,
+                "PROSPECTS_TABLE_NAME": self.prospects_table.table_name,
                 "EVENT_SOURCE": EVENT_SOURCE,
                 **self._row_bus_environment(),
                 **self._price_environment(),
@@ -918,6 +919,8 @@ class ProspectUploaderStack(Stack):
         )
         # A failed row's values: a page's rows (BatchGetItem), a retry's check (GetItem).
         self.rows_table.grant(self.viewer, "dynamodb:BatchGetItem", "dynamodb:GetItem")
+        # A retried row's label, once answered (labels, times and request ids: no row values).
+        self.prospects_table.grant(self.viewer, "dynamodb:BatchGetItem")
         # The viewer only ever scans UploadsTable (its uploads page). The table, not its
         # index: table.grant would add index/* as well.
         self._allow(self.viewer, ["dynamodb:Scan"], [self.uploads_table.table_arn])
@@ -984,12 +987,18 @@ class ProspectUploaderStack(Stack):
                         "bucket": field("$.detail.bucket"),
                         **self._mailed_file_name(),
                         "status": field("$.detail.status"),
+                        # Issue 36: the one counting rule's state and words, as the viewer
+                        # and the local run show them (prospect_contract.upload_status).
+                        "state": field("$.detail.state"),
+                        "summary": field("$.detail.status_text"),
                         "rows": field("$.detail.rows"),
                         "invalid": field("$.detail.invalid"),
                         "failed": field("$.detail.failed_total"),
                         "failed_by_error_code": field("$.detail.failed"),
                         "classified": field("$.detail.classified_total"),
+                        "labelled": field("$.detail.labelled"),
                         "missing": field("$.detail.missing"),
+                        "model_requests": field("$.detail.model_requests"),
                         # Message Batches (issue 19): how the rows went, and what it billed.
                         "delivery": field("$.detail.delivery"),
                         "batch_requests": field("$.detail.batch_requests"),
@@ -1057,13 +1066,20 @@ class ProspectUploaderStack(Stack):
         self.dashboard = ModelStepDashboard(self, "Dashboard", steps=self.classify_steps)
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
-                title="Uploads closed, by status",
-                left=[self.metric_upload(name) for name in upload_metrics.STATUS_METRICS.values()],
+                title="Uploads closed, by status (with failures: completed with failed or "
+                "invalid rows)",
+                left=[
+                    self.metric_upload(name)
+                    for name in (
+                        *upload_metrics.STATUS_METRICS.values(),
+                        *upload_metrics.STATE_METRICS.values(),
+                    )
+                ],
                 width=8,
                 height=6,
             ),
             cloudwatch.GraphWidget(
-                title="Rows of closed uploads: classified and failed",
+                title="Closed uploads: rows labelled, failed, invalid; billed model requests",
                 left=[self.metric_upload(name) for name in upload_metrics.ROW_METRICS.values()],
                 width=8,
                 height=6,

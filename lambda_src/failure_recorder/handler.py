@@ -18,8 +18,8 @@ import boto3
 from prospect_contract.settings import positive_int, required
 from upload_accounting import LedgerSettings, UploadLedger
 
-from .shapes import normalise, row_attribution
-from .store import upsert_failure
+from .shapes import SHAPE_MODEL_STEP, normalise, replay_generation_of, row_attribution
+from .store import append_attempt, upsert_failure
 
 logger = logging.getLogger(__name__)
 logger.setLevel(logging.INFO)
@@ -38,6 +38,9 @@ def record_batch(
     """Store every record, count each row failure on its upload; return the SQS
     partial-batch response.
 
+    A row's failure also gets this attempt appended to its history (``attempts``: code,
+    generation, attempt, time and request id), once per dead letter.
+
     Only records whose write failed are listed, so SQS redelivers exactly those and a
     record is never acknowledged before it is stored and counted. Both writes converge
     on a redelivery: the item is upserted, and the ledger counts a row once.
@@ -50,8 +53,18 @@ def record_batch(
             item["expires_at"] = int(clock() + retention_days * 86400)
             upsert_failure(table, item)
             row = row_attribution(item)
+            if row is not None:
+                # The row's history: each failed attempt once, the retries' included.
+                append_attempt(table, item, replay_generation_of(item))
             if ledger is not None and row is not None:
-                ledger.row_failed(row[0], row[1], str(item["error_code"]))
+                # The model step's own dead letter: the step reports the row with its key's
+                # billed totals, and that report closes the upload (its summary is whole).
+                ledger.row_failed(
+                    row[0],
+                    row[1],
+                    str(item["error_code"]),
+                    step_reports=item.get("source_shape") == SHAPE_MODEL_STEP,
+                )
         except Exception:  # Any failure, of any type, must leave this message on the queue.
             logger.exception("could not store dead letter %s", message_id)
             failures.append({"itemIdentifier": message_id})

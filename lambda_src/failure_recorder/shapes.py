@@ -277,6 +277,20 @@ def normalise(record: dict[str, Any], recorded_at: str | None = None) -> dict[st
     return item
 
 
+def replay_generation_of(item: dict[str, Any]) -> int:
+    """The operator retry the failed event was (its detail's ``replay_generation``), 0 for
+    the upload's own delivery or an event that names none."""
+    try:
+        event = json.loads(str(item.get("original_event") or ""))
+    except json.JSONDecodeError:
+        return 0
+    detail = event.get("detail") if isinstance(event, dict) else None
+    generation = detail.get("replay_generation") if isinstance(detail, dict) else None
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        return 0
+    return generation
+
+
 def row_attribution(item: dict[str, Any]) -> tuple[str, int] | None:
     """(upload_id, row_number) when ``item`` is a row's own failure, the one kind the
     upload ledger counts; None for duplicates, upload-level and unattributed items."""

@@ -35,8 +35,11 @@ from .tracing import StepTracer
 from .work import UnitOfWork
 
 DEAD_LETTER_SUFFIX = "#dead-letter"
-#: An operator's DLQ redrive buys exactly one new request for the key.
+#: An operator's retry buys exactly one new request for the key: a DLQ redrive
+#: (``redrive_of``) or a re-publish with a new ``replay_generation`` (the viewer's Retry).
 REDRIVE_ATTEMPTS = 1
+#: The record-key members that mark an operator's retry (see :func:`StepComponents.budget`).
+OPERATOR_RETRY_MARKERS = ("redrive_of", "replay_generation")
 
 # boto3 sessions are not thread-safe to create clients from, so every client is created under
 # this lock. Steps share one default session so its loaded service models are reused.
@@ -180,10 +183,13 @@ class StepComponents:
 
     def budget(self, request: dict[str, Any], first_seen: float | None = None) -> AttemptBudget:
         """The attempt budget of the record ``request`` maps to: ``MAX_ATTEMPTS`` requests, or
-        one for an operator's DLQ redrive. ``first_seen``: the key's first-seen time a copy
-        carried, if any (a lost item restarts from it, never from now)."""
+        one for an operator's retry (a DLQ redrive, or a new ``replay_generation``: the
+        operator asked for one more request, and a retry that bills the whole budget again
+        would be a second full run of the row). ``first_seen``: the key's first-seen time a
+        copy carried, if any (a lost item restarts from it, never from now)."""
         key: RecordKey = request["key"]
-        limit = REDRIVE_ATTEMPTS if "redrive_of" in key else self.settings.max_attempts
+        retry = any(marker in key for marker in OPERATOR_RETRY_MARKERS)
+        limit = REDRIVE_ATTEMPTS if retry else self.settings.max_attempts
         return self._budget(self.persistence.record_id(request), limit, first_seen)
 
     def hand_off_counter(self, request: dict[str, Any]) -> AttemptBudget:

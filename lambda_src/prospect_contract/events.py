@@ -174,6 +174,12 @@ class UploadCompletedDetail(TypedDict):
     saved_by_cache_usd: float | None
     saved_by_batch_usd: float | None
     missing: int | None
+    #: Issue 36: ``prospect_contract.upload_status``, the one counting rule: the state
+    #: (complete, complete_with_failures, stalled, rejected at close), the rows labelled and
+    #: the state in words, as the viewer and the local run show them.
+    state: str
+    labelled: int
+    status_text: str
 
 
 def row_deduplication_id(upload_id: str, row_number: int) -> str:

@@ -22,13 +22,23 @@ STATUS_METRICS: Mapping[str, str] = {
     "incomplete": "UploadsIncomplete",
     "rejected": "UploadsRejected",
 }
-#: The closed upload's rows: labelled, and failed (dead-lettered or refused).
+#: Closed uploads by the one counting rule's state (``upload_status``, the detail's
+#: ``state``): 1 for a completed upload with failed or invalid rows (issue 36).
+STATE_METRICS: Mapping[str, str] = {"complete_with_failures": "UploadsWithFailures"}
+#: The closed upload's rows: labelled, failed (dead-lettered or refused) and invalid; and
+#: its billed model requests, the count the viewer and the mail give.
 ROW_METRICS: Mapping[str, str] = {
     "classified_total": "RowsClassified",
     "failed_total": "RowsFailed",
+    "invalid": "RowsInvalid",
+    "model_requests": "ModelRequests",
 }
 #: Every metric name this module writes.
-METRIC_NAMES: tuple[str, ...] = (*STATUS_METRICS.values(), *ROW_METRICS.values())
+METRIC_NAMES: tuple[str, ...] = (
+    *STATUS_METRICS.values(),
+    *STATE_METRICS.values(),
+    *ROW_METRICS.values(),
+)
 
 
 def closed_upload_document(
@@ -36,6 +46,9 @@ def closed_upload_document(
 ) -> dict[str, Any]:
     """The EMF document for one closed upload (``detail``: its completion event's detail)."""
     values = {name: int(detail.get("status") == status) for status, name in STATUS_METRICS.items()}
+    values.update(
+        {name: int(detail.get("state") == state) for state, name in STATE_METRICS.items()}
+    )
     for field, name in ROW_METRICS.items():
         values[name] = int(detail.get(field) or 0)
     return {

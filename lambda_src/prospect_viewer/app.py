@@ -13,8 +13,10 @@ from prospect_contract.rows import READ_BATCH, RowReader, display_text
 from .export import MAX_RESPONSE_BYTES, render_csv, response_bytes
 from .page import index_page
 from .publish import Publisher
+from .reasons import human_reason
 from .retry import RetryRefused, is_retryable, retry_failure, retry_upload
 from .routes import ROUTES
+from .row_outcome import history, row_outcome
 from .store import FailureFilter, FailureStore, InvalidPageToken, public_view
 from .uploads import UploadStore, upload_view
 from .web import Request, Response, error_response, json_response
@@ -37,6 +39,9 @@ class ViewerApp:
     uploads: UploadStore | None = None
     #: RowsTable: a failed row's values (failure records hold ids only). None: not shown.
     rows: RowReader | None = None
+    #: ProspectsTable: a row's label once a delivery or a retry answered it (labels, times
+    #: and request ids only). None: a retry's success is not shown.
+    prospects: RowReader | None = None
 
     def handle(self, request: Request) -> Response:
         """Route a request; unknown paths get 404, wrong methods 405."""
@@ -80,9 +85,33 @@ class ViewerApp:
                 chunk = []
         yield from self.with_rows(chunk)
 
-    def view(self, item: dict[str, Any]) -> dict[str, Any]:
-        """What the page gets for one failure: public fields plus ``retryable``."""
-        return {**public_view(item), "retryable": is_retryable(item, self.event_source)}
+    def view(self, item: dict[str, Any], prospect: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What the page gets for one failure: public fields plus ``retryable``, the reason
+        as a sentence (``reason_text``), the row's ``outcome`` (a kind ``model`` failure:
+        succeeded, failed or pending, see :mod:`.row_outcome`) and its ``attempts``."""
+        view = {**public_view(item), "retryable": is_retryable(item, self.event_source)}
+        view["reason_text"] = human_reason(item)
+        view["attempts"] = history(item)
+        outcome = row_outcome(item, prospect)
+        if outcome is not None:
+            view["outcome"] = outcome
+            # A row answered since, or a retry still on its way, is not offered again.
+            view["retryable"] = view["retryable"] and outcome["state"] == "failed"
+        return view
+
+    def views(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``view`` of each item, with its row's label read from ProspectsTable (one
+        BatchGetItem per 100 rows of kind ``model``)."""
+        keys = [row_key(item) if item.get("kind") == "model" else None for item in items]
+        found = (
+            self.prospects.get_many(key for key in keys if key is not None)
+            if self.prospects is not None
+            else {}
+        )
+        return [
+            self.view(item, found.get(key) if key is not None else None)
+            for item, key in zip(items, keys, strict=True)
+        ]
 
     def _uploads(self) -> Response:
         if self.uploads is None:
@@ -92,7 +121,9 @@ class ViewerApp:
             200,
             {
                 "configured": True,
-                "items": [upload_view(item, self.uploads.price) for item in items],
+                "items": [
+                    upload_view(item, self.uploads.price, self.uploads.clock()) for item in items
+                ],
                 "truncated": truncated,
             },
         )
@@ -106,7 +137,7 @@ class ViewerApp:
         return json_response(
             200,
             {
-                "items": [self.view(item) for item in self.with_rows(items)],
+                "items": self.views(self.with_rows(items)),
                 "next_page_token": token,
             },
         )

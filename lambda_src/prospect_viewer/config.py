@@ -26,6 +26,8 @@ class Settings:
     - UPLOADS_TABLE_NAME [unset]: the uploads table; unset, the page lists no uploads.
     - ROWS_TABLE_NAME [unset]: RowsTable (``prospect_contract.rows``), where a failed row's
       values are (failure records hold ids only); unset, the page shows no row values.
+    - PROSPECTS_TABLE_NAME [unset]: ProspectsTable, a row's label once answered (a retry
+      that succeeded shows it); unset, a retried row shows failed or pending only.
     - PAGE_SIZE [50, at most 500]: failures per page.
     - EVENT_SOURCE [``prospect_contract.events.EVENT_SOURCE``]: the only event Source a
       retry may re-publish, and the Source it publishes under.
@@ -42,6 +44,7 @@ class Settings:
     event_source: str = DEFAULT_EVENT_SOURCE
     uploads_table_name: str = ""
     rows_table_name: str = ""
+    prospects_table_name: str = ""
     event_bus_kind: str = "classic"
     event_bus_arn: str = ""
     model_price: Price | None = None
@@ -63,6 +66,7 @@ class Settings:
             event_source=os.environ.get("EVENT_SOURCE", "").strip() or DEFAULT_EVENT_SOURCE,
             uploads_table_name=os.environ.get("UPLOADS_TABLE_NAME", "").strip(),
             rows_table_name=os.environ.get("ROWS_TABLE_NAME", "").strip(),
+            prospects_table_name=os.environ.get("PROSPECTS_TABLE_NAME", "").strip(),
             event_bus_kind=kind,
             event_bus_arn=os.environ.get("EVENT_BUS_ARN", "").strip() if kind == "v2" else "",
             model_price=Price.from_environment(),

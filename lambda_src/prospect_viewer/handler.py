@@ -44,6 +44,9 @@ def build_app(settings: Settings, session: boto3.session.Session | None = None) 
         rows=RowReader(session.client("dynamodb"), settings.rows_table_name)
         if settings.rows_table_name
         else None,
+        prospects=RowReader(session.client("dynamodb"), settings.prospects_table_name)
+        if settings.prospects_table_name
+        else None,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from prospect_contract.cost import Price, batch_token_total, upload_cost
 from prospect_contract.expiry import expired
+from prospect_contract.upload_status import upload_counts, waiting_in_batch
 
 from .store import plain
 
@@ -66,10 +67,14 @@ STATUSES = ("splitting", "classifying", "completed", "incomplete", "rejected")
 MAX_UPLOADS_READ = 2000
 
 
-def upload_view(item: dict[str, Any], price: Price | None = None) -> dict[str, Any]:
+def upload_view(
+    item: dict[str, Any], price: Price | None = None, now: float | None = None
+) -> dict[str, Any]:
     """JSON-safe view of one upload, plus ``tokens_billed`` (input, output, cache writes and
-    reads) and the dollar figures of ``prospect_contract.cost`` (null without ``price``,
-    default None: the model has no price)."""
+    reads), the dollar figures of ``prospect_contract.cost`` (null without ``price``,
+    default None: the model has no price) and ``counts``: ``upload_status.upload_counts``,
+    the one counting rule (its ``state`` and ``text`` are the page's status badge; ``now``,
+    epoch seconds, default the time of the call)."""
     view = {name: plain(item[name]) for name in UPLOAD_FIELDS if name in item}
     tokens = [view.get(name) for name in _COST_INPUTS[:4]]
     view["tokens_billed"] = sum(t for t in tokens if isinstance(t, int | float))
@@ -78,17 +83,8 @@ def upload_view(item: dict[str, Any], price: Price | None = None) -> dict[str, A
     view["batch_tokens"] = batch_token_total(counters)
     view["batches"] = len(item.get("batch_ids") or ())
     view["waiting_in_batch"] = waiting_in_batch(item)
+    view["counts"] = upload_counts(item, time.time() if now is None else now)
     return view
-
-
-def waiting_in_batch(item: dict[str, Any]) -> int:
-    """Rows of an upload sent by Message Batches (issue 19) whose outcome is not in yet: its
-    valid rows less those classified or failed, while it is classifying; else 0. A batch
-    answers within 24 h, so these rows are expected to wait, not stuck."""
-    if item.get("delivery") != "batch" or item.get("status") != "classifying":
-        return 0
-    accounted = int(item.get("classified_total") or 0) + int(item.get("failed_total") or 0)
-    return max(int(item.get("valid") or 0) - accounted, 0)
 
 
 class UploadStore:
@@ -99,6 +95,8 @@ class UploadStore:
         self, table: Any, price: Price | None = None, clock: Callable[[], float] = time.time
     ) -> None:
         self._table = table
+        #: Epoch seconds, for expiry and for an upload's ``stalled`` state.
+        self.clock = clock
         #: The classify model's price (``MODEL_PRICE``); None: cost unknown.
         self.price = price
         self._clock = clock

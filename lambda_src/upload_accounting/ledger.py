@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError
 from prospect_contract.events import UPLOAD_COMPLETED, UPLOAD_COUNTERS, UploadCompletedDetail
 from prospect_contract.metrics import write_closed_upload
 from prospect_contract.put_events import ClassicBus, detail_json, send_batch
+from prospect_contract.upload_status import LAST_ACTIVITY
 
 from .config import LedgerSettings
 from .errors import SummaryPublishError
@@ -66,6 +67,12 @@ PUBLISH_LEASE_SECONDS = 120
 ERROR_CODE_MAX_CHARS = 100
 #: The row marker's string set of the keys whose billed totals are counted (issue 31).
 COUNTED_KEYS = "counted_keys"
+#: Issue 36: a row the recorder counted from the model step's own dead letter, before the
+#: step reported it with its key's billed totals: the marker's flag, and the upload's count
+#: of such rows. An upload closes only when none is left (the sweeper closes it anyway at
+#: its deadline), so its summary counts every billed request.
+AWAITING_REPORT = "awaiting_report"
+AWAITING_REPORTS = "awaiting_reports"
 _TRANSACTION_ATTEMPTS = 5
 
 _serializer = TypeSerializer()
@@ -310,13 +317,22 @@ class UploadLedger:
         row_number: int,
         error_code: str,
         outcome: Mapping[str, Any] | None = None,
+        *,
+        step_reports: bool = False,
     ) -> RowAccounted:
         """Count one failed row (once) under ``error_code`` plus this delivery's counters.
 
         The failure recorder calls it without ``outcome`` (a dead letter is no delivery).
+        ``step_reports`` (default False): the model step sent this dead letter itself and
+        reports the row's outcome with its key's billed totals (``record_outcome``) right
+        after; the row is counted now, but the upload is closed by that report, so its
+        summary never misses the requests of its last failed row (issue 36). Should the
+        report never come, the sweeper closes the upload at its deadline.
         """
         code = (error_code or "Unknown")[:ERROR_CODE_MAX_CHARS]
-        return self._account_row(upload_id, row_number, "failed", code, outcome)
+        return self._account_row(
+            upload_id, row_number, "failed", code, outcome, complete=not step_reports
+        )
 
     def record_delivery(self, upload_id: str, outcome: Mapping[str, Any]) -> None:
         """Counters of a delivery that settled no row (rate limited, retry later)."""
@@ -353,7 +369,7 @@ class UploadLedger:
             status = item.get("status")
             if status in CLOSED:
                 swept[upload_id] = "published" if self._publish_if_due(upload_id) else "leased"
-            elif self._complete_if_accounted(upload_id, item):
+            elif self._complete_if_accounted(upload_id, item, at_deadline=True):
                 swept[upload_id] = COMPLETED
             elif self._close_incomplete(item, now):
                 swept[upload_id] = INCOMPLETE
@@ -370,6 +386,7 @@ class UploadLedger:
         kind: str,
         name: str,
         outcome: Mapping[str, Any] | None,
+        complete: bool = True,
     ) -> RowAccounted:
         now = self._clock()
         key_id, billed = key_increments(outcome)
@@ -386,6 +403,9 @@ class UploadLedger:
         if key_id is not None:
             marker[COUNTED_KEYS] = {key_id}
         update = _Update().increment_in_map(kind, name).add(f"{kind}_total", 1)
+        if not complete:
+            marker[AWAITING_REPORT] = True
+            update.add(AWAITING_REPORTS, 1)
         for counter, amount in increments.items():
             update.add(counter, amount)
         _add_batch_id(update, outcome)
@@ -402,12 +422,30 @@ class UploadLedger:
             ]
         )
         if reasons is None:
-            self._complete_if_accounted(upload_id)
+            if complete:
+                self._complete_if_accounted(upload_id)
             return RowAccounted.COUNTED
         if reasons[1] == "ConditionalCheckFailed":
             logger.warning("no upload item for %s; row %s not accounted", upload_id, row_number)
             return RowAccounted.UNKNOWN_UPLOAD
-        return self._account_known_row(upload_id, int(row_number), kind, name, outcome, now)
+        accounted = self._account_known_row(upload_id, int(row_number), kind, name, outcome, now)
+        if outcome is not None:
+            # A step's report of a row the recorder counted first closes the upload once its
+            # key's totals are in (``_account_known_row`` counted them off, AWAITING_REPORTS).
+            self._complete_if_accounted(upload_id)
+        return accounted
+
+    def _reported(self, upload_id: str, row_number: int) -> None:
+        """Clear the row's ``AWAITING_REPORT`` flag and count it off its upload, once (one
+        transaction, conditional on the flag); nothing when the row was not waiting."""
+        marker_update = _Update().remove(AWAITING_REPORT)
+        condition = f"attribute_exists({marker_update.name(AWAITING_REPORT)})"
+        self._update_marker_and_upload(
+            upload_id,
+            row_number,
+            marker_update.request(condition),
+            _Update().add(AWAITING_REPORTS, -1),
+        )
 
     def _account_known_row(
         self,
@@ -419,6 +457,9 @@ class UploadLedger:
         now: float,
     ) -> RowAccounted:
         existing = self._get_marker(upload_id, row_number)
+        if outcome is not None and existing is not None and existing.get(AWAITING_REPORT):
+            # The step's report of a row counted from its dead letter: no longer awaited.
+            self._reported(upload_id, row_number)
         key_id, billed = key_increments(outcome)
         increments = delivery_increments(outcome)
         if key_id is None:
@@ -515,6 +556,8 @@ class UploadLedger:
         return reasons is None
 
     def _upload_update(self, upload_id: str, update: _Update) -> dict[str, Any]:
+        # Each write to the counts is activity: an open upload without any is stalled.
+        update.set(LAST_ACTIVITY, utc_now_iso(self._clock()))
         return {
             "Update": {
                 "TableName": self.settings.uploads_table_name,
@@ -557,6 +600,7 @@ class UploadLedger:
             update.add(counter, amount)
         if batch_id is not None:
             update.add_to_set(BATCH_IDS, batch_id)
+        update.set(LAST_ACTIVITY, utc_now_iso(self._clock()))
         if self._update_upload(upload_id, update, "attribute_exists(upload_id)") is None:
             logger.warning("no upload item for %s; delivery counters dropped", upload_id)
 
@@ -576,10 +620,14 @@ class UploadLedger:
         )
         return _plain_item(response["Item"]) if "Item" in response else None
 
-    def _complete_if_accounted(self, upload_id: str, item: dict[str, Any] | None = None) -> bool:
+    def _complete_if_accounted(
+        self, upload_id: str, item: dict[str, Any] | None = None, *, at_deadline: bool = False
+    ) -> bool:
         item = item if item is not None else self._get_upload(upload_id)
         if item is None or item.get("status") != CLASSIFYING or item.get("valid") is None:
             return False
+        if int(item.get(AWAITING_REPORTS) or 0) > 0 and not at_deadline:
+            return False  # a step's report, with its billed totals, is still on its way
         accounted = int(item.get("classified_total") or 0) + int(item.get("failed_total") or 0)
         if accounted < int(item["valid"]):
             return False
@@ -659,7 +707,9 @@ class UploadLedger:
         response = self._update_upload(upload_id, update, condition, ReturnValues="ALL_NEW")
         if response is None:
             return False
-        detail = summary_detail(_plain_item(response["Attributes"]), self.settings.model_price)
+        detail = summary_detail(
+            _plain_item(response["Attributes"]), self.settings.model_price, self._clock()
+        )
         self._put_completed_event(detail)
         write_closed_upload(self.settings.uploads_table_name, detail, self._clock())
         done = _Update().set("summary_published_at", utc_now_iso(self._clock()))

@@ -5,11 +5,13 @@ Its shape is ``prospect_contract.events.UploadCompletedDetail``.
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any, cast
 
 from prospect_contract.cost import Price, batch_token_total, upload_cost
 from prospect_contract.events import UPLOAD_COUNTERS, UploadCompletedDetail
+from prospect_contract.upload_status import upload_counts
 
 SPLIT_COUNTS = ("rows", "valid", "invalid")
 #: The upload item's set of the Message Batches that answered its rows (issue 19).
@@ -27,11 +29,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def summary_detail(item: dict[str, Any], price: Price | None = None) -> UploadCompletedDetail:
+def summary_detail(
+    item: dict[str, Any], price: Price | None = None, now: float | None = None
+) -> UploadCompletedDetail:
     """The event detail for one upload item (``docs/contract.md`` §2). ``rows``/``valid``/
     ``invalid``/``missing`` are null when the split never finished; ``classified`` and
     ``failed`` are maps label -> n and error_code -> n; the dollar figures are null without
-    ``price`` (default None: the model has no price)."""
+    ``price`` (default None: the model has no price). ``state``, ``labelled`` and
+    ``status_text`` are ``upload_status.upload_counts`` of the item (``now``: epoch seconds,
+    default the time of the call), the counting rule the viewer and the local run use."""
     detail: dict[str, Any] = {name: _plain(item.get(name)) for name in TEXT_FIELDS}
     if detail["reason"] is None:
         del detail["reason"]
@@ -47,4 +53,8 @@ def summary_detail(item: dict[str, Any], price: Price | None = None) -> UploadCo
     detail["batches"] = len(item.get(BATCH_IDS) or ())
     detail.update(upload_cost(detail, price))
     detail["missing"] = _plain(item.get("missing"))
+    counts = upload_counts(item, time.time() if now is None else now)
+    detail["state"] = counts["state"]
+    detail["labelled"] = counts["labelled"]
+    detail["status_text"] = counts["text"]
     return cast(UploadCompletedDetail, detail)

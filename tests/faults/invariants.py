@@ -145,7 +145,9 @@ def _life(
 
 
 def _budget(lab: FaultLab, life: Life, record: LifeRecord) -> Iterator[tuple[str, str]]:
-    limit = 1 if life.scope.redrive_of else lab.settings.max_attempts
+    # An operator's retry (a DLQ redrive or a new replay generation) buys one request.
+    retry = life.scope.redrive_of is not None or life.scope.generation is not None
+    limit = 1 if retry else lab.settings.max_attempts
     if record.billed > limit:
         yield "budget", f"{record.billed} billed requests, budget {limit}"
     for note in record.requests_after_stored:

@@ -38,7 +38,7 @@ def assert_one_billed_request_per_row(result: RunResult) -> None:
     # one) and where the model counts them.
     assert_billed(result.billed_requests, result.classified, late, "billed requests")
     billed = result.model_requests - result.rate_limited
-    assert_billed(billed, result.classified, late, "model_requests - rate_limited")
+    assert_billed(billed, result.classified, late, "http_requests - rate_limited")
     assert_billed(result.max_requests_per_key, min(1, result.valid), late, "most billed per key")
 
 

@@ -124,7 +124,7 @@ def test_without_the_grant_every_invoke_model_is_denied_and_every_row_is_recorde
     assert result.classified == 0 and result.failed == result.dlq == 2
     # Only the checks of a clean run fail (denials, and rows not classified); every row is
     # accounted for, recorded once, nothing is left on a queue.
-    assert _failing(result) == {"denied = 0", "failed = 0", "model_requests - rate_limited = valid"}
+    assert _failing(result) == {"denied = 0", "failed = 0", "http_requests - rate_limited = valid"}
     assert "AccessDeniedException" in (tmp_path / "handlers.log").read_text()
 
 
@@ -197,7 +197,7 @@ def test_the_cli_runs_the_bedrock_stack(bedrock_cdk_out: Path, tmp_path: Path, c
     assert (counts["classified"], counts["denied"]) == (2, 0)
     late = counts["model_transport_errors"] + counts["overruns"]
     assert_billed(counts["model_requests"], 2, late, "model_requests")
-    checked = counts["model_requests"]
+    checked = counts["http_requests"]
     assert f"Bedrock: {checked} InvokeModel calls checked against the calling role" in out
     if late == 0:  # round-robin: one call to each of the profile's first two regions
         assert "us-east-1 x1, us-east-2 x1" in out

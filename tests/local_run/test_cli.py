@@ -27,6 +27,8 @@ JSON_KEYS = {
     "failed",
     "dlq",
     "model_requests",
+    "http_requests",
+    "upload",
     "deliveries",
     "labels",
     "model_transport_errors",

@@ -238,6 +238,8 @@ def _retry_one(pipeline: LocalPipeline) -> None:
         },
     )
     pipeline.engine.wait_until_settled()
+    # The row's outcome since: its label, read from ProspectsTable (issue 36 item 1).
+    _viewer(pipeline, "GET", f"/api/failures?upload_id={item['upload_id']}")
 
 
 def _s3_event(pipeline: LocalPipeline, key: str) -> dict[str, Any]:

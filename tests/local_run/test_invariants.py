@@ -60,7 +60,7 @@ def test_without_faults_throttles_still_mean_one_request_per_row():
     )
     assert _failing(calm) == {}
     twice = _failing(replace(calm, model_requests=11))
-    assert list(twice) == ["model_requests - rate_limited = valid"]
+    assert list(twice) == ["http_requests - rate_limited = valid"]
 
 
 def test_more_billed_requests_than_the_budgets_allow_fails():
@@ -79,11 +79,11 @@ def test_late_attempts_are_the_only_extra_requests_allowed():
     assert _failing(late) == {}
     assert {check.name for check in check_invariants(late)} >= {
         "failed x MAX_ATTEMPTS <= late attempts",
-        "model_requests - rate_limited <= valid + late attempts",
+        "http_requests - rate_limited <= valid + late attempts",
     }
     # BUT a request beyond them is a broken key, and so is a row failed with attempts left
     assert list(_failing(replace(late, model_requests=13))) == [
-        "model_requests - rate_limited <= valid + late attempts"
+        "http_requests - rate_limited <= valid + late attempts"
     ]
     failed = replace(late, classified=9, failed=1, dlq=1)
     assert list(_failing(failed)) == ["failed x MAX_ATTEMPTS <= late attempts"]

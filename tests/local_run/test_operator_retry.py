@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlencode
 
 from constructs_lib.local_engine import identity
 from constructs_lib.prospect_uploader.local_run import RunOptions
@@ -117,3 +118,78 @@ def test_a_retry_makes_one_request_and_a_dead_letters_duplicates_none(
         assert _failure_queue(pipeline)["sent"] == sent_before + 1
         stored = table.get_item(Key=key)["Item"]
         assert int(stored["replay_generation"]) == 1
+
+
+def _viewer_get(pipeline: LocalPipeline, path: str, query: dict[str, str]) -> dict:
+    assembly = pipeline.assembly
+    assert assembly is not None
+    resource = assembly.by_path_suffix("/Viewer/Resource", "AWS::Lambda::Function")
+    function = pipeline.engine.functions[resource.logical_id]
+    local_server = pipeline.engine.runtime.module("prospect_viewer.local_server")
+    event = local_server.to_function_url_event(
+        "GET", path + "?" + urlencode(query), {"host": "viewer.local"}, b"", "127.0.0.1"
+    )
+    with identity.acting_as(resource.logical_id):
+        answer = function.handler(event, None)
+    assert answer["statusCode"] == 200, answer
+    return json.loads(answer["body"])
+
+
+def test_a_retried_deadline_row_bills_one_request_and_shows_its_own_outcome(
+    cdk_out: Path, tmp_path: Path
+):
+    # GIVEN a faulted run (seed 7) with a row whose every request times out: it ended
+    # ModelDeadlineExceeded after its 3 attempts
+    options = RunOptions(
+        csv_path=SAMPLE,
+        cdk_out=cdk_out,
+        duplicates=2,
+        fault_rate=0.3,
+        seed=7,
+        log_file=tmp_path / "handlers.log",
+    )
+    with LocalPipeline(options) as pipeline:
+        pipeline.run()
+        engine = pipeline.engine
+        table = engine.aws.session.resource("dynamodb").Table(
+            engine.environment["FAILURES_TABLE_NAME"]
+        )
+        [item] = [
+            i for i in table.scan()["Items"] if i.get("error_code") == "ModelDeadlineExceeded"
+        ]
+        key = {"upload_id": item["upload_id"], "failure_id": item["failure_id"]}
+        before = _viewer_get(pipeline, "/api/failures", {"upload_id": key["upload_id"]})
+        [row] = [i for i in before["items"] if i["failure_id"] == key["failure_id"]]
+        assert row["outcome"]["state"] == "failed" and row["outcome"]["attempt"] == 3
+        billed_before = sum(engine.model_requests.billed.values())
+        late_before = late_attempts(engine)
+
+        # WHEN the operator presses Retry on it
+        answer = _viewer(pipeline, "/api/retry", {**key, "expected_generation": 0})
+        assert answer["status"] == 200, answer
+        engine.wait_until_settled()
+        engine.drain_event_sources()
+
+        # THEN exactly one more billed request (unless a loaded machine made one late)
+        late = late_attempts(engine) - late_before
+        billed = sum(engine.model_requests.billed.values())
+        assert_billed(billed, billed_before + 1, late, "billed requests of the retry")
+        # and the row shows the retry's own outcome: failed again, attempt 1 of 1, its time
+        after = _viewer_get(pipeline, "/api/failures", {"upload_id": key["upload_id"]})
+        [row] = [i for i in after["items"] if i["failure_id"] == key["failure_id"]]
+        outcome = row["outcome"]
+        assert outcome["state"] == "failed", outcome
+        # (the row's plan fails each request in turn: 500, 500, a timeout, ...)
+        assert outcome["generation"] == 1
+        assert outcome["error_code"] in {"InternalServerError", "ModelDeadlineExceeded"}
+        assert (outcome["attempt"], outcome["of"]) == (1, 1)
+        assert outcome["recorded_at"] > item["recorded_at"]
+        assert (row["error_code"], row["replay_generation"]) == (outcome["error_code"], 1)
+        # with the history of both failures kept on the row
+        assert [(a["generation"], a["error_code"]) for a in row["attempts"]] == [
+            (0, "ModelDeadlineExceeded"),
+            (1, outcome["error_code"]),
+        ]
+        assert "on attempt 1 of 1" in row["reason_text"]
+        assert f"Code {outcome['error_code']}" in row["reason_text"]
+        assert row["retryable"] is True  # failed again: it may be retried once more

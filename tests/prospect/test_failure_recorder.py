@@ -434,9 +434,30 @@ def test_a_dead_letter_the_model_step_cut_to_fit_the_queue_is_recorded_and_count
 
 def test_the_last_failed_row_completes_the_upload(aws, ledger):
     ledger.row_classified("u-123", 7, "hot")
+    record_batch([_on_failure()], aws.failures_table, ledger=ledger)  # no step report follows
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["failed"] == {"ModelTimeoutError": 1}
+
+
+def test_a_step_dead_letter_counts_its_row_and_the_step_s_report_closes_the_upload(aws, ledger):
+    # GIVEN an upload whose last row the model step dead-lettered after 3 billed requests
+    ledger.row_classified("u-123", 7, "hot")
+    # WHEN the recorder files the step's dead letter before the step reports the row
     record_batch([_model_step()], aws.failures_table, ledger=ledger)
+    # THEN the row is counted, but the upload waits for the step's report (issue 36)
+    assert upload_item(aws.session, "u-123")["failed_total"] == 1
+    assert completed_events(aws.drain_published()) == []
+    # WHEN the step reports it, with its key's billed totals
+    outcome = {
+        "status": "dead_lettered", "error_code": "ModelRejectedInput", "model_requests": 1,
+        "key_model_requests": 3, "key_record_id": "k-3", "key_usage": {},
+        "result": {"status": "dead_lettered", "error_code": "ModelRejectedInput"},
+    }  # fmt: skip
+    ledger.row_failed("u-123", 3, "ModelRejectedInput", outcome)
+    # THEN the summary closes with those requests in it
     [event] = completed_events(aws.drain_published())
     assert event["detail"]["failed"] == {"ModelRejectedInput": 1}
+    assert event["detail"]["model_requests"] == 3
 
 
 def test_a_ledger_failure_leaves_the_message_on_the_queue(aws, ledger):
@@ -457,3 +478,80 @@ def test_the_handler_accounts_through_the_environment(aws, ledger, monkeypatch):
     finally:
         handler_module._ledger.cache_clear()
     assert upload_item(aws.session, "u-123")["failed_total"] == 1
+
+
+def _transient(message_id, generation=None, letter_id="a" * 64, attempt="3 of 3"):
+    event = _row_event(row_number=9, **({"replay_generation": generation} if generation else {}))
+    event["dead_letter"] = {"id": letter_id, "error_code": "ModelDeadlineExceeded"}
+    return _record(
+        message_id,
+        event,
+        ERROR_CODE="ModelDeadlineExceeded",
+        ERROR_MESSAGE=f"transient failure on attempt {attempt}: ModelDeadlineExceeded",
+        DEAD_LETTER_ID=letter_id,
+    )
+
+
+def test_each_failed_attempt_of_a_row_is_kept_once_in_its_history(aws):
+    # GIVEN a row that failed, was retried by the operator (generation 1) and failed again
+    handler({"Records": [_transient("m-1")]}, None)
+    handler({"Records": [_transient("m-1-again")]}, None)  # the same dead letter re-sent
+    handler(
+        {"Records": [_transient("m-2", generation=1, letter_id="b" * 64, attempt="1 of 1")]}, None
+    )
+
+    item = aws.failures("u-123")["model#00000009"]
+    # THEN the item shows the latest failure, and its history lists both attempts once
+    assert item["error_code"] == "ModelDeadlineExceeded"
+    history = [
+        (int(e["generation"]), e["error_code"], int(e["attempt"]), int(e["of"]))
+        for e in item["attempts"]
+    ]
+    assert history == [(0, "ModelDeadlineExceeded", 3, 3), (1, "ModelDeadlineExceeded", 1, 1)]
+    assert all(e["recorded_at"] for e in item["attempts"])
+    # and the history expires with the item (it is stored on it)
+    assert int(item["expires_at"]) > time.time()
+
+
+def test_a_failure_that_is_not_a_row_keeps_no_history(aws):
+    handler({"Records": [_record("m-nodetail", {"source": "x"}, ERROR_CODE="Boom")]}, None)
+
+    assert "attempts" not in aws.failures("unattributed")["message#m-nodetail"]
+
+
+def test_an_upload_waits_for_every_step_report_even_when_another_row_closes_it(aws, ledger):
+    # GIVEN the recorder counted row 3 from the step's dead letter (its report not in yet)
+    record_batch([_model_step()], aws.failures_table, ledger=ledger)
+    # WHEN the upload's other row is labelled: every valid row is accounted for
+    ledger.row_classified("u-123", 7, "hot")
+    # THEN it stays open: the failed row's billed requests are not counted yet
+    assert upload_item(aws.session, "u-123")["status"] == "classifying"
+    assert completed_events(aws.drain_published()) == []
+    # WHEN the step reports row 3 with its key's 3 requests, and again (a duplicate)
+    outcome = {
+        "status": "dead_lettered", "error_code": "ModelRejectedInput", "model_requests": 1,
+        "key_model_requests": 3, "key_record_id": "k-3", "key_usage": {},
+        "result": {"status": "dead_lettered", "error_code": "ModelRejectedInput"},
+    }  # fmt: skip
+    ledger.row_failed("u-123", 3, "ModelRejectedInput", outcome)
+    ledger.row_failed("u-123", 3, "ModelRejectedInput", outcome)
+    # THEN it closes once, with them
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["model_requests"] == 3
+    assert int(upload_item(aws.session, "u-123")["awaiting_reports"]) == 0
+
+
+def test_a_step_report_that_never_comes_is_closed_by_the_sweeper_at_the_deadline(aws, ledger):
+    record_batch([_model_step()], aws.failures_table, ledger=ledger)
+    ledger.row_classified("u-123", 7, "hot")
+    assert completed_events(aws.drain_published()) == []
+    aws.session.client("dynamodb").update_item(
+        TableName=UPLOADS_TABLE,
+        Key={"upload_id": {"S": "u-123"}},
+        UpdateExpression="SET sweep_after = :due",
+        ExpressionAttributeValues={":due": {"N": "0"}},
+    )
+
+    assert ledger.sweep() == {"u-123": "completed"}
+    [event] = completed_events(aws.drain_published())
+    assert event["detail"]["status"] == "completed"

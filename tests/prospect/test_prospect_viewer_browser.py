@@ -121,7 +121,9 @@ def test_retry_button_republishes(page, aws):
         (e["detail"]["row_number"], e["detail"]["replay_generation"]) for e in aws.drain_published()
     ] == [(2, 1)]
     row = page.locator("tr[data-failure-id='model#00000002']")
-    expect(row.locator("td").nth(8)).to_have_text("1")  # the generation column
+    expect(row.locator(".generation")).to_have_text("gen 1")  # in the Retry column
+    # The retry is on its way: its outcome says so until the row is answered or fails.
+    expect(row.locator("td.outcome .badge")).to_have_text("pending")
 
 
 def test_a_stale_retry_button_is_refused_and_publishes_nothing(page, aws, browser):
@@ -144,8 +146,13 @@ def test_uploads_list_shows_status_counts_and_tokens(page):
         "delta", "gamma", "beta", "alpha",
     ]  # fmt: skip
     badges = page.locator("#uploads .badge").all_inner_texts()
-    assert badges == ["splitting", "classifying", "incomplete", "completed"]
+    # Issue 36: a completed upload with failed and invalid rows is not a green "completed";
+    # an open upload with nothing counted for 30 minutes is stalled, not in progress.
+    assert badges == ["stalled", "in progress", "stalled", "complete with failures"]
     alpha = page.locator("#uploads tr[data-upload-id='alpha']")
+    assert alpha.locator(".status-text").inner_text() == (
+        "complete with failures: 2 labelled, 1 failed, 2 invalid"
+    )
     assert "hot 1 · warm 1" in alpha.inner_text()
     assert alpha.locator("td.tokens").inner_text() == "1290 (1234 / 56 / 0 / 0)"
     assert alpha.locator("td.cost").inner_text() == "unknown"
@@ -200,7 +207,7 @@ def test_clicking_an_upload_shows_its_failures_and_filters_by_kind_and_code(page
     assert page.is_enabled("#retry-all")
     expect(page.locator("#uploads tr.selected")).to_have_count(1)
 
-    page.fill("#kind-filter", "validation")
+    page.select_option("#kind-filter", "validation")  # a choice: the kinds are known
     page.click("#apply")
     expect(_rows(page)).to_have_count(2)
     page.fill("#code-filter", "MissingCompany")
@@ -230,7 +237,7 @@ def test_screenshot(page, tmp_path):
     docs/viewer.png; otherwise the picture only goes to a temporary file)."""
     from PIL import Image
 
-    page.set_viewport_size({"width": 1200, "height": 760})
+    page.set_viewport_size({"width": 1280, "height": 760})
     page.click("#uploads tr[data-upload-id='alpha'] button.open-upload")
     expect(_rows(page)).to_have_count(3)
     raw = tmp_path / "viewer.png"

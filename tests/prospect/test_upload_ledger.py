@@ -140,6 +140,9 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         # No MODEL_PRICE: the cost is unknown, never a guess.
         "cost_usd": None, "saved_by_replays_usd": None, "saved_by_cache_usd": None,
         "saved_by_batch_usd": None,
+        # Issue 36: the one counting rule (prospect_contract.upload_status), as the mail says.
+        "state": "complete_with_failures", "labelled": 2,
+        "status_text": "complete with failures: 2 labelled, 1 failed, 1 invalid",
     }  # fmt: skip
     item = upload_item(aws.session, "u-1")
     assert item["status"] == "completed" and "summary_published_at" in item
@@ -623,7 +626,9 @@ def test_a_closed_upload_is_counted_once_in_the_ledgers_own_metrics(aws, ledger,
     assert {m["Name"] for m in directive["Metrics"]} == set(upload_metrics.METRIC_NAMES)
     assert {name: document[name] for name in upload_metrics.METRIC_NAMES} == {
         "UploadsCompleted": 1, "UploadsIncomplete": 0, "UploadsRejected": 0,
-        "RowsClassified": 2, "RowsFailed": 1,
+        # Issue 36: by the one counting rule, completed with a failed row; and its counts.
+        "UploadsWithFailures": 1, "RowsClassified": 2, "RowsFailed": 1, "RowsInvalid": 0,
+        "ModelRequests": 2,
     }  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -232,6 +233,8 @@ def seed_uploads(table: Any) -> None:
             ),
             upload_item(
                 "gamma", "classifying", "2026-11-29T09:20:00.000Z",
+                # Counted a moment ago: in progress, not stalled (issue 36).
+                last_activity_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
                 rows=40, valid=40, classified={"cold": 12}, model_requests=12,
                 input_tokens=4800, output_tokens=96, cache_creation_input_tokens=6000,
                 cache_read_input_tokens=66000, replayed_cache_read_input_tokens=6000,

@@ -109,6 +109,31 @@ def test_a_retried_row_that_fails_again_is_dead_lettered_again_once(make_step, f
     assert fake_api.request_count == 2
 
 
+def test_a_retry_generation_buys_exactly_one_request_even_when_it_fails_transiently(
+    make_step, fake_api, model_env
+):
+    # GIVEN a row dead-lettered as a transient failure (its 3 attempts spent, issue 36 item 1)
+    fake_api.script = [500, 500, 500, 500, 500, 200]
+    step = make_step()
+    for _ in range(2):
+        with pytest.raises(Exception):  # noqa: B017 (transient: raised so it is retried)
+            step.handle(make_event(), FakeLambdaContext())
+    assert step.handle(make_event(), FakeLambdaContext())["status"] == "dead_lettered"
+    assert fake_api.request_count == 3
+    # WHEN the operator retries it once and the provider fails again
+    retry = make_event(prospect_detail(replay_generation=1))
+    again = step.handle(retry, FakeLambdaContext())
+    # THEN that one request was the whole budget: dead-lettered at once, not raised
+    assert fake_api.request_count == 4
+    assert again["status"] == "dead_lettered"
+    assert again["replay_generation"] == 1
+    [_, message] = model_env.dead_letters()
+    assert "attempt 1 of 1" in message["attributes"]["ERROR_MESSAGE"]
+    # and its duplicate replays the stored outcome: no second request
+    assert step.handle(retry, FakeLambdaContext()) == again
+    assert fake_api.request_count == 4
+
+
 @pytest.mark.parametrize("value", ["2", 0, -1, True, 1.5, None, [1]])
 def test_bad_replay_generation_is_a_recorded_dead_letter(make_step, fake_api, model_env, value):
     event = make_event(prospect_detail(replay_generation=value))

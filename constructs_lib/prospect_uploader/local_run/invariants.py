@@ -28,12 +28,12 @@ def check_invariants(result: RunResult) -> list[Check]:
     - no dead letter of the step without an ERROR_CODE, unless the function could not run at
       all with it (every receive throttled);
     - without faults (throttles are none: a throttle is not an attempt): failed = 0 and
-      model_requests - rate_limited = valid (one billed request per row at any duplicates,
+      http_requests - rate_limited = valid (one billed request per row at any duplicates,
       whatever the rate limit's 429s). Timing alone can add a request that failed in
       transport (timed out client-side after the model counted it; its retry is billed
       again; or an attempt overran its deadline and a copy took its expired lock): with
       ``late_attempts`` T > 0 (requests that failed in transport plus overruns) the checks
-      are the bounds that hold under any timing, model_requests - rate_limited <= valid + T
+      are the bounds that hold under any timing, http_requests - rate_limited <= valid + T
       and failed x MAX_ATTEMPTS <= T (a row fails only when every attempt was late);
     - with faults or kills: billed <= MAX_ATTEMPTS x valid, and failed = dlq (no row both
       labelled and recorded, no failure record that names no row);
@@ -127,7 +127,7 @@ def _one_request_per_row(result: RunResult) -> list[Check]:
                 "with no fault injected every valid row must be classified" + rate_limited,
             ),
             Check(
-                "model_requests - rate_limited = valid",
+                "http_requests - rate_limited = valid",
                 f"{result.model_requests} - {result.rate_limited} = {result.valid}",
                 billed == result.valid,
                 "some row reached the model more than once, or never: idempotency did not hold",
@@ -141,7 +141,7 @@ def _one_request_per_row(result: RunResult) -> list[Check]:
             "with no fault injected a row may fail only when every attempt was late" + rate_limited,
         ),
         Check(
-            "model_requests - rate_limited <= valid + late attempts",
+            "http_requests - rate_limited <= valid + late attempts",
             f"{result.model_requests} - {result.rate_limited} <= {result.valid} + {late}",
             billed <= result.valid + late,
             "some row reached the model more than once beyond the late attempts (requests "

@@ -445,6 +445,7 @@ class LocalPipeline:
             dynamodb.Table(engine.variable("FAILURES_TABLE_NAME")),
             dynamodb.Table(engine.variable("PROSPECTS_TABLE_NAME")),
         )
+        result.upload = self._upload_counts(result.upload_id)
         stats = engine.function_stats()
         result.functions = dict(stats)
         result.queues = engine.queue_stats()
@@ -519,6 +520,21 @@ class LocalPipeline:
             sys.stdout.flush()  # The handler log while the run is open: EMF lines to disk.
             result.model_requests = count_emf_metric(self.log_path, "ModelRequests")
         return result
+
+    def _upload_counts(self, upload_id: str | None) -> dict[str, Any] | None:
+        """The upload's state and counts as the viewer and the mail tell them: the one
+        counting rule (``prospect_contract.upload_status``) over its UploadsTable item."""
+        if upload_id is None:
+            return None
+        table = self.engine.aws.session.resource("dynamodb").Table(
+            self.engine.variable("UPLOADS_TABLE_NAME")
+        )
+        item = table.get_item(Key={"upload_id": upload_id}, ConsistentRead=True).get("Item")
+        if item is None:
+            return None
+        rule = self.engine.runtime.module("prospect_contract.upload_status")
+        counts: dict[str, Any] = rule.upload_counts(item, time.time())
+        return counts
 
     # -- viewer ----------------------------------------------------------------------------
     def serve_viewer(self, host: str = "127.0.0.1", port: int = 0) -> Any:

@@ -18,8 +18,14 @@ JSON_FIELDS = {
     "classified": "prospect rows labelled in ProspectsTable",
     "failed": "valid rows that ended in the failure store without a label",
     "dlq": "model-step failures recorded from FailureQueue (one per row)",
-    "model_requests": "requests that reached the model: realtime HTTP requests plus billed "
-    "Message Batch requests",
+    "model_requests": "requests billed by the model for the upload's rows, each key's once: "
+    "the upload's count, as the viewer and the summary mail give it (429 and 529 are never "
+    "billed)",
+    "http_requests": "requests that reached the local model: realtime HTTP requests (429 and "
+    "529 answers included) plus billed Message Batch requests",
+    "upload": "the upload's state (complete, complete_with_failures, in_progress, "
+    "waiting_in_batch, stalled, rejected), its words and counts: the one counting rule the "
+    "viewer and the summary mail use",
     "deliveries": "row-event deliveries to the classify function, first attempts only",
     "alerts": "upload alerts published to AlertTopic",
     "deduplicated": "row events an EventBridge v2 bus answered DEDUPLICATED (publish side)",
@@ -77,13 +83,15 @@ def to_json(result: RunResult) -> dict[str, Any]:
         "classified": result.classified,
         "failed": result.failed,
         "dlq": result.dlq,
-        "model_requests": result.model_requests,
+        "model_requests": billed_model_requests(result),
+        "http_requests": result.model_requests,
         "deliveries": result.deliveries,
         "labels": labels,
         "alerts": result.alerts,
         "lambda_retries": result.lambda_retries,
         "status": result.status,
         "upload_id": result.upload_id,
+        "upload": result.upload,
         "deduplicated": result.deduplicated,
         "row_entries_sent": result.row_entries_sent,
         "split_runs": result.split_runs,
@@ -126,6 +134,14 @@ def to_json(result: RunResult) -> dict[str, Any]:
     }
 
 
+def billed_model_requests(result: RunResult) -> int:
+    """The upload's billed requests by the one counting rule (``result.upload``); without an
+    upload item, the requests that reached the model."""
+    if result.upload is None:
+        return result.model_requests
+    return int(result.upload["model_requests"])
+
+
 def render_table(result: RunResult, checks: Sequence[Check], verbose: bool = False) -> str:
     """The human summary: counts with their meaning, then every invariant, then any denied
     AWS call. ``verbose`` (``--verbose``) adds the IAM detail: each function's grants the run
@@ -134,6 +150,9 @@ def render_table(result: RunResult, checks: Sequence[Check], verbose: bool = Fal
     status = result.status or "unknown"
     if result.reason:
         status += f" ({result.error_code or 'reason'}: {result.reason})"
+    if result.upload is not None:
+        # The viewer's and the mail's words for the upload, then the splitter's status.
+        status = f"{result.upload['text']} (split {status})"
     lines = [head, f"upload {result.upload_id or '-'}: {status}", ""]
     if not result.settled:
         lines[-1:] = [
@@ -150,10 +169,11 @@ def render_table(result: RunResult, checks: Sequence[Check], verbose: bool = Fal
         ("classified", result.classified, f"{JSON_FIELDS['classified']} ({label_text})"),
         ("failed", result.failed, JSON_FIELDS["failed"]),
         ("dlq", result.dlq, JSON_FIELDS["dlq"]),
+        ("model requests", billed_model_requests(result), JSON_FIELDS["model_requests"]),
         (
-            "model requests",
+            "http requests",
             result.model_requests,
-            JSON_FIELDS["model_requests"] + (f" (failed: {faults})" if faults else ""),
+            JSON_FIELDS["http_requests"] + (f" (failed: {faults})" if faults else ""),
         ),
         (
             "deliveries",

@@ -35,8 +35,14 @@ class RunResult:
     unattributed: int = 0  # failure records of this run that name no row of this upload
     left_on_queue: int = 0
     labels: dict[str, int] = field(default_factory=dict)
+    # HTTP requests the local model answered (429 and 529 included) plus billed Message
+    # Batch requests; the JSON's ``http_requests`` (``upload`` holds the billed count).
     model_requests: int = 0
     model_outcomes: dict[str, int] = field(default_factory=dict)
+    # The upload's state and counts by the one counting rule the viewer and the mail use
+    # (``prospect_contract.upload_status.upload_counts`` of its UploadsTable item); None
+    # when the run has no upload item (a rejected S3 event naming no object).
+    upload: dict[str, Any] | None = None
     deliveries: int = 0
     lambda_retries: int = 0
     on_failure_records: int = 0
