@@ -38,20 +38,28 @@ from .batch_staging import exhausted
 from .batch_store import BatchStore, custom_id_of
 from .budget_state import BudgetState
 from .delivery import Delivery
-from .errors import NonRetryableError, RetriesExhaustedError, RetryableAnswerError
+from .errors import (
+    BEDROCK_NON_RETRYABLE_ERRORS,
+    BEDROCK_RATE_LIMIT_ERRORS,
+    NonRetryableError,
+    RetriesExhaustedError,
+    RetryableAnswerError,
+)
 from .key import dead_key_of_life
 from .model_call import error_code
 from .outcome import StepResult
 from .step_parts import StepParts
 
 #: Error types of an ``errored`` result that are the request's own fault (the realtime path
-#: dead-letters a 4xx other than 408, 409 and 429 without a retry).
+#: dead-letters a 4xx other than 408, 409 and 429 without a retry); a Bedrock record's
+#: error is named as realtime names the same InvokeModel error (:mod:`.bedrock_batches`).
 REQUEST_FAULTS = frozenset(
     {"invalid_request_error", "authentication_error", "billing_error", "permission_error"}
     | {"not_found_error", "request_too_large"}
+    | BEDROCK_NON_RETRYABLE_ERRORS
 )
 #: Error types of an ``errored`` result that were not served (a 429 or 529 in realtime).
-NOT_SERVED = frozenset({"rate_limit_error", "overloaded_error"})
+NOT_SERVED = frozenset({"rate_limit_error", "overloaded_error"}) | BEDROCK_RATE_LIMIT_ERRORS
 #: Codes of the dead letters only the batch path makes.
 BATCH_EXPIRED = "BatchExpired"
 BATCH_CANCELED = "BatchCanceled"

@@ -103,7 +103,7 @@ class BatchSubmitter:
         parts = _packed(
             requests,
             self._parts.settings.batch_max_requests,
-            batch_limits.create_bytes_limit(context),
+            min(batch_limits.create_bytes_limit(context), self._provider.quotas.max_bytes),
         )
         if len(parts) > 1:
             # Parts that each fit: a long system prompt is repeated in every request, so
@@ -277,7 +277,11 @@ class BatchSubmitter:
         oldest first, while their rows fit one batch (``BATCH_MAX_REQUESTS``, at most
         :data:`~.batch_limits.SUBMISSION_ROWS`): one buffer delivery's rows are often far
         fewer (Lambda hands a function at most 6 MB of records). Returns the batches sent."""
-        cap = min(self._parts.settings.batch_max_requests, batch_limits.SUBMISSION_ROWS)
+        cap = min(
+            self._parts.settings.batch_max_requests,
+            batch_limits.SUBMISSION_ROWS,
+            self._provider.quotas.max_requests,
+        )
         now = clock.now()
         ready = sorted(
             (w for w in waiting if (number(w[1], "not_before") or 0.0) <= now),
