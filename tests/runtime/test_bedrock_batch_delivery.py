@@ -13,6 +13,7 @@ from model_step.bedrock_batches import custom_id_of_record, record_id_of
 
 from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs
 from constructs_lib.model_prices import PRICE_TABLE
+from tests.fakes import FakeBedrockRuntime
 
 from .batch_rows import PAST_GRACE, LambdaKilled, custom_id_for, rows, sqs_batch, stored, tick
 from .conftest import FakeLambdaContext, ShiftedClock, boto3_session
@@ -41,8 +42,10 @@ def jobs(model_env, buffer, monkeypatch) -> Iterator[LocalBedrockBatchJobs]:
     """Batch delivery on Bedrock: the step's bucket in moto, the local control plane on the
     runtime's clock (jobs end 60 s after submission; a minimum of 1 record unless a test
     says otherwise)."""
+    import model_step.batch_limits
     import model_step.clock
 
+    monkeypatch.setattr(model_step.batch_limits, "BEDROCK_MIN_REQUESTS", 1)
     boto3_session().client("s3").create_bucket(Bucket=BUCKET)
     with LocalBedrockBatchJobs(
         lambda: boto3_session().client("s3"),
@@ -231,15 +234,55 @@ def test_a_job_stuck_open_past_its_timeout_is_stopped_and_its_rows_go_again(
     assert_each_key_ends_once(model_env, step, jobs, events, outcomes)
 
 
-def test_a_row_below_the_jobs_minimum_is_not_lost(
-    make_step, jobs, buffer, model_env, outcomes, monkeypatch
+@pytest.fixture
+def runtime(monkeypatch) -> Iterator[FakeBedrockRuntime]:
+    """bedrock-runtime InvokeModel, for rows sent as single requests."""
+    with FakeBedrockRuntime(timeout_sleep=3.0) as bedrock:
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", bedrock.base_url)
+        yield bedrock
+
+
+def test_a_submission_below_the_jobs_minimum_goes_as_single_requests_at_the_realtime_price(
+    make_step, jobs, runtime, buffer, model_env, outcomes, monkeypatch
 ):
-    jobs.min_records = 100
+    import model_step.batch_limits
+
+    monkeypatch.setattr(model_step.batch_limits, "BEDROCK_MIN_REQUESTS", 100)
     clock = ShiftedClock(monkeypatch)
     events = rows(3)
+
     step = staged(make_step, buffer, clock, outcomes, events)
-    ticks_until_done(step, clock, count=12)
-    assert_each_key_ends_once(model_env, step, jobs, events, outcomes)
+
+    assert jobs.create_calls == 0
+    assert runtime.request_count == 3
+    price = PRICE_TABLE["claude-haiku-5-5"]
+    for event, outcome in outcomes.seen:
+        assert stored(model_env, step, event).status == "completed"
+        assert outcome.get("delivery") is None and outcome["model_requests"] == 1
+        usage = outcome["usage"]
+        full = (usage["input_tokens"] * price.input + usage["output_tokens"] * price.output) / 1e6
+        assert outcome["cost_usd"] == pytest.approx(full)
+    assert len(outcomes.seen) == 3
+
+
+def test_a_transient_failure_below_the_minimum_is_retried_within_the_budget(
+    make_step, jobs, runtime, buffer, model_env, outcomes, monkeypatch
+):
+    import model_step.batch_limits
+
+    monkeypatch.setattr(model_step.batch_limits, "BEDROCK_MIN_REQUESTS", 100)
+    runtime.script = [500, 500]
+    clock = ShiftedClock(monkeypatch)
+    [event] = rows(1)
+    step = staged(make_step, buffer, clock, outcomes, [event])
+    assert outcomes.seen == []
+
+    ticks_until_done(step, clock)
+
+    assert runtime.request_count == 3
+    assert stored(model_env, step, event).status == "completed"
+    assert [int(i["attempts"]["N"]) for i in model_env.budgets().values()] == [3]
+    assert jobs.create_calls == 0
 
 
 # -- crash points around CreateModelInvocationJob ----------------------------------------------
