@@ -27,9 +27,10 @@ submission is Expired. A stop makes it Stopping, then Stopped at the next look.
 ``end_state(job_number)`` injects how a job ends (the n-th job made, from 1): ``Failed``
 (nothing answered), ``Stopped`` / ``Expired`` (a seeded half of the records answered, the
 rest have no line), ``PartiallyCompleted`` or ``Completed``; None: as above. ``create_faults``
-(consumed in order, or ``create_fault_hook``); :attr:`stuck`: jobs end only once stopped: ``"disconnect"`` (closed unanswered, nothing
+(consumed in order, or ``create_fault_hook``): ``"disconnect"`` (closed unanswered, nothing
 made), ``"disconnect_after_create"`` / ``"error_after_create"`` (the job IS made, then the
 connection closes / a 500 answers), or a Bedrock error name (its status, nothing made).
+:attr:`stuck`: jobs neither end nor expire until they are stopped.
 
 Only answered records are billed (:attr:`billed_by_record`, by ``recordId``), as Bedrock
 bills.
@@ -246,7 +247,7 @@ class LocalBedrockBatchJobs(LoopbackServer):
             self._advance(job)
             return job.describe()
 
-    def list(self, query: dict[str, list[str]]) -> dict[str, Any]:
+    def list_jobs(self, query: dict[str, list[str]]) -> dict[str, Any]:
         with self._lock:
             jobs = sorted(self.jobs.values(), key=lambda j: j.submitted_at, reverse=True)
             for job in jobs:
@@ -418,7 +419,7 @@ def _handler_class(api: LocalBedrockBatchJobs) -> type[BaseHTTPRequestHandler]:
                     self._send(200, api.get(parts[1]))
                     return
                 if method == "GET" and parts == ["model-invocation-jobs"]:
-                    self._send(200, api.list(parse_qs(parsed.query)))
+                    self._send(200, api.list_jobs(parse_qs(parsed.query)))
                     return
                 if method == "POST" and len(parts) == 3 and parts[2] == "stop":
                     api.stop_job(parts[1])
@@ -450,4 +451,3 @@ def _handler_class(api: LocalBedrockBatchJobs) -> type[BaseHTTPRequestHandler]:
             send_json(self, status, payload, {"x-amzn-requestid": str(uuid.uuid4())})
 
     return Handler
-

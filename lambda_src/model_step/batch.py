@@ -214,9 +214,11 @@ class BatchDelivery:
             return 1
         if state == "created":
             self.collector.collect(submission, item, context, answer_row, tally)
-        elif state == "realtime" and clock.now() - (
-            number(item, "started_at") or 0.0
-        ) < batch_limits.RECONCILE_AFTER_SECONDS:
+        elif (
+            state == "realtime"
+            and clock.now() - (number(item, "started_at") or 0.0)
+            < batch_limits.RECONCILE_AFTER_SECONDS
+        ):
             return 0  # its rows may still be in flight in the invocation that sends them
         else:
             self.submitter.rehome(submission, item)

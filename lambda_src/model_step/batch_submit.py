@@ -32,6 +32,7 @@ from . import batch_limits, clock
 from .batch_answer import RATE_LIMIT_EXHAUSTED, AnswerRow, BatchAnswer
 from .batch_ledger import BatchLedger
 from .batch_provider import BatchProvider, CreateRefused, CreateUncertain
+from .batch_singles import send_singly
 from .batch_staging import StagedRow, Staging
 from .batch_store import BatchStore, Item, number, text
 from .step_parts import StepParts
@@ -101,7 +102,7 @@ class BatchSubmitter:
             return
         requests, events = self._requests(submission, store.custom_ids(submission, item))
         if requests and len(requests) < self._provider.quotas.min_requests:
-            self._realtime(submission, events, context, answer_row)
+            send_singly(self._parts, self._store, submission, events, context, answer_row)
             return
         parts = _packed(
             requests,
@@ -150,50 +151,6 @@ class BatchSubmitter:
         self._ledger.record_batch(batch_id, submission, created_at)
         self._store.transition(submission, "creating", "created", batch_ids=[batch_id])
         log.info("batch created", extra={"submission": submission, "batch_id": batch_id})
-
-    def _realtime(
-        self, submission: str, events: dict[str, str], context: Any, answer_row: AnswerRow
-    ) -> None:
-        """A due submission with fewer rows than the provider's batch takes (Bedrock's
-        minimum records per job): each row is sent as one request (``realtime`` answers,
-        :func:`.batch_answer.answer`) rather than waiting on for rows that may never come.
-        ``pending -> realtime`` first, so one invocation sends them; a row that goes again
-        claims its next attempt and waits in a new submission; a crash leaves the
-        submission ``realtime``, and the tick rehomes the rows it still owns."""
-        store = self._store
-        if not store.transition(submission, "pending", "realtime", started_at=clock.now()):
-            return
-        self._parts.logger.info(
-            "batch below the provider's minimum: its rows go as single requests",
-            extra={"submission": submission, "requests": len(events)},
-        )
-        again: list[str] = []
-        settled = True
-        for custom_id, event_json in events.items():
-            if batch_limits.out_of_time(context):
-                settled = False  # the rows left are rehomed by a later tick
-                break
-            event = json.loads(event_json)
-            try:
-                for kind in ("realtime", "resubmit"):
-                    if answer_row(event, BatchAnswer(kind=kind), context) is not None:
-                        store.mark_answered(custom_id)
-                        break
-                else:
-                    again.append(custom_id)
-            except Exception as exc:
-                settled = False
-                self._parts.logger.warning(
-                    "a row below the batch minimum is not answered yet",
-                    extra={"submission": submission, "error_type": type(exc).__name__},
-                )
-        if again:
-            new = store.new_submission_id()
-            store.put_submission(new, again, clock.now())
-            for custom_id in again:
-                store.move_row(custom_id, submission, new, claimed=True)
-        if settled and store.transition(submission, "realtime", "done"):
-            store.close_submission(submission)
 
     def _requests(self, submission: str, ids: list[str]) -> tuple[list[Request], dict[str, str]]:
         """The requests of the rows this submission still owns, and their events."""

@@ -184,10 +184,14 @@ class BedrockBatches:
         repeated create instead (:attr:`idempotent_create`), so this is for an operator."""
         found: list[tuple[str, float]] = []
         try:
-            pages = self._bedrock().get_paginator("list_model_invocation_jobs").paginate(
-                nameContains="model-step-",
-                submitTimeAfter=_moment(low),
-                submitTimeBefore=_moment(high),
+            pages = (
+                self._bedrock()
+                .get_paginator("list_model_invocation_jobs")
+                .paginate(
+                    nameContains="model-step-",
+                    submitTimeAfter=_moment(low),
+                    submitTimeBefore=_moment(high),
+                )
             )
             for page in pages:
                 for job in page.get("invocationJobSummaries", []):
@@ -291,9 +295,7 @@ class BedrockBatches:
 
     def _job(self, batch_id: str) -> dict[str, Any]:
         try:
-            job: dict[str, Any] = self._bedrock().get_model_invocation_job(
-                jobIdentifier=batch_id
-            )
+            job: dict[str, Any] = self._bedrock().get_model_invocation_job(jobIdentifier=batch_id)
         except Exception as exc:
             raise _call_failure(exc) from exc
         return job
@@ -320,7 +322,11 @@ def _line(record_id: str, record: dict[str, Any]) -> BatchLine:
     code = _int((error or {}).get("errorCode"))
     name = RECORD_ERRORS.get(code or 500)
     if name is None:
-        name = "ValidationException" if code is not None and 400 <= code < 500 else "InternalServerException"
+        name = (
+            "ValidationException"
+            if code is not None and 400 <= code < 500
+            else "InternalServerException"
+        )
     return BatchLine(custom_id, "errored", error_type=name)
 
 
@@ -366,7 +372,9 @@ def _call_failure(exc: BaseException) -> BatchCallFailed:
     status = _status(exc)
     gone = code in ("ResourceNotFoundException", "NoSuchKey") or status == 404
     retry = batch_limits.BACKOFF_SECONDS if code in ("ThrottlingException",) else None
-    return BatchCallFailed(code if status is None else f"{code}:{status}", gone=gone, retry_after=retry)
+    return BatchCallFailed(
+        code if status is None else f"{code}:{status}", gone=gone, retry_after=retry
+    )
 
 
 def _create_failure(exc: BaseException) -> Exception:
@@ -378,10 +386,13 @@ def _create_failure(exc: BaseException) -> Exception:
     if code in REFUSED_WAIT or (status is not None and 400 <= status < 500 and status != 408):
         return CreateRefused(
             code,
-            status=429 if code in ("ThrottlingException", "ServiceQuotaExceededException") else status,
+            status=429
+            if code in ("ThrottlingException", "ServiceQuotaExceededException")
+            else status,
             rows_at_fault=False,
             retry_after=REFUSED_WAIT.get(code, 60.0),
-            request_id=(getattr(exc, "response", None) or {}).get("ResponseMetadata", {}).get("RequestId"),
+            request_id=(getattr(exc, "response", None) or {})
+            .get("ResponseMetadata", {})
+            .get("RequestId"),
         )
     return CreateUncertain(code)
-

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import jmespath
 from jmespath.exceptions import JMESPathError
 
-from . import environment as env_names
 from . import batch_limits, lifetime
+from . import environment as env_names
 from .errors import ConfigurationError
 from .request_cost import StepPrice
 from .system_prompt import load_system_prompt
