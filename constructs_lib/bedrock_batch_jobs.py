@@ -25,6 +25,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from . import defaults
+from .checkov_acknowledgments import BEDROCK_BATCH_JOBS, acknowledge_checkov_findings
 
 #: The key prefixes under ``prefix``, as the runtime writes them
 #: (``lambda_src/model_step/bedrock_batches.py``).
@@ -53,6 +54,7 @@ class BedrockBatchJobs(Construct):
         expire_after: Duration | None = None,
     ) -> None:
         super().__init__(scope, id)
+        acknowledge_checkov_findings(self, BEDROCK_BATCH_JOBS)
         self.prefix = prefix
         if bucket is None:
             if expire_after is None:

@@ -25,7 +25,8 @@ from constructs_lib import (
     Thinking,
 )
 
-from .conftest import NO_BUNDLING, new_app, synth
+from .conftest import NO_BUNDLING, Synthesized, new_app, synth
+from .test_snapshot_and_compliance import lint
 
 ACCOUNT = "123456789012"
 PROFILE = "us.anthropic.claude-haiku-5-5"
@@ -48,7 +49,7 @@ def bedrock_batch_step(stack: cdk.Stack, step_id: str = "Step", **overrides) -> 
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     app = new_app(tmp_path_factory, "bedrock-batch")
     env = cdk.Environment(account=ACCOUNT, region="us-east-1")
     stack = cdk.Stack(app, "Owned", env=env)
@@ -57,17 +58,17 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     bucket = s3.Bucket.from_bucket_name(given, "Theirs", "their-batch-bucket")
     bedrock_batch_step(given, model_id=MODEL, batch_bucket=bucket)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    return synth(app).templates
+    return synth(app)
 
 
 @pytest.fixture(scope="module")
 def owned(synthesized) -> assertions.Template:
-    return assertions.Template.from_json(synthesized["Owned"])
+    return synthesized.template("Owned")
 
 
 @pytest.fixture(scope="module")
 def given(synthesized) -> assertions.Template:
-    return assertions.Template.from_json(synthesized["Given"])
+    return synthesized.template("Given")
 
 
 def only(template: assertions.Template, kind: str) -> dict:
@@ -240,3 +241,15 @@ def test_a_batch_bucket_without_bedrock_batch_is_refused():
     bucket = s3.Bucket.from_bucket_name(stack, "Theirs", "their-batch-bucket")
     with pytest.raises(PropValidationError, match="batch_bucket is used only with"):
         bedrock_batch_step(stack, delivery=ModelDelivery.realtime(), batch_bucket=bucket)
+
+
+# -- scanners --------------------------------------------------------------------------------------
+def test_cfn_lint_finds_nothing_in_either_template(synthesized):
+    assert lint(synthesized.outdir) == []
+
+
+def test_the_bucket_acknowledges_checkovs_logging_and_versioning_checks_with_reasons(owned):
+    [bucket] = owned.find_resources("AWS::S3::Bucket").values()
+    skips = {s["id"]: s["comment"] for s in bucket["Metadata"]["checkov"]["skip"]}
+    assert sorted(skips) == ["CKV_AWS_18", "CKV_AWS_21"]
+    assert all(len(reason) > 80 for reason in skips.values())
