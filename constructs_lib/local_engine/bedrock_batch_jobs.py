@@ -65,7 +65,8 @@ TIMEOUT_HOURS = (24, 168)
 MIN_RECORDS = 100
 ACCOUNT = "123456789012"
 
-Answer = Callable[[dict[str, Any], str], dict[str, Any]]
+#: ``(modelInput, recordId, the job's modelId) -> Messages body``.
+Answer = Callable[[dict[str, Any], str, str], dict[str, Any]]
 Decide = Callable[[str, dict[str, Any]], "str | int"]
 
 
@@ -149,7 +150,8 @@ class LocalBedrockBatchJobs(LoopbackServer):
     """The stand-in (see the module docstring). Parameters: ``s3`` (a boto3 S3 client
     factory), ``answer``, ``decide`` [all succeeded], ``clock`` [``time.time``],
     ``processing_delay`` [60 s], ``min_records`` [:data:`MIN_RECORDS`], ``region`` [the
-    run's], ``seed`` [0], ``models`` [None: any model id; else the ids accepted]."""
+    run's], ``seed`` [0], ``models`` [None: any model id; else the ids accepted],
+    ``hour_seconds`` [3600: seconds of ``clock`` per hour of a job's timeout]."""
 
     thread_name = "local-bedrock-batch"
 
@@ -165,6 +167,7 @@ class LocalBedrockBatchJobs(LoopbackServer):
         region: str = LOCAL_REGION,
         seed: int = 0,
         models: frozenset[str] | None = None,
+        hour_seconds: float = 3600.0,
     ) -> None:
         super().__init__()
         self.s3 = s3
@@ -176,6 +179,8 @@ class LocalBedrockBatchJobs(LoopbackServer):
         self.region = region
         self.seed = seed
         self.models = models
+        #: Seconds of ``clock`` per hour of ``timeoutDurationInHours`` (a run's clock).
+        self.hour_seconds = hour_seconds
         #: ``job number -> end state or None``.
         self.end_state: Callable[[int], str | None] = lambda number: None
         self.create_faults: list[str] = []
@@ -303,7 +308,7 @@ class LocalBedrockBatchJobs(LoopbackServer):
             return
         if self.stuck:
             return
-        if now - job.submitted_at >= job.timeout_hours * 3600:
+        if now - job.submitted_at >= job.timeout_hours * self.hour_seconds:
             self._end(job, "Expired", now)
             return
         if now - job.submitted_at >= self.processing_delay:
@@ -345,7 +350,7 @@ class LocalBedrockBatchJobs(LoopbackServer):
         for record_id, model_input in records:
             verdict = self.decide(record_id, model_input)
             if verdict == "succeeded":
-                output = self.answer(model_input, record_id)
+                output = self.answer(model_input, record_id, job.model_id)
                 self.billed_by_record[record_id] += 1
                 job.answered += 1
                 lines.append(

@@ -24,7 +24,7 @@ MODEL = "us.anthropic.claude-haiku-5-5"
 USAGE = {"input_tokens": 1000, "output_tokens": 10}
 
 
-def answer(model_input: dict, record_id: str) -> dict:
+def answer(model_input: dict, record_id: str, model_id: str) -> dict:
     return {
         "id": f"msg_{record_id[:12]}",
         "type": "message",

@@ -1,0 +1,67 @@
+"""``prospect-uploader run FILE --provider bedrock --delivery batch`` (issue 37): the stack
+synthesized with ``-c model_provider=bedrock``, its real handlers, moto, and the local
+Bedrock control plane running each job on the run's clock (input and output in moto's S3).
+
+Every call of the batch step is evaluated against its role as the template grants it:
+CreateModelInvocationJob on the account's jobs and the profile, iam:PassRole of the job
+role, Get/Stop on the job, the bucket's two prefixes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from constructs_lib.prospect_uploader.local_run import (
+    RunOptions,
+    RunResult,
+    check_invariants,
+    run_pipeline,
+)
+
+from .billing import assert_one_billed_request_per_row
+
+pytestmark = pytest.mark.slow
+
+HEADER = "email,first_name,last_name,company,title,country,notes\n"
+#: Above Bedrock's minimum of 100 records a job, so the rows go as a job.
+ROWS = 120
+
+
+@pytest.fixture(scope="module")
+def batch_run(bedrock_cdk_out: Path, tmp_path_factory) -> RunResult:
+    tmp = tmp_path_factory.mktemp("bedrock-batch")
+    path = tmp / "rows.csv"
+    lines = [f"row{n}@example.com,Ada{n},Lovelace,Engines {n},CTO,GB,Demo\n" for n in range(ROWS)]
+    path.write_text(HEADER + "".join(lines), "utf-8")
+    return run_pipeline(
+        RunOptions(
+            csv_path=path,
+            cdk_out=bedrock_cdk_out,
+            provider="bedrock",
+            delivery="batch",
+            duplicates=2,
+            log_file=tmp / "handlers.log",
+        )
+    )
+
+
+def test_every_row_is_classified_through_a_bedrock_job_and_billed_once(batch_run):
+    result = batch_run
+    assert [c.name for c in check_invariants(result) if not c.ok] == []
+    assert (result.status, result.delivery, result.valid, result.classified) == (
+        "completed",
+        "batch",
+        ROWS,
+        ROWS,
+    )
+    assert result.model_requests == result.valid == result.batch_billed
+    assert result.batches == 1 and result.batch_requests == ROWS
+    assert_one_billed_request_per_row(result)
+
+
+def test_each_job_call_is_allowed_by_the_templates_grants(batch_run):
+    assert batch_run.iam_checked and batch_run.denied == 0
+    grants = batch_run.unused_grants["ClassifyBatch/Function"]
+    assert not [g for g in grants if "CreateModelInvocationJob" in g or "PassRole" in g]
