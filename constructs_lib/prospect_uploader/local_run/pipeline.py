@@ -31,8 +31,8 @@ from types import TracebackType
 from typing import Any
 
 from constructs_lib._runtime_environment import runtime_batch_limits
-from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
 from constructs_lib.bedrock_models import claude_model_name, parse_model_id
+from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
 from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs
 from constructs_lib.local_engine.bedrock_iam import BedrockInvokeCheck
 from constructs_lib.local_engine.engine import DrainResult, EngineSettings, LocalEngine
