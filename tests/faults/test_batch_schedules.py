@@ -1,5 +1,6 @@
 """Issue 33, item 7: long-horizon fault schedules over the batch path (see
-tests/faults/batch_schedules.py): 100 in ``make test``, 2,000 in ``make soak``."""
+tests/faults/batch_schedules.py): 100 in ``make test``, 2,000 in ``make soak``; and issue
+37: a handful of them over the Bedrock batch adapter (tests/faults/bedrock_batch_schedules.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import pytest
 
 from .batch_lab import BatchSettings
 from .batch_schedules import PROFILE, batch_world, run_batch_schedules
+from .bedrock_batch_schedules import (
+    SCHEDULES,
+    bedrock_batch_world,
+    run_bedrock_batch_schedules,
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,3 +28,11 @@ def test_batch_schedules_keep_the_per_key_invariants(world) -> None:
     tally = run_batch_schedules("BatchSchedules")
     print(f"batch schedules ({PROFILE}, {time.monotonic() - started:.0f} s):", tally)
     assert tally["schedules"] >= (2_000 if PROFILE == "batch-soak" else 100)
+
+
+def test_bedrock_batch_schedules_keep_the_per_key_invariants(cdk_out_template) -> None:
+    started = time.monotonic()
+    with bedrock_batch_world(BatchSettings.from_template(cdk_out_template)):
+        tally = run_bedrock_batch_schedules("BedrockBatchSchedules")
+    print(f"bedrock batch schedules ({time.monotonic() - started:.0f} s):", tally)
+    assert tally["schedules"] >= SCHEDULES
