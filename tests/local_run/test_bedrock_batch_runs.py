@@ -72,3 +72,35 @@ def test_each_job_call_is_allowed_by_the_templates_grants(batch_run):
     assert used == ["bedrock:StopModelInvocationJob on " + used[0].split(" on ")[1]]
     create = "bedrock:CreateModelInvocationJob on "
     assert not [g for g in unused if g.startswith(create) and "inference-profile" in g]
+
+
+def test_kills_at_each_point_around_the_job_create_make_one_job_and_bill_each_row_once(
+    bedrock_cdk_out: Path, tmp_path: Path
+):
+    """Seed 124 draws, for the run's first three creates, a kill after the create answered
+    before the job's ARN was recorded, one after the create made the job, and one before the
+    create was sent; the fourth goes through. Each repeated create carries the submission's
+    clientRequestToken, so Bedrock names the job it made first."""
+    path = tmp_path / "rows.csv"
+    lines = [f"row{n}@example.com,Ada{n},Lovelace,Engines {n},CTO,GB,Demo\n" for n in range(ROWS)]
+    path.write_text(HEADER + "".join(lines), "utf-8")
+    result = run_pipeline(
+        RunOptions(
+            csv_path=path,
+            cdk_out=bedrock_cdk_out,
+            provider="bedrock",
+            delivery="batch",
+            batch_create_kill_rate=0.5,
+            seed=124,
+            seconds_per_minute=0.25,
+            log_file=tmp_path / "handlers.log",
+        )
+    )
+    assert result.batch_create_kills == {
+        "before_create": 1,
+        "after_create": 1,
+        "before_batch_id_recorded": 1,
+    }
+    assert result.batches == 1 and result.batch_requests == ROWS
+    assert result.classified == result.valid == result.model_requests == ROWS
+    assert result.max_requests_per_key == 1
