@@ -8,8 +8,10 @@
   ``bedrock`` in the run's region (:mod:`constructs_lib.testing.sigv4`; refused 403 as
   Bedrock refuses), a ``timeoutDurationInHours`` of 24-168, a catalogued model id
   (``ValidationException`` otherwise). A repeated ``clientRequestToken`` answers the job it
-  made first, and makes no second one ("ignored, not an error"); every create is counted in
-  :attr:`create_calls`, every job made in :attr:`jobs`;
+  made first, and makes no second one ("ignored, not an error"); a create while
+  :attr:`jobs_in_progress` jobs are submitted or running is refused
+  ``ServiceQuotaExceededException``; every create is counted in :attr:`create_calls`, every
+  job made in :attr:`jobs`;
 - ``GET /model-invocation-job/{id}``, ``GET /model-invocation-jobs`` (newest first,
   ``nameContains``, ``submitTimeAfter/Before``, ``statusEquals``, pages of ``maxResults``)
   and ``POST /model-invocation-job/{id}/stop``.
@@ -61,8 +63,10 @@ OPEN = ("Submitted", "Validating", "Scheduled", "InProgress", "Stopping")
 ENDED = ("Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired")
 #: Bedrock's range of ``timeoutDurationInHours``.
 TIMEOUT_HOURS = (24, 168)
-#: The Service Quotas default "Minimum number of records per batch inference job".
+#: The Service Quotas defaults "Minimum number of records per batch inference job" and
+#: "Sum of in-progress and submitted batch inference jobs using a base model".
 MIN_RECORDS = 100
+JOBS_IN_PROGRESS = 20
 ACCOUNT = "123456789012"
 
 #: ``(modelInput, recordId, the job's modelId) -> Messages body``.
@@ -181,6 +185,9 @@ class LocalBedrockBatchJobs(LoopbackServer):
         self.models = models
         #: Seconds of ``clock`` per hour of ``timeoutDurationInHours`` (a run's clock).
         self.hour_seconds = hour_seconds
+        #: "Sum of in-progress and submitted batch inference jobs using a base model": a
+        #: create past it is refused ``ServiceQuotaExceededException``.
+        self.jobs_in_progress = JOBS_IN_PROGRESS
         #: ``job number -> end state or None``.
         self.end_state: Callable[[int], str | None] = lambda number: None
         self.create_faults: list[str] = []
@@ -215,6 +222,15 @@ class LocalBedrockBatchJobs(LoopbackServer):
             token = body.get("clientRequestToken")
             if token and token in self.by_token:
                 return {"jobArn": self.by_token[token]}, fault
+            for job in self.jobs.values():
+                self._advance(job)
+            running = sum(job.status in OPEN for job in self.jobs.values())
+            if running >= self.jobs_in_progress:
+                raise JobError(
+                    "ServiceQuotaExceededException",
+                    f"the account has {running} batch inference jobs submitted or in progress "
+                    f"for this model, its quota",
+                )
             hours = body.get("timeoutDurationInHours", 24)
             if not isinstance(hours, int) or not TIMEOUT_HOURS[0] <= hours <= TIMEOUT_HOURS[1]:
                 raise JobError(

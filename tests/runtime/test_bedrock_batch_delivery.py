@@ -362,6 +362,43 @@ def test_a_jobs_in_progress_quota_waits_without_spending_an_attempt(
     assert [int(item["attempts"]["N"]) for item in model_env.budgets().values()] == [1, 1]
 
 
+def test_a_create_past_the_jobs_in_progress_quota_waits_for_the_running_job(
+    make_step, jobs, buffer, model_env, outcomes, monkeypatch
+):
+    """Bedrock's "jobs in progress" quota, enforced by the stand-in: the second submission's
+    create is refused while the first job runs, and is sent once it ended."""
+    jobs.jobs_in_progress = 1
+    clock = ShiftedClock(monkeypatch)
+    first, second = rows(2), rows(2, start=3)
+    step = staged(make_step, buffer, clock, outcomes, first)
+    staged(make_step, buffer, clock, outcomes, second)
+    assert (len(jobs.jobs), jobs.create_calls) == (1, 2)
+
+    ticks_until_done(step, clock)
+
+    assert len(jobs.jobs) == 2
+    assert_each_key_ends_once(model_env, step, jobs, first + second, outcomes)
+    assert [int(i["attempts"]["N"]) for i in model_env.budgets().values()] == [1, 1, 1, 1]
+
+
+def test_created_between_lists_the_steps_jobs_of_a_window(
+    make_step, jobs, buffer, model_env, outcomes, monkeypatch
+):
+    import model_step.clock
+
+    clock = ShiftedClock(monkeypatch)
+    step = staged(make_step, buffer, clock, outcomes, rows(3))
+    provider = step._components().batch.provider
+    now = model_step.clock.now()
+
+    [(arn, created)] = provider.created_between(now - 600, now + 600, 3)
+
+    assert arn == next(iter(jobs.jobs))
+    assert abs(created - now) < 600
+    assert provider.created_between(now - 600, now + 600, 4) == []
+    assert provider.created_between(now + 600, now + 1200, 3) == []
+
+
 def test_an_unsigned_control_plane_call_is_refused(jobs):
     import urllib.error
     import urllib.request
