@@ -1,6 +1,5 @@
 """Issue 33, item 7: long-horizon fault schedules over the batch path (see
-tests/faults/batch_schedules.py): 100 in ``make test``, 2,000 in ``make soak``; and issue
-37: a handful of them over the Bedrock batch adapter (tests/faults/bedrock_batch_schedules.py)."""
+tests/faults/batch_schedules.py): 100 in ``make test``, 2,000 in ``make soak``."""
 
 from __future__ import annotations
 
@@ -10,11 +9,6 @@ import pytest
 
 from .batch_lab import BatchSettings
 from .batch_schedules import PROFILE, batch_world, run_batch_schedules
-from .bedrock_batch_schedules import (
-    SCHEDULES,
-    bedrock_batch_world,
-    run_bedrock_batch_schedules,
-)
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +23,3 @@ def test_batch_schedules_keep_the_per_key_invariants(world) -> None:
     print(f"batch schedules ({PROFILE}, {time.monotonic() - started:.0f} s):", tally)
     assert tally["schedules"] >= (2_000 if PROFILE == "batch-soak" else 100)
 
-
-def test_bedrock_batch_schedules_keep_the_per_key_invariants(cdk_out_template) -> None:
-    started = time.monotonic()
-    with bedrock_batch_world(BatchSettings.from_template(cdk_out_template)):
-        tally = run_bedrock_batch_schedules("BedrockBatchSchedules")
-    print(f"bedrock batch schedules ({time.monotonic() - started:.0f} s):", tally)
-    assert tally["schedules"] >= SCHEDULES
