@@ -262,7 +262,14 @@ class BedrockBatches:
         job_id = str(job["jobArn"]).rsplit("/", 1)[-1]
         out_key = f"{out_prefix.rstrip('/')}/{job_id}/{in_key.rsplit('/', 1)[-1]}.out"
         seen: set[str] = set()
-        for line in self._stream(s3, out_bucket, out_key, missing_ok=state != "Completed"):
+        # Listed first: a job that ended before answering (Failed, or Stopped early) may
+        # write no output, and a GetObject of a missing key is a 403 to a caller whose
+        # s3:ListBucket is limited to a prefix, never told apart from a denial.
+        if not self._listed(s3, out_bucket, out_key):
+            if state == "Completed":
+                raise BatchCallFailed("OutputMissing")  # not visible yet: read again later
+            out_key = ""
+        for line in self._stream(s3, out_bucket, out_key) if out_key else ():
             record = json.loads(line)
             record_id = str(record.get("recordId") or "")
             if not record_id or record_id in seen:
@@ -270,19 +277,26 @@ class BedrockBatches:
             seen.add(record_id)
             yield _line(record_id, record)
         kind = MISSING_RECORD_KIND.get(state, "errored")
-        for line in self._stream(s3, in_bucket, in_key, missing_ok=False):
+        for line in self._stream(s3, in_bucket, in_key):
             record_id = str(json.loads(line).get("recordId") or "")
             if record_id and record_id not in seen:
                 seen.add(record_id)
                 error = JOB_FAILED if kind == "errored" else None
                 yield BatchLine(custom_id_of_record(record_id), kind, error_type=error)
 
-    def _stream(self, s3: Any, bucket: str, key: str, *, missing_ok: bool) -> Iterator[bytes]:
+    @staticmethod
+    def _listed(s3: Any, bucket: str, key: str) -> bool:
+        """Whether ``key`` exists, by listing it (``s3:ListBucket`` on its prefix)."""
+        try:
+            found = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+        except Exception as exc:
+            raise _call_failure(exc) from exc
+        return any(item.get("Key") == key for item in found.get("Contents", []))
+
+    def _stream(self, s3: Any, bucket: str, key: str) -> Iterator[bytes]:
         try:
             body = s3.get_object(Bucket=bucket, Key=key)["Body"]
         except Exception as exc:
-            if missing_ok and _code(exc) in ("NoSuchKey", "404"):
-                return
             raise _call_failure(exc) from exc
         try:
             for line in body.iter_lines():

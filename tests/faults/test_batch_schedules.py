@@ -22,4 +22,3 @@ def test_batch_schedules_keep_the_per_key_invariants(world) -> None:
     tally = run_batch_schedules("BatchSchedules")
     print(f"batch schedules ({PROFILE}, {time.monotonic() - started:.0f} s):", tally)
     assert tally["schedules"] >= (2_000 if PROFILE == "batch-soak" else 100)
-
