@@ -198,6 +198,8 @@ class LocalBedrockBatchJobs(LoopbackServer):
         self.by_token: dict[str, str] = {}
         self.create_calls = 0
         self.stop_calls = 0
+        #: Calls answered, by operation (``CreateModelInvocationJob``, ``Get...``, ...).
+        self.calls: Counter[str] = Counter()
         self.billed_by_record: Counter[str] = Counter()
         self.refused: list[str] = []
         self._lock = threading.RLock()
@@ -432,6 +434,8 @@ def _handler_class(api: LocalBedrockBatchJobs) -> type[BaseHTTPRequestHandler]:
                 return
             parsed = urlparse(self.path)
             parts = [unquote(p) for p in parsed.path.strip("/").split("/")]
+            with api._lock:
+                api.calls[_operation(method, parts)] += 1
             try:
                 if method == "POST" and parts == ["model-invocation-job"]:
                     self._create(json.loads(raw or b"{}"))
@@ -472,3 +476,14 @@ def _handler_class(api: LocalBedrockBatchJobs) -> type[BaseHTTPRequestHandler]:
             send_json(self, status, payload, {"x-amzn-requestid": str(uuid.uuid4())})
 
     return Handler
+
+
+def _operation(method: str, parts: list[str]) -> str:
+    """The API operation a request path names."""
+    if parts == ["model-invocation-jobs"]:
+        return "ListModelInvocationJobs"
+    if method == "POST" and parts == ["model-invocation-job"]:
+        return "CreateModelInvocationJob"
+    if method == "POST" and parts[-1:] == ["stop"]:
+        return "StopModelInvocationJob"
+    return "GetModelInvocationJob" if method == "GET" else "Unknown"

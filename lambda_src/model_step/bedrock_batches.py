@@ -14,9 +14,10 @@ the step's clients, one attempt per call: the core owns every retry):
 - **recordId**: the row's ``custom_id`` (a hash of its record key) re-encoded alphanumeric
   (Bedrock documents ``recordId`` as an alphanumeric string), one to one, so a line maps
   back to its row by id, never by its place in the file.
-- **status**: ``GetModelInvocationJob``: Submitted, Validating, Scheduled and InProgress are
-  open; Stopping is canceling; Completed, PartiallyCompleted, Failed, Stopped and Expired
-  have ended.
+- **status**: one ``ListModelInvocationJobs`` a tick serves every job it looks at
+  (``GetModelInvocationJob`` for a job the list does not hold): Submitted, Validating,
+  Scheduled and InProgress are open; Stopping is canceling; Completed, PartiallyCompleted,
+  Failed, Stopped and Expired have ended.
 - **results**: ``<output>/<job id>/<input>.jsonl.out`` streamed from S3: ``modelOutput`` is a
   succeeded (billed) line; ``error: {errorCode, errorMessage}`` an errored one named as the
   realtime path names Bedrock's errors (a 4xx other than 408 and 429 is the request's own
@@ -83,6 +84,15 @@ REFUSED_WAIT = {
 }
 INPUT = "input/"
 OUTPUT = "output/"
+#: Every job this runtime creates is named ``model-step-<submission id>``.
+JOB_NAME_PREFIX = "model-step-"
+#: A tick reads its jobs' states from one ``ListModelInvocationJobs`` (paged) made at most
+#: this long ago, instead of a ``Get`` a job: shorter than a tick's period, so each tick
+#: lists afresh. A job the list does not hold is asked with ``Get``.
+LIST_FRESH_SECONDS = 30.0
+#: The list covers jobs submitted this long ago at most: a job's longest life (168 h) plus
+#: the day the tick allows to collect it.
+LIST_WINDOW_SECONDS = 8 * 86_400.0
 
 
 def record_id_of(custom_id: str) -> str:
@@ -118,6 +128,9 @@ class BedrockBatches:
         self.quotas = batch_limits.bedrock_quotas(settings.max_event_age_seconds)
         self._bucket = settings.batch_bucket_name
         self._prefix = settings.batch_s3_prefix
+        #: The last ``ListModelInvocationJobs``, by job ARN, and when it was made.
+        self._snapshot: dict[str, dict[str, Any]] = {}
+        self._snapshot_at = float("-inf")
 
     # -- requests --------------------------------------------------------------------------
     def request(self, custom_id: str, user_message: str) -> dict[str, Any]:
@@ -143,7 +156,7 @@ class BedrockBatches:
 
     def job_name(self, token: str) -> str:
         """A job name from the submission id (``[a-zA-Z0-9-+.]``, at most 63)."""
-        return f"model-step-{token}"[:63]
+        return f"{JOB_NAME_PREFIX}{token}"[:63]
 
     def create(self, requests: list[dict[str, Any]], token: str) -> tuple[str, float]:
         """Write the input, then ``CreateModelInvocationJob`` once with ``token`` as its
@@ -188,7 +201,7 @@ class BedrockBatches:
                 self._bedrock()
                 .get_paginator("list_model_invocation_jobs")
                 .paginate(
-                    nameContains="model-step-",
+                    nameContains=JOB_NAME_PREFIX,
                     submitTimeAfter=_moment(low),
                     submitTimeBefore=_moment(high),
                 )
@@ -203,7 +216,9 @@ class BedrockBatches:
         return found
 
     def status(self, batch_id: str) -> BatchStatus:
-        job = self._job(batch_id)
+        """From the tick's ``ListModelInvocationJobs`` (one paged list serves every job the
+        tick looks at), else ``GetModelInvocationJob``."""
+        job = self._listed_job(batch_id) or self._job(batch_id)
         state = str(job.get("status"))
         phase = "ended" if state in ENDED_STATES else "open"
         if state in CANCELING_STATES:
@@ -253,6 +268,30 @@ class BedrockBatches:
         except Exception as exc:
             raise _call_failure(exc) from exc
 
+    def _listed_job(self, batch_id: str) -> dict[str, Any] | None:
+        """The job's summary from a list at most :data:`LIST_FRESH_SECONDS` old, listing the
+        step's jobs of the last :data:`LIST_WINDOW_SECONDS` again when it is older; None when
+        the list does not hold it or failed (the caller asks ``Get``)."""
+        now = clock.now()
+        if now - self._snapshot_at > LIST_FRESH_SECONDS:
+            self._snapshot = {}
+            self._snapshot_at = now
+            try:
+                pages = (
+                    self._bedrock()
+                    .get_paginator("list_model_invocation_jobs")
+                    .paginate(
+                        nameContains=JOB_NAME_PREFIX,
+                        submitTimeAfter=_moment(now - LIST_WINDOW_SECONDS),
+                    )
+                )
+                for page in pages:
+                    for job in page.get("invocationJobSummaries", []):
+                        self._snapshot[str(job["jobArn"])] = job
+            except Exception:
+                self._snapshot = {}  # each job is asked with Get instead
+        return self._snapshot.get(batch_id)
+
     # -- reading ---------------------------------------------------------------------------
     def _lines(self, job: dict[str, Any], state: str) -> Iterator[BatchLine]:
         """The output lines, then a line for each input record the output does not hold."""
@@ -265,7 +304,7 @@ class BedrockBatches:
         # Listed first: a job that ended before answering (Failed, or Stopped early) may
         # write no output, and a GetObject of a missing key is a 403 to a caller whose
         # s3:ListBucket is limited to a prefix, never told apart from a denial.
-        if not self._listed(s3, out_bucket, out_key):
+        if not self._exists(s3, out_bucket, out_key):
             if state == "Completed":
                 raise BatchCallFailed("OutputMissing")  # not visible yet: read again later
             out_key = ""
@@ -285,7 +324,7 @@ class BedrockBatches:
                 yield BatchLine(custom_id_of_record(record_id), kind, error_type=error)
 
     @staticmethod
-    def _listed(s3: Any, bucket: str, key: str) -> bool:
+    def _exists(s3: Any, bucket: str, key: str) -> bool:
         """Whether ``key`` exists, by listing it (``s3:ListBucket`` on its prefix)."""
         try:
             found = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)

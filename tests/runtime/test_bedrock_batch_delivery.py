@@ -399,6 +399,30 @@ def test_created_between_lists_the_steps_jobs_of_a_window(
     assert provider.created_between(now + 600, now + 1200, 3) == []
 
 
+def test_a_tick_reads_its_jobs_states_from_one_list(
+    make_step, jobs, buffer, model_env, outcomes, monkeypatch
+):
+    """GetModelInvocationJob and ListModelInvocationJobs on the same tick: one list serves
+    every open job's state; Get is asked only for a job's data locations when it ended."""
+    clock = ShiftedClock(monkeypatch)
+    step = staged(make_step, buffer, clock, outcomes, rows(2))
+    staged(make_step, buffer, clock, outcomes, rows(2, start=3))
+    staged(make_step, buffer, clock, outcomes, rows(2, start=5))
+    assert len(jobs.jobs) == 3
+    jobs.calls.clear()
+    clock.shift(10)
+
+    tick(step)  # every job still open
+
+    assert jobs.calls == {"ListModelInvocationJobs": 1}
+    clock.shift(61)
+    jobs.calls.clear()
+    summary = tick(step)["model_step_batch"]  # every job ended: read, then deleted
+    assert (summary["collected"], summary["deleted"]) == (3, 3), summary
+    assert jobs.calls["ListModelInvocationJobs"] == 1
+    assert jobs.calls["GetModelInvocationJob"] == 3 * 2, jobs.calls  # the read, then the delete
+
+
 def test_an_unsigned_control_plane_call_is_refused(jobs):
     import urllib.error
     import urllib.request
