@@ -30,6 +30,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct, IConstruct
 
 __all__ = [
+    "BEDROCK_BATCH_JOBS",
     "MODEL_STEP",
     "PROSPECT_UPLOADER",
     "CheckovSkip",
@@ -191,6 +192,26 @@ MODEL_STEP: Mapping[str, Sequence[CheckovSkip]] = {
         _configuration_only_environment(
             "table and queue names, the key expression, prompt version, system prompt and "
             "the API key secret's ARN"
+        ),
+    ],
+}
+
+#: ``BedrockBatchJobs``'s bucket (issue 37), when it makes one.
+BEDROCK_BATCH_JOBS: Mapping[str, Sequence[CheckovSkip]] = {
+    "Bucket/Resource": [
+        CheckovSkip(
+            "CKV_AWS_18",
+            "Holds only Bedrock batch job input and output while a job runs: the runtime "
+            "deletes each job's objects once collected and a lifecycle rule expires the rest. "
+            "Only the step's function and its job role reach it; CloudTrail data events audit "
+            "access where needed (cdk-nag's AwsSolutions-S1 is acknowledged for the same "
+            "reason).",
+        ),
+        CheckovSkip(
+            "CKV_AWS_21",
+            "By design: versioning would keep every deleted prompt (row values) as a "
+            "noncurrent version; the objects are transient copies of rows the idempotency "
+            "table already holds, deleted once their job is collected.",
         ),
     ],
 }

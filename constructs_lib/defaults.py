@@ -241,6 +241,45 @@ def private_bucket_props() -> dict[str, Any]:
     }
 
 
+#: Bedrock batch delivery (issue 37): the key prefix of the jobs' objects in their bucket.
+BEDROCK_BATCH_PREFIX = "bedrock-batch/"
+#: Days past a job's longest life (its ``timeoutDurationInHours``) the bucket's lifecycle
+#: keeps an object: a job's input is written when it is created and its output when it
+#: ends, the runtime collects it within the 12 h its tick allows a job past its timeout
+#: before calling it lost (``batch_limits.lost_open_after``) and then deletes both; one more
+#: day covers collection retries and a tick outage. Expiry is only the backstop.
+BEDROCK_BATCH_EXPIRY_MARGIN_DAYS = 2
+
+
+def bedrock_batch_expiry(timeout_hours: int) -> Duration:
+    """The lifecycle expiry of a Bedrock batch bucket's objects: the job's timeout in whole
+    days plus :data:`BEDROCK_BATCH_EXPIRY_MARGIN_DAYS` (3 days for the 24 h default)."""
+    return Duration.days(-(-timeout_hours // 24) + BEDROCK_BATCH_EXPIRY_MARGIN_DAYS)
+
+
+def bedrock_batch_bucket_props(expire_after: Duration, prefix: str) -> dict[str, Any]:
+    """The bucket of a step's Bedrock batch jobs: private, S3-managed encryption (Bedrock's
+    job role reads and writes it without a KMS grant), TLS only, every object under
+    ``prefix`` expired after ``expire_after`` and unfinished uploads after a day. Not
+    versioned: a deleted prompt must stay deleted. Retained with the stack, as it empties
+    itself: CloudFormation cannot delete a bucket with objects in it."""
+    return {
+        "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+        "encryption": s3.BucketEncryption.S3_MANAGED,
+        "enforce_ssl": True,
+        "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        "lifecycle_rules": [
+            s3.LifecycleRule(
+                id="ExpireBatchJobObjects",
+                prefix=prefix,
+                expiration=expire_after,
+                abort_incomplete_multipart_upload_after=Duration.days(1),
+            )
+        ],
+        "removal_policy": RemovalPolicy.RETAIN,
+    }
+
+
 #: ``ModelStepDashboard``: the period of every graph.
 DEFAULT_DASHBOARD_PERIOD = Duration.minutes(5)
 #: ``ModelStepDashboard``: the time range a dashboard opens on.

@@ -32,6 +32,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -41,8 +42,8 @@ from . import bedrock_models, defaults, queue_grants
 from . import point_in_time_recovery as pitr
 from . import result_fields as result_field_names
 from ._paths import lambda_src_root
+from ._runtime_environment import runtime_batch_limits, runtime_lifetime
 from ._runtime_environment import runtime_environment as env
-from ._runtime_environment import runtime_lifetime
 from ._validation import (
     PropValidationError,
     check_duration_range,
@@ -56,6 +57,7 @@ from .alarms import (
     occurrence_alarm,
     threshold_alarm,
 )
+from .bedrock_batch_jobs import BedrockBatchJobs
 from .checkov_acknowledgments import MODEL_STEP, acknowledge_checkov_findings
 from .event_bus_v2 import EventBusV2Base
 from .model_delivery import ModelDelivery
@@ -189,6 +191,19 @@ class _StepProps:
     # Personal data (issue 34).
     result_fields: ResultFields | None = None
     point_in_time_recovery: pitr.PointInTimeRecovery | None = None
+    # Bedrock batch inference (issue 37).
+    batch_bucket: s3.IBucket | None = None
+
+    @property
+    def bedrock_batch(self) -> bool:
+        """Batch delivery on Bedrock: model invocation jobs (issue 37)."""
+        return self.delivery.is_batch and self.model_provider is ModelProvider.BEDROCK
+
+    @property
+    def bedrock_batch_timeout_hours(self) -> int:
+        """The jobs' ``timeoutDurationInHours``: ``max_event_age`` in whole hours, at least
+        24 (``batch_limits.bedrock_timeout_hours``; 168 at most, checked by validate)."""
+        return int(runtime_batch_limits.bedrock_timeout_hours(int(self.max_event_age.to_seconds())))
 
     def validate(self, owner: str, source: str, resolve: Callable[[Any], Any]) -> None:
         """Raise :class:`PropValidationError` naming ``owner``, the prop, the value and the
@@ -262,6 +277,9 @@ class _StepProps:
                 max_event_age=int(self.max_event_age.to_seconds()),
                 queue_retention=int(defaults.BUFFER_RETENTION.to_seconds()),
                 batch=self.delivery.is_batch,
+                batch_lifetime=self.bedrock_batch_timeout_hours * 3600
+                if self.bedrock_batch
+                else runtime_lifetime.BATCH_LIFETIME_SECONDS,
             )
         )
 
@@ -295,13 +313,23 @@ class _StepProps:
             )
 
     def _check_delivery(self, owner: str) -> None:
-        """Message Batches delivery (issue 19): the Anthropic API's batches only."""
-        if self.delivery.is_batch and self.model_provider is ModelProvider.BEDROCK:
+        """Batch delivery: Message Batches (issue 19), or Bedrock batch inference (issue 37),
+        whose jobs run 24-168 h and hold at most 50,000 records."""
+        if self.batch_bucket is not None and not self.bedrock_batch:
             raise PropValidationError(
-                f"{owner}: delivery=ModelDelivery.batch() cannot be combined with "
-                "model_provider=ModelProvider.BEDROCK: Bedrock batch inference is a different "
-                "API (CreateModelInvocationJob, S3 in and out); use ModelDelivery.realtime() "
-                "with Bedrock, or ModelProvider.ANTHROPIC with batch delivery"
+                f"{owner}: batch_bucket is used only with delivery=ModelDelivery.batch() and "
+                "model_provider=ModelProvider.BEDROCK (it holds the jobs' input and output)"
+            )
+        if not self.bedrock_batch:
+            return
+        # A job's timeoutDurationInHours follows max_event_age, within Bedrock's 24-168 h:
+        # DURATION_RANGES caps the age at a day, so every job runs 24 h.
+        limits = runtime_batch_limits
+        if self.delivery.max_requests > limits.BEDROCK_MAX_REQUESTS:
+            raise PropValidationError(
+                f"{owner}: ModelDelivery.batch(max_requests=...) must be at most "
+                f"{limits.BEDROCK_MAX_REQUESTS:,} with model_provider=ModelProvider.BEDROCK "
+                f"(Bedrock's records per batch inference job); got {self.delivery.max_requests:,}"
             )
 
     def _check_dead_letter_queue(self, owner: str) -> None:
@@ -664,7 +692,18 @@ class IdempotentModelStep(Construct):
         a rule (``batch_tick_rule``, ``rate(1 minute)``) ticks the function with
         ``{"model_step_batch": "tick"}`` to submit, reconcile and collect, the function's
         timeout is at least 15 minutes, and an alarm fires when a batch stays open past
-        24 h. Refused with ``ModelProvider.BEDROCK``.
+        24 h. With ``ModelProvider.BEDROCK`` (issue 37) each submission is one Bedrock
+        batch inference job (half the on-demand price) of at most 50,000 records, its
+        ``timeoutDurationInHours`` ``max_event_age`` in whole hours within Bedrock's 24-168
+        (so 24 h, as ``max_event_age`` is at most a day), its JSONL in ``batch_bucket``; a
+        submission below Bedrock's minimum of 100 records per job is sent as single requests
+        once ``max_wait`` has passed.
+    :param batch_bucket: with ``ModelProvider.BEDROCK`` and batch delivery, the S3 bucket of
+        the jobs' input and output (under ``bedrock-batch/``); yours keeps its own
+        encryption and lifecycle (the runtime deletes each job's objects once collected).
+        Default None: the step makes one (``batch_jobs.bucket``): S3-managed encryption,
+        TLS only, no public access, objects expired after the job's timeout in days plus 2
+        (3 days by default), retained on stack deletion as it empties itself.
     :param thinking: ``Thinking.ADAPTIVE`` (``thinking: {"type": "adaptive"}``) or
         ``Thinking.DISABLED`` (``{"type": "disabled"}``), where the model accepts it (the
         model catalogue); joins the record key's fingerprint, as it changes the answer.
@@ -735,10 +774,10 @@ class IdempotentModelStep(Construct):
         model_prices: Mapping[str, Mapping[str, Any] | ModelPrice | None] | None = None,
         result_fields: ResultFields | None = None,
         point_in_time_recovery: bool | Duration | None = None,
+        batch_bucket: s3.IBucket | None = None,
     ) -> None:
         """Check every prop, then build the step part by part (props: see the class)."""
         super().__init__(scope, id)
-        acknowledge_checkov_findings(self, MODEL_STEP)
         props = _StepProps(
             event_pattern=event_pattern,
             idempotency_key=idempotency_key,
@@ -777,12 +816,12 @@ class IdempotentModelStep(Construct):
             model_prices=model_prices,
             result_fields=result_fields,
             point_in_time_recovery=point_in_time_recovery,
+            batch_bucket=batch_bucket,
         )
         owner = f"IdempotentModelStep '{self.node.path}'"
         props.validate(owner, source=self.node.path, resolve=Stack.of(self).resolve)
         self._fit_model(props, owner)
         props = self._with_delivery_timeout(props)
-
         self._describe(props)
         self._storage(props)
         self._queues(props)
@@ -795,7 +834,9 @@ class IdempotentModelStep(Construct):
         self._dashboard(props)
 
     def _describe(self, props: _StepProps) -> None:
-        """The step's public attributes: the props it was given and what it derived."""
+        """The step's public attributes: the props it was given and what it derived; and
+        the checkov acknowledgments of the resources it makes (applied at synth)."""
+        acknowledge_checkov_findings(self, MODEL_STEP)
         self.lambda_retry_attempts = props.lambda_retry_attempts
         self.event_retry_attempts = props.event_retry_attempts
         self.max_concurrency = props.max_concurrency
@@ -849,7 +890,9 @@ class IdempotentModelStep(Construct):
 
     # ------------------------------------------------------------------ parts
     def _storage(self, props: _StepProps) -> None:
-        """The idempotency table: the caller's, or a new one with ``point_in_time_recovery``."""
+        """The idempotency table: the caller's, or a new one with ``point_in_time_recovery``;
+        and, on Bedrock under batch delivery, the jobs' bucket and role."""
+        self._bedrock_batch_jobs(props)
         if props.table is not None:
             self.table: dynamodb.ITable = props.table
             return
@@ -860,6 +903,22 @@ class IdempotentModelStep(Construct):
             **defaults.idempotency_table_props(pitr.specification(days)),
         )
         pitr.acknowledge_off(self.table, days)
+
+    def _bedrock_batch_jobs(self, props: _StepProps) -> None:
+        """Issue 37: under batch delivery on Bedrock, the jobs' bucket (``batch_bucket`` or
+        a new one, its objects expired ``defaults.bedrock_batch_expiry`` after they are
+        written) and their service role, which may invoke the step's model only."""
+        #: Bedrock batch delivery's bucket and job role (``BedrockBatchJobs``); else None.
+        self.batch_jobs: BedrockBatchJobs | None = None
+        if not props.bedrock_batch:
+            return
+        self.batch_jobs = BedrockBatchJobs(
+            self,
+            "BedrockBatch",
+            bucket=props.batch_bucket,
+            expire_after=defaults.bedrock_batch_expiry(props.bedrock_batch_timeout_hours),
+        )
+        self._grant_bedrock_invoke(self.batch_jobs.job_role, props.model_id)
 
     def _queues(self, props: _StepProps) -> None:
         """The DLQ (the caller's, or a new one), the redrive queue in front of it and the
@@ -1053,8 +1112,20 @@ class IdempotentModelStep(Construct):
             **({env.TRACING_ENABLED: "true"} if props.tracing else {}),
             **self._result_bus_environment(props),
             **props.delivery.environment(),
+            **self._bedrock_batch_environment(),
             **self._model_environment(),
             **dict(props.environment or {}),
+        }
+
+    def _bedrock_batch_environment(self) -> dict[str, str]:
+        """Issue 37: the jobs' bucket, key prefix and role."""
+        jobs = self.batch_jobs
+        if jobs is None:
+            return {}
+        return {
+            env.BATCH_BUCKET_NAME: jobs.bucket.bucket_name,
+            env.BATCH_S3_PREFIX: jobs.prefix,
+            env.BATCH_ROLE_ARN: jobs.job_role.role_arn,
         }
 
     def _model_environment(self) -> dict[str, str]:
@@ -1297,6 +1368,30 @@ class IdempotentModelStep(Construct):
             _grant_get_secret_value(role, props.api_key_secret)
         if props.model_provider is ModelProvider.BEDROCK:
             self._grant_bedrock_invoke(role, props.model_id)
+        if self.batch_jobs is not None:
+            self.batch_jobs.grant_submit(role, self._bedrock_model_arns(props.model_id))
+
+    def _bedrock_model_arns(self, model_id: str) -> list[str]:
+        """What ``bedrock:CreateModelInvocationJob`` is evaluated on besides the job: the
+        profile and the foundation model in each region it routes to, or the model."""
+        stack = Stack.of(self)
+        model = None if Token.is_unresolved(model_id) else bedrock_models.parse_model_id(model_id)
+        if model is None or not model.is_profile:
+            return [
+                stack.format_arn(
+                    service="bedrock",
+                    account="",
+                    resource="foundation-model",
+                    resource_name=model_id,
+                )
+            ]
+        profile_arn = stack.format_arn(
+            service="bedrock", resource="inference-profile", resource_name=model_id
+        )
+        return [
+            profile_arn,
+            *bedrock_models.foundation_model_arns(model, stack.partition, stack.region),
+        ]
 
     # -------------------------------------------------------- Bedrock (issue 22)
     def _grant_bedrock_invoke(self, role: iam.IRole, model_id: str) -> None:

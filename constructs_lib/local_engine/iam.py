@@ -63,6 +63,7 @@ from urllib.parse import unquote, urlparse
 import boto3
 from botocore.awsrequest import AWSResponse
 
+from ..bedrock_models import PROFILE_PREFIXES
 from . import identity
 from .assembly import CloudAssembly, FunctionSpec
 from .call_hooks import before_call_hooks
@@ -217,10 +218,36 @@ def required_permissions(
             for entry in params.get("Entries") or []
         }
         return sorted(per_bus, key=repr) or [Permission(action, _bus_arn(None))]
+    if service == "bedrock":
+        return _bedrock_job_permissions(action, operation, params)
     if service == "secretsmanager" and "SecretId" in params:
         return [Permission(action, secrets.full_arn(str(params["SecretId"])))]
     if service == "sns" and ("TopicArn" in params or "TargetArn" in params):
         return [Permission(action, str(params.get("TopicArn") or params.get("TargetArn")))]
+    return [Permission(action, "*")]
+
+
+def _bedrock_job_permissions(
+    action: str, operation: str, params: Mapping[str, Any]
+) -> list[Permission]:
+    """Bedrock batch inference (issue 37): a create is evaluated on a job of the account, on
+    the model or profile it names, and as ``iam:PassRole`` of its ``roleArn``; Get and Stop
+    on the job; List on ``*`` (it has no resource type)."""
+    if operation == "CreateModelInvocationJob":
+        model_id = str(params.get("modelId") or "")
+        prefix = model_id.split(".", 1)[0]
+        model = (
+            _arn("bedrock", f"inference-profile/{model_id}")
+            if prefix in PROFILE_PREFIXES
+            else f"arn:aws:bedrock:{LOCAL_REGION}::foundation-model/{model_id}"
+        )
+        return [
+            Permission(action, _arn("bedrock", "model-invocation-job/local-new-job")),
+            Permission(action, model),
+            Permission("iam:PassRole", str(params.get("roleArn") or "")),
+        ]
+    if "jobIdentifier" in params:
+        return [Permission(action, str(params["jobIdentifier"]))]
     return [Permission(action, "*")]
 
 

@@ -184,12 +184,26 @@ class ModelRequests:
             response.stream = _KilledAfterLines(response.stream, lines, self._faults)
         return response
 
-    def before_aws_call(self, **_: Any) -> None:
+    def before_aws_call(self, model: Any = None, **_: Any) -> None:
         """A botocore ``before-call`` hook: kill the invocation whose batch create answered
-        at its next AWS call (the write of the batch id), before the call is made."""
+        at its next AWS call (the write of the batch id), before the call is made; and a
+        handler's Bedrock ``CreateModelInvocationJob`` (issue 37), killed around as a
+        Message Batches create is: before it is sent, or, after it made the job, at the
+        handler's next AWS call (the write of the job's ARN: for a boto3 call the answer
+        and that write are back to back, so ``after_create`` and
+        ``before_batch_id_recorded`` both leave a job made and never recorded)."""
         if getattr(_state, "kill_at_next_aws_call", False):
             _state.kill_at_next_aws_call = False
             raise LambdaKilled("killed after the batch create answered, before its id was recorded")
+        if getattr(model, "name", None) != "CreateModelInvocationJob" or self._faults is None:
+            return
+        if getattr(_state, "key", _UNMARKED) is _UNMARKED:
+            return
+        point = self._faults.kill_around_batch_create()
+        if point == BATCH_CREATE_KILL_POINTS[0]:
+            raise LambdaKilled("killed before the job create reached Bedrock")
+        if point is not None:
+            _state.kill_at_next_aws_call = True
 
     def _count(
         self, key: str | None, status: int | None, answer_ms: float | None, served: bool = True

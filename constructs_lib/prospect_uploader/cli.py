@@ -283,7 +283,8 @@ def _add_batch_arguments(run: argparse.ArgumentParser) -> None:
         choices=("realtime", "batch", "auto"),
         default=None,
         help="how the splitter sends the rows, as `-c delivery=...` sets it: realtime (one "
-        "request per row), batch (Message Batches, half price) or auto (batch from the "
+        "request per row), batch (Message Batches, or Bedrock batch inference jobs with --provider "
+        "bedrock; half price) or auto (batch from the "
         "stack's batch_min_rows valid rows); default: the assembly's (auto unless "
         "synthesized otherwise). batch and auto need the assembly's batch step",
     )

@@ -262,8 +262,9 @@ class ProspectUploaderStack(Stack):
       an upload with at least ``batch_min_rows`` valid rows goes by batch, a smaller one
       realtime. The splitter decides per upload (it counts valid rows in its first pass) and
       marks batch rows ``"delivery": "batch"``; ``Classify`` takes only unmarked rows.
-      With ``model_provider=bedrock``, ``auto`` means ``realtime`` (Message Batches are
-      the Claude API's), and ``batch`` is refused at synth.
+      With ``model_provider=bedrock`` (issue 37), ``ClassifyBatch`` sends Bedrock batch
+      inference jobs (half the on-demand price) the same way, and ``auto`` picks them for an
+      upload of ``batch_min_rows`` or more (above Bedrock's minimum of 100 records a job).
     - ``batch_min_rows``: the fewest valid rows an upload goes by batch with under
       ``auto``, 1 to 10,000,000, default 2,000.
     - ``point_in_time_recovery`` (issue 34): continuous backups of ``IdempotencyTable`` and
@@ -326,18 +327,6 @@ class ProspectUploaderStack(Stack):
         #: Issue 34: whether the summary mails name the uploaded file (``mail_file_names``
         #: context); default False, the upload id only.
         self.mail_file_names = self._context_flag("mail_file_names")
-        if self.model_provider == "bedrock":
-            # Message Batches are the Claude API's (Bedrock's batch inference is a different
-            # API, CreateModelInvocationJob): auto sends every upload realtime, and an
-            # explicit batch is refused here, naming both keys, never accepted silently.
-            if self.delivery == BATCH:
-                raise PropValidationError(
-                    "ProspectUploaderStack: context delivery=batch needs model_provider="
-                    "anthropic (Message Batches are the Claude API's; Bedrock batch "
-                    "inference, CreateModelInvocationJob, is not supported), got "
-                    "model_provider=bedrock; use delivery=auto or realtime"
-                )
-            self.delivery = REALTIME
         #: The price table the stack reports costs with: the default, the prop, the context.
         self.model_prices = self._model_prices(model_prices)
         self._storage()

@@ -40,6 +40,7 @@ class AnthropicBatches:
     """The Claude API's batch calls (see the module docstring)."""
 
     idempotent_create = False
+    quotas = batch_limits.ANTHROPIC_QUOTAS
 
     def __init__(self, settings: Settings, clients: ModelClientProvider) -> None:
         self._settings = settings

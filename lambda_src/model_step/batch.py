@@ -17,7 +17,8 @@ The core, one module a job:
 The items live in the step's idempotency table (:mod:`.batch_store`, :mod:`.batch_ledger`);
 the times and sizes are in :mod:`.batch_limits`. The provider is behind
 :class:`~.batch_provider.BatchProvider`: :mod:`.anthropic_batches` for the Claude API's
-Message Batches.
+Message Batches, :mod:`.bedrock_batches` for Amazon Bedrock batch inference (picked by
+``MODEL_PROVIDER``).
 
 This module keeps the names the runtime and earlier versions import from it
 (``Staged``, ``StagedRow``, ``BatchAnswer``, ``BatchResubmit``, ``is_tick``,
@@ -37,12 +38,13 @@ from .batch_answer import AnswerRow, BatchAnswer, BatchResubmit, answer
 from .batch_collect import BatchCollector
 from .batch_ledger import BatchLedger
 from .batch_limits import create_bytes_limit, out_of_time
-from .batch_provider import BatchCallFailed
+from .batch_provider import BatchCallFailed, BatchProvider
 from .batch_results import Tally
 from .batch_staging import BatchStaging, Staged, StagedDeadLetter, StagedRow
 from .batch_store import BatchStore, Item, number, submission_made_at, text
 from .batch_submit import BatchSubmitter
 from .batch_table import flag, strings
+from .bedrock_batches import BedrockBatches
 from .client import ModelClientProvider
 from .delivery import Delivery
 from .outcome import StepResult
@@ -90,9 +92,14 @@ class BatchDelivery:
         lifetime = settings.expires_after_seconds
         self.store = BatchStore(dynamodb, table, prefix, lifetime)
         self.ledger = BatchLedger(dynamodb, table, prefix, lifetime)
-        self.provider = AnthropicBatches(
-            settings, ModelClientProvider(settings, parts.boto3_client)
-        )
+        self.provider: BatchProvider
+        if settings.model_provider == "bedrock":
+            # Issue 37: a model invocation job per submission, its records in S3.
+            self.provider = BedrockBatches(settings, parts.boto3_client)
+        else:
+            self.provider = AnthropicBatches(
+                settings, ModelClientProvider(settings, parts.boto3_client)
+            )
         self.staging = BatchStaging(parts, self.store, self.provider)
         self.submitter = BatchSubmitter(parts, self.store, self.ledger, self.provider)
         self.collector = BatchCollector(parts, self.store, self.ledger, self.provider)
@@ -198,7 +205,7 @@ class BatchDelivery:
         state = text(item, "state")
         if state == "creating":
             started = number(item, "started_at") or clock.now()
-            if clock.now() - started >= batch_limits.LOST_OPEN_SECONDS:
+            if clock.now() - started >= self.collector.lost_open_after:
                 self.collector.lose_uncertain(submission, item, context, answer_row, tally)
                 return 0
             if clock.now() - started < batch_limits.RECONCILE_AFTER_SECONDS:
@@ -207,6 +214,12 @@ class BatchDelivery:
             return 1
         if state == "created":
             self.collector.collect(submission, item, context, answer_row, tally)
+        elif (
+            state == "realtime"
+            and clock.now() - (number(item, "started_at") or 0.0)
+            < batch_limits.RECONCILE_AFTER_SECONDS
+        ):
+            return 0  # its rows may still be in flight in the invocation that sends them
         else:
             self.submitter.rehome(submission, item)
         return 0

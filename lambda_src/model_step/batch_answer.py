@@ -24,7 +24,11 @@ Per result:
 - ``expired``, ``canceled``: not billed: the attempt is given back and the row goes again;
   past ``MAX_EVENT_AGE_SECONDS`` a dead letter ``BatchExpired`` / ``BatchCanceled``;
 - its batch is lost: the attempt stays spent (the batch may have run); resubmitted within
-  the budget and ``MAX_EVENT_AGE_SECONDS``, else a dead letter ``BatchLost``.
+  the budget and ``MAX_EVENT_AGE_SECONDS``, else a dead letter ``BatchLost``;
+- ``realtime``: a submission too small for the provider's batch (below Bedrock's minimum
+  records per job) is sent one request a row, on the row's claimed attempt
+  (:func:`_realtime`): stored as a realtime answer at the realtime price, or a failure
+  handled as realtime handles it, resubmitted instead of raised.
 """
 
 from __future__ import annotations
@@ -38,20 +42,29 @@ from .batch_staging import exhausted
 from .batch_store import BatchStore, custom_id_of
 from .budget_state import BudgetState
 from .delivery import Delivery
-from .errors import NonRetryableError, RetriesExhaustedError, RetryableAnswerError
+from .errors import (
+    BEDROCK_NON_RETRYABLE_ERRORS,
+    BEDROCK_RATE_LIMIT_ERRORS,
+    NonRetryableError,
+    RetriesExhaustedError,
+    RetryableAnswerError,
+    is_rate_limited,
+)
 from .key import dead_key_of_life
-from .model_call import error_code
+from .model_call import error_code, request_cost_usd
 from .outcome import StepResult
 from .step_parts import StepParts
 
 #: Error types of an ``errored`` result that are the request's own fault (the realtime path
-#: dead-letters a 4xx other than 408, 409 and 429 without a retry).
+#: dead-letters a 4xx other than 408, 409 and 429 without a retry); a Bedrock record's
+#: error is named as realtime names the same InvokeModel error (:mod:`.bedrock_batches`).
 REQUEST_FAULTS = frozenset(
     {"invalid_request_error", "authentication_error", "billing_error", "permission_error"}
     | {"not_found_error", "request_too_large"}
+    | BEDROCK_NON_RETRYABLE_ERRORS
 )
 #: Error types of an ``errored`` result that were not served (a 429 or 529 in realtime).
-NOT_SERVED = frozenset({"rate_limit_error", "overloaded_error"})
+NOT_SERVED = frozenset({"rate_limit_error", "overloaded_error"}) | BEDROCK_RATE_LIMIT_ERRORS
 #: Codes of the dead letters only the batch path makes.
 BATCH_EXPIRED = "BatchExpired"
 BATCH_CANCELED = "BatchCanceled"
@@ -110,6 +123,8 @@ def answer(
         raise BatchResubmit("Resubmitted")
     if given.kind == "succeeded":
         return _succeeded(parts, store, request, given)
+    if given.kind == "realtime":
+        return _realtime(parts, store, request, delivery)
     if given.kind in ("rejected", "unapplied") or (
         given.kind == "errored" and (given.error_type or "api_error") in REQUEST_FAULTS
     ):
@@ -133,6 +148,51 @@ def _succeeded(
             raise BatchResubmit("AlreadyApplied") from exc
         return _retry_or_end(parts, request, given, code=error_code(exc))
     return _from_batch(result, given)
+
+
+def _realtime(
+    parts: StepParts, store: BatchStore, request: dict[str, Any], delivery: Delivery
+) -> StepResult:
+    """One request on the row's claimed attempt (used up first, so a kill mid-request never
+    sends a second one on it): the answer, a stored dead letter, or :class:`BatchResubmit`
+    (a transient failure with budget left, a rate limit within ``MAX_EVENT_AGE_SECONDS``)."""
+    key = request["key"]
+    settings = parts.settings
+    if not store.close_claim(custom_id_of(parts.persistence.record_id(request))):
+        raise BatchResubmit("AlreadyApplied")
+    budget = parts.budget(request)
+    try:
+        prepared = parts.model_call.prepare(request["detail"])
+    except NonRetryableError as error:
+        return parts.work.dead_letter(error, key, _of_life(parts, request))
+    spend = delivery.spend
+    spend.realtime = True
+    try:
+        message = parts.model_call.send(prepared, delivery.context, spend)
+        result: StepResult = parts.model_call.result(message, key)
+    except NonRetryableError as error:
+        return parts.work.dead_letter(error, key, _of_life(parts, request))
+    except Exception as exc:
+        code = error_code(exc)
+        if is_rate_limited(exc):
+            state = budget.give_back()
+            if state.age_seconds(clock.now()) < settings.max_event_age_seconds:
+                raise BatchResubmit(code) from exc
+            code = RATE_LIMIT_EXHAUSTED
+        else:
+            budget.report_failure(code, billed=spend.requests > 0)
+            state = budget.read()
+            if state.attempts < budget.limit:
+                raise BatchResubmit(code) from exc
+        failure = RetriesExhaustedError(
+            f"realtime request below the batch minimum failed ({code}) on attempt "
+            f"{state.attempts} of {budget.limit}",
+            error_code=code,
+        )
+        return parts.work.dead_letter(failure, key, _of_life(parts, request, state))
+    if result.get("status") == "completed" and "usage" in result:
+        result["cost_usd"] = request_cost_usd(settings, result["usage"], batch=False)  # type: ignore[typeddict-item]
+    return result
 
 
 def _stored_failure(parts: StepParts, request: dict[str, Any], given: BatchAnswer) -> StepResult:

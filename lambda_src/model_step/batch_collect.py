@@ -66,6 +66,12 @@ class BatchCollector:
         self._provider = provider
         self._reader = ResultReader(parts, store, provider)
 
+    @property
+    def lost_open_after(self) -> float:
+        """Seconds after its creation a batch still open is lost: the provider's lifetime
+        plus the margin (:func:`.batch_limits.lost_open_after`)."""
+        return batch_limits.lost_open_after(self._provider.quotas.lifetime_seconds)
+
     # -- one submission --------------------------------------------------------------------
     def collect(
         self, submission: str, item: Item, context: Any, answer_row: AnswerRow, tally: Tally
@@ -87,7 +93,7 @@ class BatchCollector:
     def _collect_one(self, visit: Visit) -> bool:
         """One uncollected batch, on its own schedule: True once it is done with."""
         created = number(visit.record, "created_at") or clock.now()
-        if clock.now() - created >= batch_limits.LOST_OPEN_SECONDS:
+        if clock.now() - created >= self.lost_open_after:
             # Not collected in its time, whatever the reason (open, canceled and never
             # ended, unknown, failing): decided from the stored time, no call needed.
             return self._lose(visit)
@@ -115,7 +121,8 @@ class BatchCollector:
         self._ledger.note_seen(record, batch_id)
         if status.phase != "ended":
             age = clock.now() - status.created_at
-            if age >= batch_limits.CANCEL_AFTER_SECONDS and status.phase == "open":
+            lifetime = self._provider.quotas.lifetime_seconds
+            if age >= batch_limits.cancel_after(lifetime) and status.phase == "open":
                 self._cancel_stuck(batch_id, record)
             return False
         owners = {visit.submission, *strings(record, "submissions")}

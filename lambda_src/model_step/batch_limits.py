@@ -7,6 +7,7 @@ local run, whose clock is compressed) can change one by setting it on this modul
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 #: Seconds between schedule ticks (the rule's ``rate(1 minute)``).
@@ -101,3 +102,80 @@ def halves(ids: list[str]) -> list[list[str]]:
     """``ids`` in two halves (the first the longer), for a create refused as a whole."""
     half = max(1, math.ceil(len(ids) / 2))
     return [part for part in (ids[:half], ids[half:]) if part]
+
+
+# -- per provider ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProviderQuotas:
+    """What one provider's batch API allows a batch (a Bedrock job): the fewest and most
+    requests, the largest body (the create body, or Bedrock's input file), the batches in
+    progress at once (None: no quota per model), and how long one stays open before the
+    provider ends it (``expired``)."""
+
+    min_requests: int
+    max_requests: int
+    max_bytes: int
+    in_progress: int | None
+    lifetime_seconds: float
+
+
+#: The Claude API's Message Batches (FIELD_NOTES, "Message Batches API"): 100,000 requests or
+#: 256 MB per batch, no minimum, ended within 24 h.
+ANTHROPIC_QUOTAS = ProviderQuotas(
+    min_requests=1,
+    max_requests=100_000,
+    max_bytes=256 * 1024 * 1024,
+    in_progress=None,
+    lifetime_seconds=24 * 3600.0,
+)
+#: Amazon Bedrock batch inference, the default quotas per model and region of the Service
+#: Quotas console ("Amazon Bedrock" service, read 2026-12; each is adjustable there, and an
+#: account's own value is refused by the service, never guessed here):
+#: "Minimum number of records per batch inference job" 100, "Records per batch inference job"
+#: 50,000, "Batch inference input file size" 1 GB, "Sum of in-progress and submitted batch
+#: inference jobs using a base model" 20. A job's ``timeoutDurationInHours`` is 24-168
+#: (``CreateModelInvocationJob`` API reference); the lifetime is the job's own.
+BEDROCK_MIN_REQUESTS = 100
+BEDROCK_MAX_REQUESTS = 50_000
+BEDROCK_MAX_INPUT_BYTES = 1024**3
+BEDROCK_JOBS_IN_PROGRESS = 20
+BEDROCK_MIN_TIMEOUT_HOURS = 24
+BEDROCK_MAX_TIMEOUT_HOURS = 168
+
+
+def bedrock_timeout_hours(max_event_age_seconds: int) -> int:
+    """The job's ``timeoutDurationInHours`` for a step's ``MAX_EVENT_AGE_SECONDS``: the age
+    in whole hours, at least Bedrock's 24 (a row waits no longer in a job than Bedrock
+    allows; under 24 h, as long as a Message Batch). Raises ``ValueError`` above 168 h,
+    which Bedrock cannot honour (the construct refuses it at synth)."""
+    hours = max(BEDROCK_MIN_TIMEOUT_HOURS, math.ceil(max_event_age_seconds / 3600))
+    if hours > BEDROCK_MAX_TIMEOUT_HOURS:
+        raise ValueError(
+            f"a Bedrock batch job runs at most {BEDROCK_MAX_TIMEOUT_HOURS} h, and "
+            f"MAX_EVENT_AGE_SECONDS={max_event_age_seconds} asks for {hours} h"
+        )
+    return hours
+
+
+def bedrock_quotas(max_event_age_seconds: int) -> ProviderQuotas:
+    """Bedrock batch inference's quotas for a step (its jobs' lifetime follows the age)."""
+    return ProviderQuotas(
+        min_requests=BEDROCK_MIN_REQUESTS,
+        max_requests=BEDROCK_MAX_REQUESTS,
+        max_bytes=BEDROCK_MAX_INPUT_BYTES,
+        in_progress=BEDROCK_JOBS_IN_PROGRESS,
+        lifetime_seconds=bedrock_timeout_hours(max_event_age_seconds) * 3600.0,
+    )
+
+
+def cancel_after(lifetime_seconds: float) -> float:
+    """A batch this step created still open this long after its creation is canceled: the
+    provider's own lifetime plus the half hour :data:`CANCEL_AFTER_SECONDS` allows a
+    Message Batch."""
+    return lifetime_seconds + (CANCEL_AFTER_SECONDS - ANTHROPIC_QUOTAS.lifetime_seconds)
+
+
+def lost_open_after(lifetime_seconds: float) -> float:
+    """A batch still open this long after its creation is lost: the provider's lifetime plus
+    the 12 h :data:`LOST_OPEN_SECONDS` allows a Message Batch."""
+    return lifetime_seconds + (LOST_OPEN_SECONDS - ANTHROPIC_QUOTAS.lifetime_seconds)

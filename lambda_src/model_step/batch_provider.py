@@ -26,6 +26,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from .batch_limits import ProviderQuotas
+
 #: Where a batch is: still processing, canceling, or ended (results can be read).
 BatchPhase = Literal["open", "canceling", "ended"]
 
@@ -106,6 +108,8 @@ class BatchProvider(Protocol):
 
     #: A repeated create with the same token makes no second batch.
     idempotent_create: bool
+    #: What a batch may hold and how long the provider keeps one open.
+    quotas: ProviderQuotas
 
     def request(self, custom_id: str, user_message: str) -> dict[str, Any]:
         """The request record of one row."""

@@ -188,8 +188,13 @@ class BatchStaging:
         """The submission a row of ``size`` create bytes joins: the current one, or a new
         one when the row would take the current one past ``BATCH_MAX_REQUESTS`` (at most
         :data:`.batch_limits.SUBMISSION_ROWS`) or the create bytes limit."""
-        cap = min(self._parts.settings.batch_max_requests, batch_limits.SUBMISSION_ROWS)
-        limit = batch_limits.create_bytes_limit(context)
+        quotas = self._provider.quotas
+        cap = min(
+            self._parts.settings.batch_max_requests,
+            batch_limits.SUBMISSION_ROWS,
+            quotas.max_requests,
+        )
+        limit = min(batch_limits.create_bytes_limit(context), quotas.max_bytes)
         now = self._now
         if now.count and (now.count >= cap or now.bytes + size > limit):
             now.filled.append(self.submission_id)

@@ -32,6 +32,7 @@ from . import batch_limits, clock
 from .batch_answer import RATE_LIMIT_EXHAUSTED, AnswerRow, BatchAnswer
 from .batch_ledger import BatchLedger
 from .batch_provider import BatchProvider, CreateRefused, CreateUncertain
+from .batch_singles import send_singly
 from .batch_staging import StagedRow, Staging
 from .batch_store import BatchStore, Item, number, text
 from .step_parts import StepParts
@@ -100,10 +101,13 @@ class BatchSubmitter:
         if clock.now() < (number(item, "not_before") or 0.0):
             return
         requests, events = self._requests(submission, store.custom_ids(submission, item))
+        if requests and len(requests) < self._provider.quotas.min_requests:
+            send_singly(self._parts, self._store, submission, events, context, answer_row)
+            return
         parts = _packed(
             requests,
             self._parts.settings.batch_max_requests,
-            batch_limits.create_bytes_limit(context),
+            min(batch_limits.create_bytes_limit(context), self._provider.quotas.max_bytes),
         )
         if len(parts) > 1:
             # Parts that each fit: a long system prompt is repeated in every request, so
@@ -277,7 +281,11 @@ class BatchSubmitter:
         oldest first, while their rows fit one batch (``BATCH_MAX_REQUESTS``, at most
         :data:`~.batch_limits.SUBMISSION_ROWS`): one buffer delivery's rows are often far
         fewer (Lambda hands a function at most 6 MB of records). Returns the batches sent."""
-        cap = min(self._parts.settings.batch_max_requests, batch_limits.SUBMISSION_ROWS)
+        cap = min(
+            self._parts.settings.batch_max_requests,
+            batch_limits.SUBMISSION_ROWS,
+            self._provider.quotas.max_requests,
+        )
         now = clock.now()
         ready = sorted(
             (w for w in waiting if (number(w[1], "not_before") or 0.0) <= now),

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import jmespath
 from jmespath.exceptions import JMESPathError
 
+from . import batch_limits, lifetime
 from . import environment as env_names
-from . import lifetime
 from .errors import ConfigurationError
 from .request_cost import StepPrice
 from .system_prompt import load_system_prompt
@@ -50,6 +50,8 @@ DEFAULT_BATCH_MAX_WAIT_SECONDS = 300
 #: The Message Batches API's limit of requests per batch.
 BATCH_REQUESTS_LIMIT = 100_000
 BATCH_MAX_WAIT_LIMIT_SECONDS = 3_600
+#: Bedrock batch inference (issue 37): the key prefix of the jobs' input and output.
+DEFAULT_BATCH_S3_PREFIX = "bedrock-batch/"
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ class Settings:
     model_delivery: str = DEFAULT_MODEL_DELIVERY
     batch_max_requests: int = DEFAULT_BATCH_MAX_REQUESTS
     batch_max_wait_seconds: int = DEFAULT_BATCH_MAX_WAIT_SECONDS
+    # Bedrock batch inference (issue 37): the bucket of the jobs' input and output, the key
+    # prefix in it, and the role the jobs run as.
+    batch_bucket_name: str | None = None
+    batch_s3_prefix: str = DEFAULT_BATCH_S3_PREFIX
+    batch_role_arn: str | None = None
     # The model as it really is (issue 32).
     #: ``thinking.type`` to send (``adaptive``/``disabled``); None: the model's default.
     thinking: str | None = None
@@ -160,9 +167,15 @@ def _check_lifetime(settings: Settings) -> None:
     and redrive window (``MAX_EVENT_AGE_SECONDS``) plus Lambda async's hold, or a batch's
     (``model_step.lifetime``). The queues' retention, which the runtime cannot see, is the
     construct's check."""
+    batch = settings.model_delivery == "batch"
     least = lifetime.runtime_minimum(
         max_event_age=settings.max_event_age_seconds,
-        batch=settings.model_delivery == "batch",
+        batch=batch,
+        batch_lifetime=(
+            int(batch_limits.bedrock_quotas(settings.max_event_age_seconds).lifetime_seconds)
+            if batch and settings.model_provider == "bedrock"
+            else lifetime.BATCH_LIFETIME_SECONDS
+        ),
     )
     if settings.expires_after_seconds < least:
         raise ConfigurationError(
@@ -196,16 +209,16 @@ def _model_settings(env: Mapping[str, str]) -> dict[str, Any]:
 def _batch_settings(env: Mapping[str, str], provider: str) -> dict[str, Any]:
     """The Message Batches delivery settings (issue 19)."""
     delivery = _choice(env, env_names.MODEL_DELIVERY, env_names.MODEL_DELIVERY_VALUES)
+    bedrock: dict[str, Any] = {}
+    limit = BATCH_REQUESTS_LIMIT
     if delivery == "batch" and provider == "bedrock":
-        raise ConfigurationError(
-            "MODEL_DELIVERY=batch needs MODEL_PROVIDER=anthropic: Bedrock batch inference is "
-            "a different API (CreateModelInvocationJob)"
-        )
+        bedrock = _bedrock_batch_settings(env)
+        limit = batch_limits.BEDROCK_MAX_REQUESTS
     max_requests = _positive(env, env_names.BATCH_MAX_REQUESTS, DEFAULT_BATCH_MAX_REQUESTS, int)
-    if max_requests > BATCH_REQUESTS_LIMIT:
+    if max_requests > limit:
         raise ConfigurationError(
-            f"{env_names.BATCH_MAX_REQUESTS} must be at most {BATCH_REQUESTS_LIMIT}, "
-            f"got {max_requests}"
+            f"{env_names.BATCH_MAX_REQUESTS} must be at most {limit} with "
+            f"MODEL_PROVIDER={provider}, got {max_requests}"
         )
     max_wait = _positive(env, env_names.BATCH_MAX_WAIT_SECONDS, DEFAULT_BATCH_MAX_WAIT_SECONDS, int)
     if max_wait > BATCH_MAX_WAIT_LIMIT_SECONDS:
@@ -217,6 +230,24 @@ def _batch_settings(env: Mapping[str, str], provider: str) -> dict[str, Any]:
         "model_delivery": delivery,
         "batch_max_requests": max_requests,
         "batch_max_wait_seconds": max_wait,
+        **bedrock,
+    }
+
+
+def _bedrock_batch_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """Bedrock batch inference (issue 37): the bucket and the job role are required, and
+    the jobs' timeout must fit Bedrock's 24-168 h."""
+    try:
+        batch_limits.bedrock_timeout_hours(
+            _positive(env, env_names.MAX_EVENT_AGE_SECONDS, DEFAULT_MAX_EVENT_AGE_SECONDS, int)
+        )
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from error
+    prefix = env.get(env_names.BATCH_S3_PREFIX, "").strip() or DEFAULT_BATCH_S3_PREFIX
+    return {
+        "batch_bucket_name": _required(env, env_names.BATCH_BUCKET_NAME).strip(),
+        "batch_role_arn": _required(env, env_names.BATCH_ROLE_ARN).strip(),
+        "batch_s3_prefix": prefix if prefix.endswith("/") else prefix + "/",
     }
 
 

@@ -95,6 +95,10 @@ ANTHROPIC_BEDROCK_BASE_URL: Final = "ANTHROPIC_BEDROCK_BASE_URL"
 MODEL_DELIVERY: Final = "MODEL_DELIVERY"
 BATCH_MAX_REQUESTS: Final = "BATCH_MAX_REQUESTS"
 BATCH_MAX_WAIT_SECONDS: Final = "BATCH_MAX_WAIT_SECONDS"
+# Bedrock batch inference (issue 37).
+BATCH_BUCKET_NAME: Final = "BATCH_BUCKET_NAME"
+BATCH_S3_PREFIX: Final = "BATCH_S3_PREFIX"
+BATCH_ROLE_ARN: Final = "BATCH_ROLE_ARN"
 # The model as it really is (issue 32).
 THINKING: Final = "THINKING"
 EFFORT: Final = "EFFORT"
@@ -290,6 +294,21 @@ VARIABLES: Final[tuple[EnvironmentVariable, ...]] = (
         "batch delivery: a staged row is submitted at the latest this long after it was "
         "first enqueued (1-3600)",
         "300",
+    ),
+    # Bedrock batch inference (issue 37).
+    EnvironmentVariable(
+        BATCH_BUCKET_NAME,
+        "batch delivery on Bedrock: the S3 bucket of the jobs' JSONL input and output",
+    ),
+    EnvironmentVariable(
+        BATCH_S3_PREFIX,
+        "batch delivery on Bedrock: the key prefix of the jobs' objects (`input/`, `output/` "
+        "under it)",
+        "bedrock-batch/",
+    ),
+    EnvironmentVariable(
+        BATCH_ROLE_ARN,
+        "batch delivery on Bedrock: the service role each model invocation job runs as",
     ),
     # The model as it really is (issue 32).
     EnvironmentVariable(

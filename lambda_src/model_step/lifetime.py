@@ -56,6 +56,8 @@ MAX_QUEUE_RETENTION_SECONDS: Final = 14 * 86_400
 #: (results read with retries, a batch the API no longer knows waited for before its rows
 #: go back).
 BATCH_HORIZON_SECONDS: Final = 2 * 86_400 + 3_600
+#: How long a Message Batch stays open: the lifetime :data:`BATCH_HORIZON_SECONDS` allows.
+BATCH_LIFETIME_SECONDS: Final = 86_400
 #: Top-level member of an event the runtime re-enqueues on its buffer queue:
 #: ``{"first_seen": <epoch seconds>, "record": <the key's record id hash>}``.
 FIRST_SEEN_FIELD: Final = "model_step_key"
@@ -63,21 +65,38 @@ FIRST_SEEN_FIELD: Final = "model_step_key"
 MEMORY_EXPIRED: Final = "KeyMemoryExpired"
 
 
-def minimum_key_lifetime(*, max_event_age: int, queue_retention: int, batch: bool = False) -> int:
+def minimum_key_lifetime(
+    *,
+    max_event_age: int,
+    queue_retention: int,
+    batch: bool = False,
+    batch_lifetime: int = BATCH_LIFETIME_SECONDS,
+) -> int:
     """The shortest memory (seconds) that outlives every path that can bring a key back:
     ``max_event_age`` + the longest hold (``queue_retention``, Lambda async's 6 h, and with
-    ``batch`` :data:`BATCH_HORIZON_SECONDS`) + :data:`LIFETIME_MARGIN_SECONDS`."""
+    ``batch`` the batch's hold, :func:`batch_horizon`) + :data:`LIFETIME_MARGIN_SECONDS`."""
     hold = max(queue_retention, LAMBDA_ASYNC_MAX_EVENT_AGE_SECONDS)
     if batch:
-        hold = max(hold, BATCH_HORIZON_SECONDS)
+        hold = max(hold, batch_horizon(batch_lifetime))
     return max_event_age + hold + LIFETIME_MARGIN_SECONDS
 
 
-def runtime_minimum(*, max_event_age: int, batch: bool) -> int:
+def batch_horizon(batch_lifetime: int = BATCH_LIFETIME_SECONDS) -> int:
+    """:data:`BATCH_HORIZON_SECONDS` for a provider whose batches stay open
+    ``batch_lifetime`` seconds (a Bedrock job's ``timeoutDurationInHours``, 24-168 h)
+    instead of a Message Batch's 24 h."""
+    return BATCH_HORIZON_SECONDS + max(0, batch_lifetime - BATCH_LIFETIME_SECONDS)
+
+
+def runtime_minimum(
+    *, max_event_age: int, batch: bool, batch_lifetime: int = BATCH_LIFETIME_SECONDS
+) -> int:
     """The part of :func:`minimum_key_lifetime` the runtime can check on its own (it does not
     know its queues' retention): ``max_event_age`` + the direct path's or the batch's hold +
     the margin."""
-    return minimum_key_lifetime(max_event_age=max_event_age, queue_retention=0, batch=batch)
+    return minimum_key_lifetime(
+        max_event_age=max_event_age, queue_retention=0, batch=batch, batch_lifetime=batch_lifetime
+    )
 
 
 def stamp(first_seen: float, record: str) -> dict[str, Any]:

@@ -120,6 +120,9 @@ class Spend:
     requests: int = 0  # billed requests (a 401, 429 or 529 answer is not billed)
     rate_limited: int = 0  # 429 / 529 answers
     usage: Usage = field(default_factory=zero_usage)
+    #: Sent as one request under batch delivery (a submission below the provider's
+    #: minimum, issue 37): priced without the batch discount.
+    realtime: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,14 +262,17 @@ class ModelCall:
             raise InvalidAnswerError(_rejected(exc, text), request_id=request_id) from None
 
 
-def request_cost_usd(settings: Settings, usage: Usage) -> float | None:
+def request_cost_usd(
+    settings: Settings, usage: Usage, *, batch: bool | None = None
+) -> float | None:
     """What one billed request with ``usage`` cost at ``MODEL_RATES`` (None: unknown); under
-    batch delivery every answer is a Message Batch result, billed at the batch discount."""
+    batch delivery an answer is a batch result, billed at the batch discount, unless
+    ``batch`` is False (a row sent alone below the provider's minimum per batch)."""
     if settings.model_rates is None:
         return None
-    return settings.model_rates.cost_usd(
-        usage, prompt_cache=settings.prompt_cache, batch=settings.model_delivery == "batch"
-    )
+    if batch is None:
+        batch = settings.model_delivery == "batch"
+    return settings.model_rates.cost_usd(usage, prompt_cache=settings.prompt_cache, batch=batch)
 
 
 def _rejected(exc: BaseException, answer: str) -> str:

@@ -286,7 +286,9 @@ class ModelStep:
         spend = delivery.spend
         # Issue 32: this delivery's dollars (a replay's result keeps its original's).
         cost = (
-            request_cost_usd(self._components().settings, spend.usage)
+            request_cost_usd(
+                self._components().settings, spend.usage, batch=False if spend.realtime else None
+            )
             if spend.requests > 0
             else 0.0
         )

@@ -373,5 +373,5 @@ def spend_cost_nanousd(settings: Settings, spend: Spend) -> int | None:
     when the model has no price)."""
     if spend.requests <= 0:
         return 0
-    cost = request_cost_usd(settings, spend.usage)
+    cost = request_cost_usd(settings, spend.usage, batch=None if not spend.realtime else False)
     return None if cost is None else round(cost * NANOS_PER_USD)

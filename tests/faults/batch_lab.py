@@ -126,7 +126,11 @@ class BatchLab:
         prefix: str,
         clock: MovableClock,
         settings: BatchSettings,
+        provider: dict[str, Any] | None = None,
     ) -> None:
+        """``provider``: settings of another provider's batch API (Bedrock's: its
+        ``model_provider``, ``model_id``, bucket and role); default the Claude API's,
+        through ``api``'s batch endpoints answered by :attr:`store`."""
         self.api = api
         self.clock = clock
         self.settings = settings
@@ -143,7 +147,8 @@ class BatchLab:
             clock=clock.now,
             answer_once=True,
         )
-        api.batches = self.store
+        if api is not None:
+            api.batches = self.store
         self.dlq_url = self._queue(f"{prefix}-dlq", 30)
         self.buffer_url = self._queue(f"{prefix}-buffer", settings.visibility_timeout)
         self.buffer_arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{prefix}-buffer"
@@ -164,6 +169,7 @@ class BatchLab:
                 metrics_namespace="BatchLab",
                 model_delivery="batch",
                 batch_max_wait_seconds=settings.max_wait,
+                **(provider or {}),
             ),
             on_outcome=self._on_outcome,
             boto3_session=step_session,
@@ -250,11 +256,7 @@ class BatchLab:
         """No more faults: deliveries and ticks, ``step_seconds`` apart (longer than a
         failing batch's backoff, shorter than any bound that ends a wait), until nothing
         waits."""
-        store = self.store
-        store.faults = {name: [] for name in store.faults}
-        store.fault_hook = None
-        store.workspaces.clear()
-        store.results_drop_after = None
+        self.stop_faults()
         self.failing_outcomes.clear()
         for _ in range(max_rounds):
             while self.poll():
@@ -264,6 +266,18 @@ class BatchLab:
                 return  # (the scan is made only once nothing is open)
             self.clock.advance(step_seconds)
         raise AssertionError("the batch path did not settle: a row keeps waiting")
+
+    def stop_faults(self) -> None:
+        """The provider's faults stop (the drain's first step)."""
+        store = self.store
+        store.faults = {name: [] for name in store.faults}
+        store.fault_hook = None
+        store.workspaces.clear()
+        store.results_drop_after = None
+
+    def billed_by_custom_id(self) -> Counter[str]:
+        """The provider's billed requests per custom_id, over every batch."""
+        return Counter(self.store.billed_by_custom_id)
 
     def _settled(self) -> bool:
         attributes = self.sqs.get_queue_attributes(

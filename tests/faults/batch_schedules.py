@@ -224,7 +224,7 @@ def check_invariants(lab: BatchLab) -> None:
     observed = lab.observed
     dlq = lab.dead_letters()
     assert all(m["attributes"].get("ERROR_CODE") for m in dlq), "an uncoded DLQ message"
-    billed = lab.store.billed_by_custom_id
+    billed = lab.billed_by_custom_id()
     keys = {lab.custom_id(row): row for row in observed.published}
     assert set(billed) <= set(keys), "a request billed for no published row"
     for row in sorted(observed.published):

@@ -206,12 +206,15 @@ def test_the_reference_app_on_bedrock_has_no_secret_and_grants_the_us_profile(
 ):
     template = prospect_bedrock["Resources"].values()
     assert not [r for r in template if r["Type"] == "AWS::SecretsManager::Secret"]
-    [variables] = [
+    # Classify (realtime) and, since issue 37, ClassifyBatch (Bedrock batch inference).
+    steps = [
         r["Properties"]["Environment"]["Variables"]
         for r in template
         if r["Type"] == "AWS::Lambda::Function"
         and r["Properties"].get("Environment", {}).get("Variables", {}).get("MODEL_PROVIDER")
     ]
+    assert len(steps) == 2
+    [variables] = [v for v in steps if "MODEL_DELIVERY" not in v]
     assert variables["MODEL_PROVIDER"] == "bedrock"
     # The id AWS publishes (issue 32: the old default ended in "-v1:0", a ValidationException).
     assert variables["MODEL_ID"] == "us.anthropic.claude-haiku-5-5"
@@ -222,8 +225,8 @@ def test_the_reference_app_on_bedrock_has_no_secret_and_grants_the_us_profile(
     assert "ANTHROPIC_API_KEY_SECRET_ARN" not in variables
     invoke = [
         statement
-        for r in template
-        if r["Type"] == "AWS::IAM::Policy"
+        for k, r in prospect_bedrock["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and k.startswith("ClassifyFunction")
         for statement in r["Properties"]["PolicyDocument"]["Statement"]
         if statement["Action"] == "bedrock:InvokeModel"
     ]
@@ -231,17 +234,25 @@ def test_the_reference_app_on_bedrock_has_no_secret_and_grants_the_us_profile(
     assert len(resources(invoke[1])) == len(GEOGRAPHY_REGIONS["us"])
 
 
-def test_the_reference_app_on_bedrock_sends_auto_uploads_realtime(prospect_bedrock):
-    # Message Batches are the Claude API's: under Bedrock, delivery=auto (the default) has
-    # no batch step, and the splitter marks no row for one.
+def test_the_reference_app_on_bedrock_sends_large_auto_uploads_by_bedrock_batch(
+    prospect_bedrock,
+):
+    # Issue 37: under Bedrock, delivery=auto (the default) has the batch step, on Bedrock
+    # batch inference, and the splitter marks an upload of batch_min_rows rows for it.
     resources = prospect_bedrock["Resources"]
-    assert not [k for k in resources if k.startswith("ClassifyBatch")]
+    [batch] = [
+        r["Properties"]["Environment"]["Variables"]
+        for k, r in resources.items()
+        if k.startswith("ClassifyBatchFunction") and r["Type"] == "AWS::Lambda::Function"
+    ]
+    assert (batch["MODEL_PROVIDER"], batch["MODEL_DELIVERY"]) == ("bedrock", "batch")
+    assert "BATCH_ROLE_ARN" in batch and "BATCH_BUCKET_NAME" in batch
     [splitter] = [
         r["Properties"]["Environment"]["Variables"]
         for k, r in resources.items()
         if k.startswith("Splitter") and r["Type"] == "AWS::Lambda::Function"
     ]
-    assert splitter["DELIVERY"] == "realtime"
+    assert splitter["DELIVERY"] == "auto"
 
 
 def test_the_reference_app_prices_the_bedrock_model_it_calls(tmp_path):
@@ -262,16 +273,15 @@ def test_the_reference_app_prices_the_bedrock_model_it_calls(tmp_path):
         and "MODEL_PRICE" in r["Properties"].get("Environment", {}).get("Variables", {})
     ]
     assert {json.loads(v["MODEL_PRICE"])["input"] for v in variables} == {5.0}
-    [step] = [v for v in variables if "MODEL_RATES" in v]
-    assert json.loads(step["MODEL_RATES"])["output"] == 25.0
+    steps = [v for v in variables if "MODEL_RATES" in v]
+    assert [json.loads(step["MODEL_RATES"])["output"] for step in steps] == [25.0, 25.0]
 
 
-def test_the_reference_app_refuses_batch_delivery_on_bedrock():
+def test_the_reference_app_takes_batch_delivery_on_bedrock(tmp_path):
     import app as app_module
-    from constructs_lib import PropValidationError
 
     context = {"aws:cdk:bundling-stacks": [], "model_provider": "bedrock", "delivery": "batch"}
-    with pytest.raises(
-        PropValidationError, match=r"context delivery=batch needs model_provider=anthropic"
-    ):
-        app_module.build_app(cdk.App(context=context))
+    app_module.build_app(cdk.App(context=context, outdir=str(tmp_path))).synth()
+    template = json.loads((tmp_path / "ProspectUploader.template.json").read_text())
+    roles = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"]
+    assert [k for k in roles if k.startswith("ClassifyBatchBedrockBatchJobRole")]

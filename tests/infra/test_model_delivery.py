@@ -210,15 +210,14 @@ def test_the_edges_of_both_ranges_are_accepted(max_wait, max_requests):
     assert delivery.mapping_batch_size == min(max_requests, 10_000)
 
 
-def test_bedrock_with_batch_delivery_is_refused_naming_both_props():
+def test_bedrock_with_batch_delivery_is_no_longer_refused():
+    """Issue 37: Bedrock batch inference (tests/infra/test_bedrock_batch_jobs.py)."""
     stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "BedrockBatch")
-    with pytest.raises(PropValidationError, match="delivery=ModelDelivery.batch") as refused:
-        make_step(
-            stack,
-            api_key_secret=None,
-            model_provider=ModelProvider.BEDROCK,
-            model_id="anthropic.claude-haiku-5-5-v1:0",
-            delivery=ModelDelivery.batch(),
-        )
-    assert "model_provider=ModelProvider.BEDROCK" in str(refused.value)
-    assert "CreateModelInvocationJob" in str(refused.value)
+    step = make_step(
+        stack,
+        api_key_secret=None,
+        model_provider=ModelProvider.BEDROCK,
+        model_id="anthropic.claude-haiku-5-5",
+        delivery=ModelDelivery.batch(),
+    )
+    assert step.batch_jobs is not None

@@ -34,6 +34,8 @@ def test_every_name_the_construct_sets_is_declared_with_origin_construct(demo):
     declared = {v.name for v in env.VARIABLES if v.origin == "construct"}
     # Set under ModelDelivery.batch() only (the demo is realtime): test_model_delivery.py.
     batch_only = {env.MODEL_DELIVERY, env.BATCH_MAX_REQUESTS, env.BATCH_MAX_WAIT_SECONDS}
+    # Set under ModelDelivery.batch() on Bedrock only: test_bedrock_batch_jobs.py.
+    batch_only |= {env.BATCH_BUCKET_NAME, env.BATCH_S3_PREFIX, env.BATCH_ROLE_ARN}
     assert set(demo_function_environment(demo)) == declared - batch_only
 
 

@@ -43,9 +43,42 @@ def test_a_bad_value_names_the_variable(base, name, value, message):
         Settings.from_environment({**base, "MODEL_DELIVERY": "batch", name: value})
 
 
-def test_bedrock_with_batch_is_refused(base):
-    with pytest.raises(ConfigurationError, match="CreateModelInvocationJob"):
-        Settings.from_environment({**base, "MODEL_DELIVERY": "batch", "MODEL_PROVIDER": "bedrock"})
+BEDROCK_BATCH = {
+    "MODEL_DELIVERY": "batch",
+    "MODEL_PROVIDER": "bedrock",
+    "BATCH_BUCKET_NAME": "step-batch-bucket",
+    "BATCH_ROLE_ARN": "arn:aws:iam::123456789012:role/step-batch-role",
+}
+
+
+def test_bedrock_batch_reads_its_bucket_role_and_prefix(base):
+    settings = Settings.from_environment({**base, **BEDROCK_BATCH, "BATCH_S3_PREFIX": "jobs"})
+
+    assert (settings.batch_bucket_name, settings.batch_role_arn, settings.batch_s3_prefix) == (
+        "step-batch-bucket",
+        "arn:aws:iam::123456789012:role/step-batch-role",
+        "jobs/",
+    )
+
+
+@pytest.mark.parametrize("missing", ["BATCH_BUCKET_NAME", "BATCH_ROLE_ARN"])
+def test_bedrock_batch_without_its_bucket_or_role_is_refused(base, missing):
+    env = {**base, **BEDROCK_BATCH}
+    del env[missing]
+    with pytest.raises(ConfigurationError, match=missing):
+        Settings.from_environment(env)
+
+
+def test_bedrock_batch_refuses_more_requests_than_a_job_holds(base):
+    with pytest.raises(ConfigurationError, match="at most 50000 with MODEL_PROVIDER=bedrock"):
+        Settings.from_environment({**base, **BEDROCK_BATCH, "BATCH_MAX_REQUESTS": "50001"})
+
+
+def test_bedrock_batch_refuses_an_event_age_past_a_jobs_168_hours(base):
+    env = {**base, **BEDROCK_BATCH, "MAX_EVENT_AGE_SECONDS": str(169 * 3600)}
+    env["IDEMPOTENCY_EXPIRES_AFTER_SECONDS"] = str(40 * 86_400)
+    with pytest.raises(ConfigurationError, match="at most 168 h"):
+        Settings.from_environment(env)
 
 
 def test_a_bare_event_under_batch_is_staged_and_a_tick_answers_it(

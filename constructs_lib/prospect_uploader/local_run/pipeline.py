@@ -31,7 +31,9 @@ from types import TracebackType
 from typing import Any
 
 from constructs_lib._runtime_environment import runtime_batch_limits
+from constructs_lib.bedrock_models import claude_model_name, parse_model_id
 from constructs_lib.local_engine.assembly import CloudAssembly, FunctionSpec, load_assembly
+from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs
 from constructs_lib.local_engine.bedrock_iam import BedrockInvokeCheck
 from constructs_lib.local_engine.engine import DrainResult, EngineSettings, LocalEngine
 from constructs_lib.local_engine.errors import NoMatchingRuleError, RunTimeoutError, UsageError
@@ -97,6 +99,9 @@ class LocalPipeline:
         self.bedrock_check: BedrockInvokeCheck | None = None
         #: The local Message Batches' injected faults (issue 33); None without the local model.
         self.batch_faults: BatchFaults | None = None
+        #: Bedrock batch inference's control plane (issue 37), under ``--provider bedrock``
+        #: with a batch step in the assembly.
+        self.bedrock_jobs: LocalBedrockBatchJobs | None = None
 
     # -- setup -----------------------------------------------------------------------------
     def __enter__(self) -> LocalPipeline:
@@ -159,6 +164,12 @@ class LocalPipeline:
             if bedrock:
                 # Read by the SDK's AnthropicBedrock; it signs with moto's fake credentials.
                 environment["ANTHROPIC_BEDROCK_BASE_URL"] = self._model.base_url
+                if any(spec.is_batch for spec in assembly.functions()):
+                    self.bedrock_jobs = self._stack.enter_context(
+                        self._bedrock_jobs_on_the_run_clock(self._model)
+                    )
+                    # Read by botocore: the batch step's bedrock client, signed as any other.
+                    environment["AWS_ENDPOINT_URL_BEDROCK"] = self.bedrock_jobs.base_url
             else:
                 self._batches_on_the_run_clock(self._model)
                 # ANTHROPIC_API_KEY wins over the secret, so Secrets Manager is never called.
@@ -233,6 +244,39 @@ class LocalPipeline:
         if self.batch_faults.rates.any:
             self.batch_faults.install(store)
 
+    def _bedrock_jobs_on_the_run_clock(self, model: LocalMessagesAPI) -> LocalBedrockBatchJobs:
+        """Bedrock batch inference's control plane (issue 37): jobs read their input from and
+        write their output to moto's S3 (through the engine's session, as Bedrock's own
+        service role would: not a function's call, so not IAM-checked as one),
+        end ``--batch-delay`` run seconds after their submission and expire after their
+        timeout in run hours; each record is answered by the local model as a batch request,
+        its faults drawn per occurrence as the Message Batches' are."""
+        options = self.options
+        scale = options.seconds_per_minute / 60.0
+        decide = self._per_occurrence(model)
+        record_errors: dict[str, str | int] = {
+            "succeeded": "succeeded",
+            "invalid_request_error": 400,
+            "api_error": 500,
+            "expired": 429,
+        }
+        ids = iter(range(1, 1 << 62))
+
+        def answer(model_input: dict[str, Any], record_id: str, model_id: str) -> dict[str, Any]:
+            parsed = parse_model_id(model_id)
+            name = claude_model_name(parsed) if parsed else model.model
+            return model.batches.answer({**model_input, "model": name}, f"req_job_{next(ids)}")
+
+        return LocalBedrockBatchJobs(
+            lambda: self.engine.aws.client("s3"),
+            answer,
+            decide=lambda record_id, model_input: record_errors[decide(record_id, model_input)],
+            clock=time.time,
+            processing_delay=options.batch_delay_seconds * scale,
+            hour_seconds=3600.0 * scale,
+            seed=options.seed,
+        )
+
     def _per_occurrence(self, model: LocalMessagesAPI) -> Any:
         """Batch result faults drawn per occurrence of a custom_id, not per custom_id: the
         local model's own draw is fixed per custom_id, so a row drawn ``expired`` would be
@@ -284,6 +328,9 @@ class LocalPipeline:
         )
         if self._model is None:
             return
+        if self.bedrock_jobs is not None:
+            self._collect_bedrock_jobs(result, self.bedrock_jobs)
+            return
         store = self._model.batches
         if self.batch_faults is not None:
             result.batch_faults = dict(sorted(self.batch_faults.injected.items()))
@@ -295,6 +342,24 @@ class LocalPipeline:
         result.billed_requests += store.billed
         result.max_requests_per_key = max(
             result.max_requests_per_key, max(store.billed_by_custom_id.values(), default=0)
+        )
+
+    def _collect_bedrock_jobs(self, result: RunResult, jobs: LocalBedrockBatchJobs) -> None:
+        """What the local Bedrock batch jobs did (issue 37): jobs, records, billed records."""
+        made = list(jobs.jobs.values())
+        result.batches = len(made)
+        result.batch_requests = sum(len(job.records) for job in made)
+        result.batch_billed = jobs.billed
+        answered = sum(job.answered for job in made)
+        errored = sum(job.errored for job in made)
+        result.batch_results = {
+            "succeeded": answered,
+            "errored": errored,
+            "unanswered": result.batch_requests - answered - errored,
+        }
+        result.billed_requests += jobs.billed
+        result.max_requests_per_key = max(
+            result.max_requests_per_key, max(jobs.billed_by_record.values(), default=0)
         )
 
     def _derived_bound(self, assembly: CloudAssembly, model_step: FunctionSpec) -> RunBound:
@@ -496,8 +561,11 @@ class LocalPipeline:
             result.bedrock_destinations = dict(self.bedrock_check.destinations)
         self._collect_batches(result)
         if self._model is not None:
-            # Billed requests of both paths: realtime HTTP requests and batch results.
-            result.model_requests = self._model.request_count + self._model.batches.billed
+            # Billed requests of both paths: realtime HTTP requests and batch results (Message
+            # Batches', or Bedrock jobs' answered records).
+            jobs = self.bedrock_jobs
+            batch_billed = self._model.batches.billed if jobs is None else jobs.billed
+            result.model_requests = self._model.request_count + batch_billed
             result.model_outcomes = dict(self._model.outcomes)
             result.requests_per_row = self._model.requests_per_row_by_plan()
             result.rate_limited = self._model.outcomes.get("429", 0)

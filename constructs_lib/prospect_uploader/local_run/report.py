@@ -63,8 +63,10 @@ JSON_FIELDS = {
     "run_timeout_s": "the bound the run had to settle in (derived from the work, or given)",
     # Message Batches delivery (issue 19).
     "delivery": "how the splitter sent the rows: realtime, batch or auto (--delivery)",
-    "batches": "Message Batches created on the local model",
-    "batch_requests": "requests submitted in Message Batches (resubmissions included)",
+    "batches": "Message Batches created on the local model (with --provider bedrock: "
+    "batch inference jobs on the local Bedrock control plane)",
+    "batch_requests": "requests submitted in Message Batches or Bedrock jobs (resubmissions "
+    "included)",
     "batch_create_kills": "invocations killed around a batch create (--batch-create-kill-rate), "
     "by point: before_create, after_create, before_batch_id_recorded",
     "batch_faults": "Message Batches faults injected: canceled, lost, broken_reads, "
