@@ -1752,6 +1752,11 @@ class IdempotentModelStep(Construct):
         schedule tick (batch delivery only)."""
         return self._runtime_metric("BatchesLost", period)
 
+    def metric_open_batches(self, period: Duration | None = None) -> cloudwatch.Metric:
+        """Batches open at a schedule tick: created and not yet collected, or an uncertain or
+        refused create (count, Maximum, 5 minutes; batch delivery only)."""
+        return self._runtime_metric("OpenBatches", period, "Maximum")
+
     def metric_oldest_open_batch_age(self, period: Duration | None = None) -> cloudwatch.Metric:
         """Age of the step's oldest open Message Batch or uncertain create (seconds,
         Maximum, 5 minutes), emitted by every schedule tick (batch delivery only)."""

@@ -177,8 +177,8 @@ class ModelStepDashboard(Construct):
       construct tree: the step's function, which also runs the batch ticks): ``Errors``
       and ``Throttles`` (Sum) and ``Duration`` p50 and p99 (ms, right axis);
     - **Message Batches** (batch delivery only): ``OldestOpenBatchAgeSeconds`` (Maximum, 0
-      when no batch is open: the runtime emits no count of open batches), ``BatchesLost``
-      and ``RowsStaged`` (Sum);
+      when no batch is open) and ``OpenBatches`` (Maximum), ``BatchesLost`` and
+      ``RowsStaged`` (Sum);
     - **Alarms**: the state of every alarm in the step's ``alarms``;
     - **Runbook**: for each alarm, its entry in the repository's ``docs/operations.md``
       (:data:`RUNBOOK_ENTRIES`).
@@ -451,11 +451,13 @@ def lambda_widget(
 
 
 def batch_widget(step: DashboardStep, period: Duration) -> cloudwatch.IWidget:
-    """Batch delivery: the oldest open batch's age, batches lost and rows staged, all from
-    the runtime's EMF metrics (the ticks emit the first two, staging the third)."""
+    """Batch delivery: the oldest open batch's age, the batches open, batches lost and rows
+    staged, all from the runtime's EMF metrics (the ticks emit the first three, staging the
+    last)."""
     batched: Any = step  # IdempotentModelStep under batch delivery: the two metrics alarmed on
     oldest = batched.metric_oldest_open_batch_age(period)
     lost = batched.metric_batches_lost(period)
+    open_batches = batched.metric_open_batches(period)
     base = step.metric_model_requests(period)
     staged = cloudwatch.Metric(
         namespace=base.namespace,
@@ -466,9 +468,9 @@ def batch_widget(step: DashboardStep, period: Duration) -> cloudwatch.IWidget:
         label="Rows staged",
     )
     return cloudwatch.GraphWidget(
-        title="Message Batches: oldest open (s, 0 = none open), lost, rows staged",
+        title="Batches: oldest open (s, 0 = none open), open, lost, rows staged",
         left=[oldest.with_(label="Oldest open batch (s)")],
-        right=[lost.with_(label="Batches lost"), staged],
+        right=[open_batches.with_(label="Batches open"), lost.with_(label="Batches lost"), staged],
         left_y_axis=cloudwatch.YAxisProps(min=0, label="s", show_units=False),
         right_y_axis=cloudwatch.YAxisProps(min=0, label="count", show_units=False),
         width=_GRAPH_WIDTH,

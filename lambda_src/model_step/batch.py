@@ -70,6 +70,9 @@ TICK_VALUE = "tick"
 OLDEST_OPEN_BATCH_METRIC = "OldestOpenBatchAgeSeconds"
 #: The metric of the batches a tick declared lost, for its alarm.
 BATCHES_LOST_METRIC = "BatchesLost"
+#: The metric of the batches open at a tick (created and not yet collected, and uncertain
+#: or refused creates), for the dashboard.
+OPEN_BATCHES_METRIC = "OpenBatches"
 
 
 def is_tick(event: Any) -> bool:
@@ -136,10 +139,10 @@ class BatchDelivery:
             return {TICK_FIELD: "busy"}
         tally = Tally()
         summary = {"submitted": 0, "reconciled": 0, "open": 0}
-        oldest = 0.0
+        oldest, open_batches = 0.0, 0
         try:
             opened = [(sid, self.store.submission(sid)) for sid in self.store.open_submissions()]
-            oldest = self._oldest_open(opened)
+            oldest, open_batches = self._oldest_open(opened)
             waiting = self._settle_each(opened, context, answer_row, tally, summary)
             self._isolated_housekeeping(context, tally, answer_row)
             if not out_of_time(context):
@@ -147,7 +150,7 @@ class BatchDelivery:
             summary["open"] = len(self.store.open_submissions())
         finally:
             self.ledger.release_lease(token)
-            self._metrics(oldest, tally.lost)
+            self._metrics(oldest, open_batches, tally.lost)
         return {
             TICK_FIELD: {
                 **summary,
@@ -242,33 +245,35 @@ class BatchDelivery:
                     extra={"error_type": type(exc).__name__},
                 )
 
-    def _oldest_open(self, opened: list[tuple[str, Item | None]]) -> float:
+    def _oldest_open(self, opened: list[tuple[str, Item | None]]) -> tuple[float, int]:
         """Seconds since the oldest uncollected batch was created (or the oldest uncertain
-        create started), from the stored items alone: true whether or not the provider
-        answers."""
+        create started), and how many are open, from the stored items alone: true whether
+        or not the provider answers."""
         now = clock.now()
-        oldest = 0.0
+        ages: list[float] = []
         for _submission, item in opened:
             if item is None:
                 continue
             state = text(item, "state")
             if state == "creating":
-                oldest = max(oldest, now - (number(item, "started_at") or now))
-            if state == "pending":  # creates refused since then (a key problem, say)
-                oldest = max(oldest, now - (number(item, "refused_since") or now))
+                ages.append(now - (number(item, "started_at") or now))
+            if state == "pending" and number(item, "refused_since") is not None:
+                # creates refused since then (a key problem, say)
+                ages.append(now - (number(item, "refused_since") or now))
             if state != "created":
                 continue
             for batch_id in strings(item, "batch_ids"):
                 record = self.ledger.batch(batch_id) or {}
                 if not flag(record, "collected"):
-                    oldest = max(oldest, now - (number(record, "created_at") or now))
-        return oldest
+                    ages.append(now - (number(record, "created_at") or now))
+        return max(ages, default=0.0), len(ages)
 
-    def _metrics(self, oldest: float, lost: int) -> None:
+    def _metrics(self, oldest: float, open_batches: int, lost: int) -> None:
         settings = self._parts.settings
         metrics = EphemeralMetrics(
             namespace=settings.metrics_namespace, service=settings.service_name
         )
         metrics.add_metric(OLDEST_OPEN_BATCH_METRIC, MetricUnit.Seconds, round(oldest, 3))
+        metrics.add_metric(OPEN_BATCHES_METRIC, MetricUnit.Count, open_batches)
         metrics.add_metric(BATCHES_LOST_METRIC, MetricUnit.Count, lost)
         metrics.flush_metrics()

@@ -445,8 +445,8 @@ def test_the_failure_log_fields_are_the_ones_the_runtime_writes():
 
 def test_batch_rows_graph_the_oldest_open_batch_and_realtime_rows_do_not(batched):
     # GIVEN a batch step (its own dashboard, and the linked one) and two realtime steps
-    # THEN only the batch step's rows graph OldestOpenBatchAgeSeconds (Maximum),
-    # BatchesLost and RowsStaged, and its own dashboard shows its batch alarms too
+    # THEN only the batch step's rows graph OldestOpenBatchAgeSeconds and OpenBatches
+    # (Maximum), BatchesLost and RowsStaged, and its own dashboard shows its batch alarms too
     rows = step_rows(body_of(batched, "Linked"))
     for path, widgets in rows.items():
         names = {
@@ -457,13 +457,13 @@ def test_batch_rows_graph_the_oldest_open_batch_and_realtime_rows_do_not(batched
             if row[0] == "IdempotentModelStep"
         }
         batch = {("OldestOpenBatchAgeSeconds", "Maximum"), ("BatchesLost", "Sum")}
-        batch.add(("RowsStaged", "Sum"))
+        batch |= {("RowsStaged", "Sum"), ("OpenBatches", "Maximum")}
         assert (batch <= names) is (path == "Batched/Batch"), path
     own = body_of(batched, "BatchDashboard")
     ids = alarm_ids(alarm_arns(own))
     assert any(a.startswith("BatchOldestOpenBatchAlarm") for a in ids)
     assert any(a.startswith("BatchBatchLostAlarm") for a in ids)
-    assert "Message Batches" in json.dumps(own)
+    assert "Batches: oldest open" in json.dumps(own)
 
 
 def _evaluate(expression: str, values: dict[str, float]) -> float:

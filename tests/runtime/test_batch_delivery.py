@@ -416,7 +416,7 @@ def test_no_row_value_or_model_text_is_logged(
     assert "warm-secret-answer" not in logged
 
 
-def test_the_tick_reports_the_oldest_open_batch_age(
+def test_the_tick_reports_the_oldest_open_batch_age_and_the_batches_open(
     make_step, fake_api, batch_env, buffer, outcomes, monkeypatch, capsys
 ):
     clock = ShiftedClock(monkeypatch)
@@ -433,6 +433,7 @@ def test_the_tick_reports_the_oldest_open_batch_age(
         if "OldestOpenBatchAgeSeconds" in line
     ]
     assert metrics and metrics[-1]["OldestOpenBatchAgeSeconds"][0] >= 3600
+    assert metrics[-1]["OpenBatches"][0] == 1  # the dashboard's count of open batches
 
 
 def test_a_submission_is_sent_by_the_last_tick_before_max_wait_and_not_earlier(
