@@ -31,8 +31,6 @@ the step's clients, one attempt per call: the core owns every retry):
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,7 +43,16 @@ from .batch_provider import (
     BatchLine,
     BatchStatus,
     CreateRefused,
-    CreateUncertain,
+)
+from .bedrock_batch_wire import (
+    JOB_FAILED,
+    call_failure,
+    create_failure,
+    custom_id_of_record,
+    error_code,
+    http_status,
+    output_line,
+    record_id_of,
 )
 from .client import BEDROCK_ANTHROPIC_VERSION
 from .config import Settings
@@ -58,30 +65,6 @@ CANCELING_STATES = frozenset({"Stopping"})
 ENDED_STATES = frozenset({"Completed", "PartiallyCompleted", "Failed", "Stopped", "Expired"})
 #: What a record with no output line in an ended job is, by the job's state.
 MISSING_RECORD_KIND = {"Stopped": "canceled", "Expired": "expired"}
-#: The code of a record a job ended without answering (Failed, or a line missing).
-JOB_FAILED = "BatchJobFailed"
-#: A record's ``errorCode`` as the realtime path names the same InvokeModel error.
-RECORD_ERRORS = {
-    400: "ValidationException",
-    403: "AccessDeniedException",
-    404: "ResourceNotFoundException",
-    408: "ModelTimeoutException",
-    424: "ModelErrorException",
-    429: "ThrottlingException",
-    500: "InternalServerException",
-    503: "ServiceUnavailableException",
-}
-#: Create errors that mean nothing was created and waiting helps: a quota (jobs in
-#: progress), a rate limit, a permission or configuration problem an operator fixes.
-REFUSED_WAIT = {
-    "ServiceQuotaExceededException": batch_limits.BACKOFF_SECONDS,
-    "ThrottlingException": batch_limits.BACKOFF_SECONDS,
-    "TooManyRequestsException": batch_limits.BACKOFF_SECONDS,
-    "AccessDeniedException": 60.0,
-    "ValidationException": 60.0,
-    "ResourceNotFoundException": 60.0,
-    "ConflictException": 60.0,
-}
 INPUT = "input/"
 OUTPUT = "output/"
 #: Every job this runtime creates is named ``model-step-<submission id>``.
@@ -93,26 +76,6 @@ LIST_FRESH_SECONDS = 30.0
 #: The list covers jobs submitted this long ago at most: a job's longest life (168 h) plus
 #: the day the tick allows to collect it.
 LIST_WINDOW_SECONDS = 8 * 86_400.0
-
-
-def record_id_of(custom_id: str) -> str:
-    """The alphanumeric ``recordId`` of a ``custom_id`` (``k`` + url-safe base64 of a
-    digest): ``k`` + the digest in hex. Any other id is kept as it is."""
-    body = custom_id[1:]
-    try:
-        digest = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-    except (binascii.Error, ValueError):
-        return custom_id
-    return "k" + digest.hex()
-
-
-def custom_id_of_record(record_id: str) -> str:
-    """The ``custom_id`` a ``recordId`` stands for (:func:`record_id_of` undone)."""
-    try:
-        digest = bytes.fromhex(record_id[1:])
-    except ValueError:
-        return record_id
-    return "k" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 class BedrockBatches:
@@ -169,7 +132,7 @@ class BedrockBatches:
             self._s3().put_object(Bucket=self._bucket, Key=key, Body=body.encode())
         except Exception as exc:
             raise CreateRefused(
-                _code(exc), status=_status(exc), rows_at_fault=False, retry_after=60.0
+                error_code(exc), status=http_status(exc), rows_at_fault=False, retry_after=60.0
             ) from exc
         settings = self._settings
         try:
@@ -188,7 +151,7 @@ class BedrockBatches:
                 timeoutDurationInHours=int(self.quotas.lifetime_seconds // 3600),
             )
         except Exception as exc:
-            raise _create_failure(exc) from exc
+            raise create_failure(exc) from exc
         return str(answer["jobArn"]), clock.now()
 
     def created_between(self, low: float, high: float, requests: int) -> list[tuple[str, float]]:
@@ -212,7 +175,7 @@ class BedrockBatches:
                     if total is None or int(total) == requests:
                         found.append((str(job["jobArn"]), _epoch(job.get("submitTime"))))
         except Exception as exc:
-            raise _call_failure(exc) from exc
+            raise call_failure(exc) from exc
         return found
 
     def status(self, batch_id: str) -> BatchStatus:
@@ -242,8 +205,8 @@ class BedrockBatches:
         try:
             self._bedrock().stop_model_invocation_job(jobIdentifier=batch_id)
         except Exception as exc:
-            failure = _call_failure(exc)
-            if _code(exc) in ("ValidationException", "ConflictException"):
+            failure = call_failure(exc)
+            if error_code(exc) in ("ValidationException", "ConflictException"):
                 return  # ended (or stopping) already: nothing to stop
             raise failure from exc
 
@@ -266,7 +229,7 @@ class BedrockBatches:
                 for found in page.get("Contents", []):
                     s3.delete_object(Bucket=out_bucket, Key=found["Key"])
         except Exception as exc:
-            raise _call_failure(exc) from exc
+            raise call_failure(exc) from exc
 
     def _listed_job(self, batch_id: str) -> dict[str, Any] | None:
         """The job's summary from a list at most :data:`LIST_FRESH_SECONDS` old, listing the
@@ -314,7 +277,7 @@ class BedrockBatches:
             if not record_id or record_id in seen:
                 continue
             seen.add(record_id)
-            yield _line(record_id, record)
+            yield output_line(record_id, record)
         kind = MISSING_RECORD_KIND.get(state, "errored")
         for line in self._stream(s3, in_bucket, in_key):
             record_id = str(json.loads(line).get("recordId") or "")
@@ -329,20 +292,20 @@ class BedrockBatches:
         try:
             found = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
         except Exception as exc:
-            raise _call_failure(exc) from exc
+            raise call_failure(exc) from exc
         return any(item.get("Key") == key for item in found.get("Contents", []))
 
     def _stream(self, s3: Any, bucket: str, key: str) -> Iterator[bytes]:
         try:
             body = s3.get_object(Bucket=bucket, Key=key)["Body"]
         except Exception as exc:
-            raise _call_failure(exc) from exc
+            raise call_failure(exc) from exc
         try:
             for line in body.iter_lines():
                 if line.strip():
                     yield line
         except Exception as exc:
-            raise _call_failure(exc) from exc
+            raise call_failure(exc) from exc
         finally:
             body.close()
 
@@ -350,7 +313,7 @@ class BedrockBatches:
         try:
             job: dict[str, Any] = self._bedrock().get_model_invocation_job(jobIdentifier=batch_id)
         except Exception as exc:
-            raise _call_failure(exc) from exc
+            raise call_failure(exc) from exc
         return job
 
     def _bedrock(self) -> Any:
@@ -358,36 +321,6 @@ class BedrockBatches:
 
     def _s3(self) -> Any:
         return self._client("s3")
-
-
-def _line(record_id: str, record: dict[str, Any]) -> BatchLine:
-    custom_id = custom_id_of_record(record_id)
-    error = record.get("error")
-    output = record.get("modelOutput")
-    if error is None and isinstance(output, dict):
-        try:
-            import anthropic
-
-            message = anthropic.types.Message.model_validate(output)
-        except Exception:
-            return BatchLine(custom_id, "errored", error_type="InvalidModelOutput")
-        return BatchLine(custom_id, "succeeded", message=message)
-    code = _int((error or {}).get("errorCode"))
-    name = RECORD_ERRORS.get(code or 500)
-    if name is None:
-        name = (
-            "ValidationException"
-            if code is not None and 400 <= code < 500
-            else "InternalServerException"
-        )
-    return BatchLine(custom_id, "errored", error_type=name)
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _split(uri: str) -> tuple[str, str]:
@@ -407,45 +340,3 @@ def _moment(seconds: float) -> Any:
     import datetime as dt
 
     return dt.datetime.fromtimestamp(max(0.0, seconds), dt.UTC)
-
-
-def _code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code") or type(exc).__name__)
-
-
-def _status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None) or {}
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return int(status) if status else None
-
-
-def _call_failure(exc: BaseException) -> BatchCallFailed:
-    code = _code(exc)
-    status = _status(exc)
-    gone = code in ("ResourceNotFoundException", "NoSuchKey") or status == 404
-    retry = batch_limits.BACKOFF_SECONDS if code in ("ThrottlingException",) else None
-    return BatchCallFailed(
-        code if status is None else f"{code}:{status}", gone=gone, retry_after=retry
-    )
-
-
-def _create_failure(exc: BaseException) -> Exception:
-    """A refused create (nothing was created; the rows are never at fault: Bedrock reads
-    them only once the job runs) or an uncertain one (a timeout, a dropped connection, a
-    5xx): created again with the same token."""
-    code = _code(exc)
-    status = _status(exc)
-    if code in REFUSED_WAIT or (status is not None and 400 <= status < 500 and status != 408):
-        return CreateRefused(
-            code,
-            status=429
-            if code in ("ThrottlingException", "ServiceQuotaExceededException")
-            else status,
-            rows_at_fault=False,
-            retry_after=REFUSED_WAIT.get(code, 60.0),
-            request_id=(getattr(exc, "response", None) or {})
-            .get("ResponseMetadata", {})
-            .get("RequestId"),
-        )
-    return CreateUncertain(code)

@@ -10,6 +10,7 @@ key; :func:`deliver` adds the delivery's logs and metrics. See :mod:`.runtime` f
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -18,6 +19,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 
 from . import batch, lifetime, misconfiguration
+from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .dead_letter import PAYLOAD_OMITTED
 from .delivery import Delivery, Wait
@@ -33,6 +35,34 @@ from .model_call import default_user_message, error_code
 from .outcome import StepResult
 
 RESULT_EVENT_UNDELIVERABLE = ResultEventUndeliverableError.error_code
+
+
+def requeue(
+    parts: StepComponents,
+    delivery: Delivery,
+    event: Mapping[str, Any],
+    queue: QueueDelivery,
+    wait: float,
+) -> None:
+    """A copy of the row back on the buffer queue, visible after ``wait`` seconds, with its
+    key's first-seen stamp when known (:mod:`.lifetime`). A send the deployment refuses
+    (issue 36) is a configuration error like any other: counted, logged once per container,
+    and the row waits on its own queue for the fix (raised, after a held visibility on the
+    buffer queue); no copy was made, so none is lost."""
+    stamp = None
+    if delivery.first_seen is not None and delivery.record_id is not None:
+        stamp = lifetime.stamp(delivery.first_seen, delivery.record_id)
+    try:
+        parts.buffer.requeue(event, queue, wait, stamp)
+    except Exception as exc:
+        denied = misconfiguration.denied_call(exc)
+        if denied is None:
+            raise
+        delivery.log.configuration_error(denied, first=misconfiguration.first_report(denied))
+        delivery.log.flush()
+        if queue.source == "buffer":
+            parts.buffer.hold(queue, misconfiguration.CONFIGURATION_RETRY_SECONDS)
+        raise
 
 
 def deliver(parts: StepComponents, delivery: Delivery) -> StepResult:

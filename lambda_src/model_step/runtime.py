@@ -34,7 +34,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
 
-from . import batch, buffer_queue, clock, delivery_flow, lifetime, misconfiguration
+from . import batch, buffer_queue, clock, delivery_flow, misconfiguration
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
@@ -240,11 +240,11 @@ class ModelStep:
             return
         except IdempotencyAlreadyInProgressError as held:
             self._notify(delivery, "retry", None, IN_PROGRESS_ERROR)
-            parts.buffer.requeue(event, queue, _holder_wait(held), _stamp(delivery))
+            delivery_flow.requeue(parts, delivery, event, queue, _holder_wait(held))
             return
         except Wait as wait:
             self._notify(delivery, wait.status, None, wait.code)
-            parts.buffer.requeue(event, queue, wait.seconds, _stamp(delivery))
+            delivery_flow.requeue(parts, delivery, event, queue, wait.seconds)
             return
         except Exception as exc:
             self._notify(delivery, "retry", None, error_code(exc))
@@ -257,8 +257,8 @@ class ModelStep:
                 # there (a stored result replays, a failed hand-off is sent again). Not when
                 # the DLQ keeps refusing the key's dead letter: raised, the row moves on to
                 # the DLQ by the redrive policy, which needs no send permission.
-                parts.buffer.requeue(
-                    event, queue, buffer_queue.RETRY_SPACING_SECONDS, _stamp(delivery)
+                delivery_flow.requeue(
+                    parts, delivery, event, queue, buffer_queue.RETRY_SPACING_SECONDS
                 )
                 return
             if delivery.attempts_spent:
@@ -368,13 +368,6 @@ class ModelStep:
             return None
         self._notify(delivery, result["status"], result, _result_code(result))
         return result
-
-
-def _stamp(delivery: Delivery) -> dict[str, Any] | None:
-    """The first-seen stamp a re-enqueued copy of the delivery's key carries, if known."""
-    if delivery.first_seen is None or delivery.record_id is None:
-        return None
-    return lifetime.stamp(delivery.first_seen, delivery.record_id)
 
 
 def _dead_letter_queue_refuses(exc: Exception) -> bool:

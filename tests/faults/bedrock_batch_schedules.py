@@ -33,7 +33,7 @@ import boto3
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
-from model_step.bedrock_batches import custom_id_of_record
+from model_step.bedrock_batch_wire import custom_id_of_record
 from moto import mock_aws
 
 from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs

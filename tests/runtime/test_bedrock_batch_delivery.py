@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from model_step.bedrock_batches import custom_id_of_record, record_id_of
+from model_step.bedrock_batch_wire import custom_id_of_record, record_id_of
 
 from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs
 from constructs_lib.model_prices import PRICE_TABLE

@@ -203,3 +203,30 @@ def test_the_codes_name_a_refusal_or_a_missing_resource_never_a_throttle():
     assert {"AccessDenied", "AccessDeniedException", "ResourceNotFoundException"} <= codes
     assert {"QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue"} <= codes
     assert not {c for c in codes if "Throttl" in c or "Exceeded" in c}
+
+
+def test_a_denied_re_enqueue_is_a_configuration_error_and_the_row_stays_on_its_queue(
+    make_step, fake_api, model_env, buffer, log_capture, capsys
+):
+    """A 429 puts the row back on the buffer queue with its wait (``sqs:SendMessage``): a
+    role without that grant is told at once, and the row stays where it is, never lost and
+    never dead-lettered as a model failure; the 429 spent no attempt."""
+    fake_api.script = [429, 200]
+    step = make_step()
+    event = fresh_event()
+    with Refusal.installed("sqs", "SendMessage", "AccessDenied"):
+        batch = buffer.batch(event)
+        response = step.handle(batch, FakeLambdaContext())
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": batch["Records"][0]["messageId"]}]}
+    [line] = _configuration_lines(log_capture)
+    assert (line["action"], line["resource"]) == ("sqs:SendMessage", buffer.url)
+    assert "ConfigurationErrors" in _metrics(capsys.readouterr().out)
+    assert model_env.dead_letters() == [] and buffer.requeued() == []
+    # ... and it waits minutes for the fix, not the 429's seconds
+    assert [c["VisibilityTimeout"] for c in buffer.visibility_changes()] == [300]
+
+    # WHEN the grant is fixed and the row comes back, THEN one billed request answers it
+    assert step.handle(buffer.batch(event), FakeLambdaContext()) == {"batchItemFailures": []}
+    assert fake_api.request_count == 2  # the 429 (not billed) and the answer
+    assert model_env.dead_letters() == []
