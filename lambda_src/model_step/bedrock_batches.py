@@ -160,20 +160,11 @@ class BedrockBatches:
         repeated create instead (:attr:`idempotent_create`), so this is for an operator."""
         found: list[tuple[str, float]] = []
         try:
-            pages = (
-                self._bedrock()
-                .get_paginator("list_model_invocation_jobs")
-                .paginate(
-                    nameContains=JOB_NAME_PREFIX,
-                    submitTimeAfter=_moment(low),
-                    submitTimeBefore=_moment(high),
-                )
-            )
-            for page in pages:
-                for job in page.get("invocationJobSummaries", []):
-                    total = job.get("totalRecordCount")
-                    if total is None or int(total) == requests:
-                        found.append((str(job["jobArn"]), _epoch(job.get("submitTime"))))
+            window = {"submitTimeAfter": _moment(low), "submitTimeBefore": _moment(high)}
+            for job in self._step_jobs(**window):
+                total = job.get("totalRecordCount")
+                if total is None or int(total) == requests:
+                    found.append((str(job["jobArn"]), _epoch(job.get("submitTime"))))
         except Exception as exc:
             raise call_failure(exc) from exc
         return found
@@ -240,20 +231,18 @@ class BedrockBatches:
             self._snapshot = {}
             self._snapshot_at = now
             try:
-                pages = (
-                    self._bedrock()
-                    .get_paginator("list_model_invocation_jobs")
-                    .paginate(
-                        nameContains=JOB_NAME_PREFIX,
-                        submitTimeAfter=_moment(now - LIST_WINDOW_SECONDS),
-                    )
-                )
-                for page in pages:
-                    for job in page.get("invocationJobSummaries", []):
-                        self._snapshot[str(job["jobArn"])] = job
+                for job in self._step_jobs(submitTimeAfter=_moment(now - LIST_WINDOW_SECONDS)):
+                    self._snapshot[str(job["jobArn"])] = job
             except Exception:
                 self._snapshot = {}  # each job is asked with Get instead
         return self._snapshot.get(batch_id)
+
+    def _step_jobs(self, **submitted: Any) -> Iterator[dict[str, Any]]:
+        """The summaries of this step's jobs (``ListModelInvocationJobs`` by name, every
+        page), within the ``submitTimeAfter``/``submitTimeBefore`` bounds given."""
+        paginator = self._bedrock().get_paginator("list_model_invocation_jobs")
+        for page in paginator.paginate(nameContains=JOB_NAME_PREFIX, **submitted):
+            yield from page.get("invocationJobSummaries", [])
 
     # -- reading ---------------------------------------------------------------------------
     def _lines(self, job: dict[str, Any], state: str) -> Iterator[BatchLine]:
