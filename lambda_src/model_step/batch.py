@@ -33,18 +33,24 @@ from typing import Any, NoReturn
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from . import batch_limits, clock
-from .anthropic_batches import AnthropicBatches
-from .batch_answer import AnswerRow, BatchAnswer, BatchResubmit, answer
+from .batch_answer import AnswerRow, BatchAnswer, answer
 from .batch_collect import BatchCollector
 from .batch_ledger import BatchLedger
 from .batch_limits import create_bytes_limit, out_of_time
 from .batch_provider import BatchCallFailed, BatchProvider
 from .batch_results import Tally
-from .batch_staging import BatchStaging, Staged, StagedDeadLetter, StagedRow
+from .batch_signals import (
+    TICK_FIELD,
+    BatchResubmit,
+    Staged,
+    StagedDeadLetter,
+    StagedRow,
+    is_tick,
+)
+from .batch_staging import BatchStaging
 from .batch_store import BatchStore, Item, number, submission_made_at, text
 from .batch_submit import BatchSubmitter
 from .batch_table import flag, strings
-from .bedrock_batches import BedrockBatches
 from .client import ModelClientProvider
 from .delivery import Delivery
 from .outcome import StepResult
@@ -63,9 +69,6 @@ __all__ = [
     "out_of_time",
 ]
 
-#: The ``{"model_step_batch": "tick"}`` schedule event's key and value.
-TICK_FIELD = "model_step_batch"
-TICK_VALUE = "tick"
 #: The metric of the oldest open batch (or uncertain create), for its alarm.
 OLDEST_OPEN_BATCH_METRIC = "OldestOpenBatchAgeSeconds"
 #: The metric of the batches a tick declared lost, for its alarm.
@@ -73,11 +76,6 @@ BATCHES_LOST_METRIC = "BatchesLost"
 #: The metric of the batches open at a tick (created and not yet collected, and uncertain
 #: or refused creates), for the dashboard.
 OPEN_BATCHES_METRIC = "OpenBatches"
-
-
-def is_tick(event: Any) -> bool:
-    """True for the schedule's ``{"model_step_batch": "tick"}`` event."""
-    return hasattr(event, "get") and event.get(TICK_FIELD) == TICK_VALUE
 
 
 class BatchDelivery:
@@ -97,9 +95,14 @@ class BatchDelivery:
         self.ledger = BatchLedger(dynamodb, table, prefix, lifetime)
         self.provider: BatchProvider
         if settings.model_provider == "bedrock":
-            # Issue 37: a model invocation job per submission, its records in S3.
+            # Issue 37: a model invocation job per submission, its records in S3. Each
+            # adapter is imported only by the steps that use it (issue 35: cold starts).
+            from .bedrock_batches import BedrockBatches
+
             self.provider = BedrockBatches(settings, parts.boto3_client)
         else:
+            from .anthropic_batches import AnthropicBatches
+
             self.provider = AnthropicBatches(
                 settings, ModelClientProvider(settings, parts.boto3_client)
             )

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import clock
-from .batch_staging import exhausted
+from .batch_signals import BatchResubmit, exhausted
 from .batch_store import BatchStore, custom_id_of
 from .budget_state import BudgetState
 from .delivery import Delivery
@@ -71,15 +71,6 @@ BATCH_CANCELED = "BatchCanceled"
 BATCH_LOST = "BatchLost"
 BATCH_RESULT_UNAPPLIED = "BatchResultUnapplied"
 RATE_LIMIT_EXHAUSTED = "RateLimitExhausted"
-
-
-class BatchResubmit(Exception):
-    """Raised inside the unit of work for a batch result that is sent again (or was applied
-    already): nothing is stored."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.error_code = code
 
 
 @dataclass(frozen=True)

@@ -28,38 +28,10 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyVa
 
 from . import batch_limits
 from .batch_provider import BatchProvider
+from .batch_signals import Staged, StagedDeadLetter, exhausted
 from .batch_store import BatchStore, custom_id_of, text
-from .budget_state import Claim
 from .delivery import Delivery
-from .errors import NonRetryableError, RetriesExhaustedError
 from .step_parts import StepParts
-
-
-class Staged(Exception):
-    """Raised inside the unit of work: the row is staged (``new``) or already staged by
-    another delivery; no request was made and nothing is stored."""
-
-    def __init__(self, custom_id: str, *, new: bool) -> None:
-        super().__init__("staged for a batch")
-        self.custom_id = custom_id
-        self.new = new
-
-
-class StagedDeadLetter(Exception):
-    """Raised by :meth:`BatchStaging.stage` when the key's budget is spent: the unit of
-    work stores the dead letter it carries."""
-
-    def __init__(self, error: NonRetryableError) -> None:
-        super().__init__(error.error_code)
-        self.error = error
-
-
-@dataclass
-class StagedRow:
-    """A row this invocation staged: its custom_id and when it was first enqueued."""
-
-    custom_id: str
-    sent_at: float
 
 
 @dataclass
@@ -75,16 +47,6 @@ class Staging:
 def payload_of(detail: Any) -> str:
     """The sha256 of a canonical detail, as a row keeps it."""
     return hashlib.sha256(json.dumps(detail, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def exhausted(claim: Claim) -> RetriesExhaustedError:
-    """The dead letter of a key whose budget is spent: the last attempt's code."""
-    state = claim.state
-    return RetriesExhaustedError(
-        f"the key's budget of attempts is spent ({state.attempts} used); the last one "
-        f"ended with {state.exhaustion_code}",
-        error_code=state.exhaustion_code,
-    )
 
 
 class _Invocation(threading.local):

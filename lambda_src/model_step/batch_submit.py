@@ -32,8 +32,9 @@ from . import batch_limits, clock
 from .batch_answer import RATE_LIMIT_EXHAUSTED, AnswerRow, BatchAnswer
 from .batch_ledger import BatchLedger
 from .batch_provider import BatchProvider, CreateRefused, CreateUncertain
+from .batch_signals import StagedRow
 from .batch_singles import send_singly
-from .batch_staging import StagedRow, Staging
+from .batch_staging import Staging
 from .batch_store import BatchStore, Item, number, text
 from .step_parts import StepParts
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
 from . import misconfiguration
-from .batch import BatchDelivery
 from .budget import AttemptBudget
 from .buffer_queue import BufferQueue
 from .client import ModelClientProvider
@@ -33,6 +32,9 @@ from .result_events import (
 from .result_hand_off import ResultHandOff
 from .tracing import StepTracer
 from .work import UnitOfWork
+
+if TYPE_CHECKING:
+    from .batch import BatchDelivery
 
 DEAD_LETTER_SUFFIX = "#dead-letter"
 #: An operator's retry buys exactly one new request for the key: a DLQ redrive
@@ -107,9 +109,12 @@ class StepComponents:
         self.buffer = BufferQueue(settings.buffer_queue_url, lambda: self.boto3_client("sqs"))
         self._result_events(settings)
         # Message Batches delivery (issue 19); None in realtime.
-        self.batch: BatchDelivery | None = (
-            BatchDelivery(self) if settings.model_delivery == "batch" else None
-        )
+        # Imported here: a realtime step never loads the batch path (issue 35: cold starts).
+        self.batch: BatchDelivery | None = None
+        if settings.model_delivery == "batch":
+            from .batch import BatchDelivery
+
+            self.batch = BatchDelivery(self)
 
     def _dead_letter_publisher(self, settings: Settings) -> DeadLetterPublisher:
         """The DLQ sender; a body cut to fit never drops the business key's fields."""

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 
-from . import batch, lifetime, misconfiguration
+from . import batch_signals, lifetime, misconfiguration
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .dead_letter import PAYLOAD_OMITTED
@@ -71,7 +71,7 @@ def deliver(parts: StepComponents, delivery: Delivery) -> StepResult:
     log = delivery.log
     try:
         result = process(parts, delivery)
-    except (batch.Staged, batch.BatchResubmit) as waiting:
+    except (batch_signals.Staged, batch_signals.BatchResubmit) as waiting:
         # Message Batches delivery (issue 19): no request now; the key waits in a batch.
         log.spent(delivery.spend)
         log.batched(getattr(waiting, "error_code", "Staged"))

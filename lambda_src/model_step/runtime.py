@@ -34,7 +34,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
 
-from . import batch, buffer_queue, clock, delivery_flow, misconfiguration
+from . import batch_limits, batch_signals, buffer_queue, clock, delivery_flow, misconfiguration
 from .buffer_queue import QueueDelivery
 from .components import StepComponents
 from .config import Settings
@@ -63,6 +63,8 @@ from .persistence import LockHeld
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from .batch_answer import BatchAnswer
 
 __all__ = ["ModelStep", "default_user_message", "model_timeout", "request_fingerprint"]
 
@@ -170,7 +172,7 @@ class ModelStep:
         raises on transient failures and ``IdempotencyAlreadyInProgressError`` on a concurrent
         duplicate, so Lambda retries. SQS batch: returns ``{"batchItemFailures": [...]}``.
         """
-        if batch.is_tick(event):
+        if batch_signals.is_tick(event):
             return self._batch_tick(context)
         if buffer_queue.is_sqs_batch(event):
             return self._handle_batch(event, context)
@@ -194,7 +196,7 @@ class ModelStep:
         self._staging.rows = []
         staging = self._components().batch is not None
         for record in event["Records"]:
-            if staging and batch.out_of_time(context):
+            if staging and batch_limits.out_of_time(context):
                 # Message Batches delivery (issue 19): up to 10,000 rows a delivery; the
                 # ones left when time runs short come back, never half-staged.
                 failures.append({"itemIdentifier": record["messageId"]})
@@ -228,14 +230,14 @@ class ModelStep:
         delivery = self._new_delivery(event, context, queue)
         try:
             result = delivery_flow.deliver(self._components(), delivery)
-        except batch.Staged as staged:
+        except batch_signals.Staged as staged:
             # Message Batches delivery (issue 19): the key waits in a batch; the message is
             # deleted once the invocation's submission is written (_flush_staged).
             if staged.new:
                 sent = (record.get("attributes") or {}).get("SentTimestamp")
                 sent_at = float(sent) / 1000 if sent else clock.now()
                 self._staging.rows.append(
-                    (record["messageId"], batch.StagedRow(staged.custom_id, sent_at))
+                    (record["messageId"], batch_signals.StagedRow(staged.custom_id, sent_at))
                 )
             return
         except IdempotencyAlreadyInProgressError as held:
@@ -314,10 +316,10 @@ class ModelStep:
         delivery = self._new_delivery(event, context, None)
         try:
             result = delivery_flow.deliver(self._components(), delivery)
-        except batch.Staged as staged:
+        except batch_signals.Staged as staged:
             parts = self._components()
             assert parts.batch is not None
-            rows = [batch.StagedRow(staged.custom_id, clock.now())] if staged.new else []
+            rows = [batch_signals.StagedRow(staged.custom_id, clock.now())] if staged.new else []
             # A failure raises: Lambda retries the event, which adopts its staged row.
             parts.batch.flush(rows, context, self._answer_from_batch)
             return {"status": "staged"}
@@ -328,7 +330,7 @@ class ModelStep:
         """Write the invocation's staged rows as one submission (sent when due); the batch
         item failures to report if that write failed (the rows come back and are adopted)."""
         parts = self._components()
-        rows: list[tuple[str, batch.StagedRow]] = getattr(self._staging, "rows", [])
+        rows: list[tuple[str, batch_signals.StagedRow]] = getattr(self._staging, "rows", [])
         self._staging.rows = []
         if parts.batch is None:
             return []
@@ -351,7 +353,7 @@ class ModelStep:
         return parts.batch.tick(context, self._answer_from_batch)
 
     def _answer_from_batch(
-        self, event: Mapping[str, Any], answer: batch.BatchAnswer, context: Any
+        self, event: Mapping[str, Any], answer: BatchAnswer, context: Any
     ) -> StepResult | None:
         """One key's batch result through the realtime path (stored in its record, dead
         letter handed off, result event published), then ``on_outcome`` once. None when the
@@ -364,7 +366,7 @@ class ModelStep:
             delivery.spend.usage = usage_of(answer.message.usage)
         try:
             result = delivery_flow.deliver(self._components(), delivery)
-        except batch.BatchResubmit:
+        except batch_signals.BatchResubmit:
             return None
         self._notify(delivery, result["status"], result, _result_code(result))
         return result

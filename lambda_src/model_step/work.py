@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import buffer_queue, clock
-from .batch_staging import StagedDeadLetter
-from .batch_staging import exhausted as _exhausted
+from .batch_signals import StagedDeadLetter
+from .batch_signals import exhausted as _exhausted
 from .budget import AttemptBudget
 from .budget_state import RESULT_NOT_SAVED, BudgetState, Claim
 from .config import Settings

@@ -1,4 +1,6 @@
-"""A cold container that only serves a duplicate never imports the model SDK (~1 s)."""
+"""What a cold container imports: a duplicate never imports the model SDK (~1 s), and a
+realtime step never imports the batch path, the Bedrock batch adapter or the tracer (issue 35:
+a cold new event's import time)."""
 
 from __future__ import annotations
 
@@ -31,8 +33,21 @@ class Context:
 
 event = json.loads(sys.stdin.read())
 result = handler(event, Context())
-print("RESULT " + json.dumps({"result": result, "anthropic": "anthropic" in sys.modules}))
+loaded = sorted(name for name in json.loads(sys.argv[1]) if name in sys.modules)
+print("RESULT " + json.dumps({"result": result, "anthropic": "anthropic" in sys.modules,
+                              "loaded": loaded}))
 """
+#: Modules a realtime step with tracing off has no use for, on any event.
+NOT_ON_THE_REALTIME_PATH = (
+    "model_step.batch",
+    "model_step.batch_staging",
+    "model_step.batch_collect",
+    "model_step.batch_submit",
+    "model_step.anthropic_batches",
+    "model_step.bedrock_batches",
+    # Powertools' package imports its Tracer module; the X-Ray SDK behind it is the cost.
+    "aws_xray_sdk",
+)
 
 
 @pytest.fixture
@@ -44,7 +59,30 @@ def moto_server(aws_env, monkeypatch):
         yield
 
 
-def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeypatch):
+def _cold_child(event: dict) -> dict:
+    """``event`` answered by ``model_step.handler`` in a new process: its result, and what
+    it imported."""
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src"), str(PROMPT_ROOT)]),
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(NOT_ON_THE_REALTIME_PATH)],
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.fixture
+def step_environment(moto_server, monkeypatch):
+    """A realtime step's table, DLQ and environment, tracing off (the default)."""
     session = boto3.session.Session()
     session.client("dynamodb").create_table(
         TableName="idempotency",
@@ -62,30 +100,32 @@ def test_cold_duplicate_does_not_import_anthropic(moto_server, fake_api, monkeyp
         "ANTHROPIC_API_KEY": "sk-local",
     }.items():
         monkeypatch.setenv(name, value)
+    return session
+
+
+def test_cold_duplicate_does_not_import_anthropic(step_environment, fake_api):
     event = make_event()
-    first = ModelStep.from_environment(boto3_session=session).handle(event, FakeLambdaContext())
+    step = ModelStep.from_environment(boto3_session=step_environment)
+    first = step.handle(event, FakeLambdaContext())
     assert fake_api.request_count == 1
 
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src"), str(PROMPT_ROOT)]),
-    )
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        input=json.dumps(event),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    report = _cold_child(event)
 
-    assert child.returncode == 0, child.stderr
-    line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
-    report = json.loads(line.removeprefix("RESULT "))
     assert report["result"] == first
     assert report["anthropic"] is False
+    assert report["loaded"] == []
     assert fake_api.request_count == 1
+
+
+def test_a_cold_new_event_imports_the_sdk_but_no_batch_bedrock_or_tracing_path(
+    step_environment, fake_api
+):
+    report = _cold_child(make_event())
+
+    assert report["result"]["status"] == "completed"
+    assert fake_api.request_count == 1
+    assert report["anthropic"] is True
+    assert report["loaded"] == []
 
 
 PRIME_CHILD = """
