@@ -17,11 +17,15 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_STACK_TRACE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 UV_VERSION := 0.13.9
-# Three pytest workers, one test file each at a time (module-scoped synths stay shared).
-# On 2 cores the local runs spend half their wall time waiting on their run's clock, so a
-# third worker fills it: the suite took 581 s with 2 workers, 480 s with 3, 460 s with 4
-# (same machine, one after another, browser tests skipped). PYTEST_WORKERS=0: one process.
-PYTEST_WORKERS ?= 3
+# Four pytest workers, one test file each at a time (module-scoped synths stay shared), in
+# the order tests/conftest.py collects them: long files first. pytest-xdist would otherwise
+# reorder the files by their number of tests, which put the one-test fault schedule modules
+# last, each keeping one worker busy after the others had finished. On 2 cores the local
+# runs spend half their wall time waiting on their run's clock, which the extra workers
+# fill: 761 s with 3 workers and xdist's order, 654 s with 4 and ours (docs/testing.md).
+# PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 4
+PYTEST_DIST := --dist loadfile --no-loadscope-reorder
 
 # PYTHONDONTWRITEBYTECODE is set on these machines (CI too), so every Python process would
 # compile every module it imports from source: importing the constructs (aws_cdk's
@@ -106,7 +110,7 @@ test: setup cdk.out/manifest.json
 	$(BIN)/ruff check .
 	@log=$$(mktemp); ( $(MYPY) ) >$$log 2>&1 & mypy=$$!; status=0; \
 	$(BYTECODE_CACHE) $(BIN)/python -m scripts.deploy_local && \
-	$(BYTECODE_CACHE) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
+	$(BYTECODE_CACHE) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) \
 		|| status=$$?; \
 	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; rm -f $$log; exit $$status
 
@@ -126,7 +130,7 @@ test-loaded: setup cdk.out/manifest.json
 # Bedrock runtime. `make test` runs the derandomized fast profiles (300 and 100). Hours on 2
 # cores; not in CI. `make fault-stats` prints what the schedules reached.
 soak: setup cdk.out/manifest.json
-	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/faults
+	HYPOTHESIS_PROFILE=soak $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) tests/faults
 
 # checkov on every synthesized template; `make test` runs the same scan (tests/infra).
 checkov: setup cdk.out/manifest.json

@@ -106,7 +106,8 @@ LONG_FOLDERS = ("faults", "bench")
 def _long_files_first(items: list[pytest.Item]) -> None:
     """Put the files with a long test first, each file's tests in their order.
 
-    ``make test`` hands whole files to its workers (``--dist loadfile``) in this order. A
+    ``make test`` hands whole files to its workers (``--dist loadfile``) in this order
+    (``--no-loadscope-reorder``: pytest-xdist would otherwise sort them by test count). A
     long file started last keeps one worker busy after the others have finished; started
     first, the short files fill the other workers meanwhile. Most long files are local runs
     that wait on their run's clock, which leaves CPU to the others."""
