@@ -20,7 +20,7 @@ bundles, both read-only:
 Boto3 and botocore come from the Lambda runtime, not the asset: both bundles get the same
 copy of the venv's boto3/botocore, compiled once for 3.13 (cached under ``.bench/``), as the
 managed runtime ships them compiled. Ratios are against the naive bundle's bare
-``import anthropic``; the targets are <= 0.7x for a new event and <= 0.15x for a duplicate.
+``import anthropic``; the targets are <= 0.5x for a new event and <= 0.15x for a duplicate.
 
 ``--quick`` (a smoke run) skips the copies: the staged asset is run in place with ``-B``, and
 the naive bundle's bare import runs with ``-X pycache_prefix=<empty dir>``, so it finds no
@@ -105,8 +105,10 @@ KINDS = ("import anthropic", "duplicate event", "new event")
 NAIVE = "naive bundle (no .pyc)"
 SHIPPED = "shipped .pyc"
 SOURCE_TREE = "source tree (no .pyc)"
-#: Targets of issue 11 against the naive bundle's bare ``import anthropic``.
-TARGETS = {"new event": 0.7, "duplicate event": 0.15}
+#: Targets against the naive bundle's bare ``import anthropic``: issue 35's 0.5x for a new
+#: event (issue 11 asked 0.7x), issue 11's 0.15x for a duplicate. A new event imports the
+#: whole SDK, whose own import from the shipped ``.pyc`` is about 0.48x: see bench/README.md.
+TARGETS = {"new event": 0.5, "duplicate event": 0.15}
 #: What the Lambda Python runtime puts on the path after /var/task.
 RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six.py")
 BENCH_CACHE = REPO / ".bench"
