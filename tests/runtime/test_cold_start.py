@@ -66,18 +66,17 @@ def _cold_child(event: dict) -> dict:
         os.environ,
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src"), str(PROMPT_ROOT)]),
     )
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(NOT_ON_THE_REALTIME_PATH)],
-        input=json.dumps(event),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
+    out = _python([CHILD, json.dumps(NOT_ON_THE_REALTIME_PATH)], env, json.dumps(event))
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
+
+
+def _python(argv: list[str], env: dict[str, str], stdin: str | None = None) -> str:
+    """``python -c *argv`` in a new process: its standard output (it must exit 0)."""
+    run = {"capture_output": True, "text": True, "timeout": 60, "check": False}
+    child = subprocess.run([sys.executable, "-c", *argv], input=stdin, env=env, **run)
+    assert child.returncode == 0, child.stderr
+    return child.stdout
 
 
 @pytest.fixture
@@ -149,13 +148,4 @@ def test_snapstart_init_primes_the_sdk_without_credentials(module, init_type, pr
         "AWS_EC2_METADATA_DISABLED": "true",
         "HOME": "/nonexistent-home-for-tests",
     }
-    child = subprocess.run(
-        [sys.executable, "-c", PRIME_CHILD.format(module=module)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    assert f"IMPORTED {primed}" in child.stdout
+    assert f"IMPORTED {primed}" in _python([PRIME_CHILD.format(module=module)], env)
