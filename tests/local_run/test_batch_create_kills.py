@@ -26,9 +26,9 @@ from constructs_lib.prospect_uploader.local_run.options import validate_options
 from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
 from constructs_lib.prospect_uploader.local_run.s3_events import s3_object_created_event
 
-pytestmark = pytest.mark.slow
+from .conftest import FAST_CLOCK
 
-FAST_CLOCK = 0.25
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("rate", [-0.1, 1.5, float("nan")])

@@ -21,6 +21,7 @@ from constructs_lib.prospect_uploader.local_run import (
 )
 
 from .billing import assert_one_billed_request_per_row
+from .conftest import FAST_CLOCK
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +43,7 @@ def batch_run(bedrock_cdk_out: Path, tmp_path_factory) -> RunResult:
             provider="bedrock",
             delivery="batch",
             duplicates=2,
+            seconds_per_minute=FAST_CLOCK,
             log_file=tmp / "handlers.log",
         )
     )
@@ -92,7 +94,7 @@ def test_kills_at_each_point_around_the_job_create_make_one_job_and_bill_each_ro
             delivery="batch",
             batch_create_kill_rate=0.5,
             seed=124,
-            seconds_per_minute=0.25,
+            seconds_per_minute=FAST_CLOCK,
             log_file=tmp_path / "handlers.log",
         )
     )

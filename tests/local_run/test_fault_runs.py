@@ -16,6 +16,7 @@ from constructs_lib.prospect_uploader.local_run import (
 )
 
 from .billing import assert_one_billed_request_per_row
+from .conftest import FAST_CLOCK
 
 
 def _assert_invariants(result: RunResult) -> None:
@@ -37,6 +38,7 @@ def test_kills_and_throttles_keep_every_key_within_its_budget(cdk_out: Path, tmp
             kill_rate=0.2,
             throttle_rate=0.2,
             seed=3,
+            seconds_per_minute=FAST_CLOCK,
             log_file=tmp_path / "handlers.log",
         )
     )
@@ -62,6 +64,7 @@ def test_throttles_alone_cost_no_request(cdk_out: Path, tmp_path):
             duplicates=2,
             throttle_rate=0.3,
             seed=1,
+            seconds_per_minute=FAST_CLOCK,
             log_file=tmp_path / "handlers.log",
         )
     )

@@ -58,6 +58,8 @@ from constructs_lib.prospect_uploader.local_run import RunOptions
 from constructs_lib.prospect_uploader.local_run.pipeline import LOCAL_API_KEY, LocalPipeline
 from constructs_lib.prospect_uploader.local_run.s3_events import s3_object_created_event
 
+from .conftest import FAST_CLOCK
+
 pytestmark = pytest.mark.slow
 
 HEADER = "email,first_name,last_name,company,title,country,notes"
@@ -67,10 +69,8 @@ ROWS = [
     "alan@example.com,Alan,Turing,Bletchley,Researcher,GB,Just browsing",
     "not-an-email,Bad,Row,Co,CEO,US,",
 ]
-#: The fault paths' local-run options.
-#: A run-minute of 0.25 s: these paths mostly wait out visibility timeouts and backoffs on
-#: the run's clock (at 1 s a minute the module took 6-8 minutes of wall time, 20 s of CPU).
-FAST_CLOCK = 0.25
+#: The fault paths' local-run options, on the fast clock: at 1 s a minute the module took
+#: 6-8 minutes of wall time, 20 s of CPU.
 PATH_OPTIONS: dict[str, dict[str, Any]] = {
     "faults": {
         "fault_rate": 1.0,
