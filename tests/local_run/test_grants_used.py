@@ -417,9 +417,8 @@ def _redrive_one(pipeline: LocalPipeline, moved: list[str], step: str = "Classif
     assert redrive.stats.deleted == deleted + 1
 
 
-def _keep_buffer_bodies(pipeline: LocalPipeline, step: str) -> list[str]:
-    """Observe (not change) what ``step``'s buffer queue receives: the bodies, in order."""
-    queue = _buffer_queue(pipeline, step)
+def _keep_bodies(queue: Any) -> list[str]:
+    """Observe (not change) what a local ``queue`` receives: the bodies, in order."""
     bodies: list[str] = []
     send = queue.send
 
@@ -429,6 +428,55 @@ def _keep_buffer_bodies(pipeline: LocalPipeline, step: str) -> list[str]:
 
     queue.send = keep  # type: ignore[method-assign]
     return bodies
+
+
+def _failure_queue(pipeline: LocalPipeline) -> Any:
+    """The local FailureQueue: the subscribers' on-failure destination, the recorder's input."""
+    assert pipeline.assembly is not None
+    resource = pipeline.assembly.by_path_suffix("/FailureQueue/Resource", "AWS::SQS::Queue")
+    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(resource.logical_id))
+    assert queue is not None
+    return queue
+
+
+def _recorder_closes_the_upload(pipeline: LocalPipeline, row_event: str) -> None:
+    """The FailureRecorder counts an upload's last row and closes it: it reads the upload
+    (``GetItem``), changes its status and publishes the completion event (``PutEvents``).
+
+    Which write completes an upload is a race between the splitter's count of valid rows,
+    the step's reports and the recorder's dead letters; the recorder wins it only in some
+    runs. So this does not leave it to the run: the row of ``row_event`` (a row event the
+    buffer queue received) is made the upload's last, its marker removed and the upload
+    reopened one row short, and its dead letter arrives as a classic rule's DLQ sends it
+    (the event, ``RULE_ARN``, ``TARGET_ARN``, ``ERROR_CODE``): a failure no step reports,
+    so the recorder's count completes the upload."""
+    engine = pipeline.engine
+    _, uploads = _tables(pipeline)
+    markers = engine.aws.session.resource("dynamodb").Table(
+        engine.environment["UPLOAD_ROWS_TABLE_NAME"]
+    )
+    detail = json.loads(row_event)["detail"]
+    key = {"upload_id": detail["upload_id"]}
+    markers.delete_item(Key={**key, "row_number": detail["row_number"]})
+    uploads.update_item(
+        Key=key,
+        UpdateExpression="SET #s = :open ADD classified_total :less REMOVE summary_published_at",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":open": "classifying", ":less": -1},
+    )
+    text, region, account = {"DataType": "String"}, LOCAL_REGION, LOCAL_ACCOUNT
+    _failure_queue(pipeline).send(
+        row_event,
+        attributes={
+            "RULE_ARN": {**text, "StringValue": f"arn:aws:events:{region}:{account}:rule/Rows"},
+            "TARGET_ARN": {**text, "StringValue": _buffer_queue(pipeline, "Classify").arn},
+            "ERROR_CODE": {**text, "StringValue": "SQS.AccessDenied"},
+            "ERROR_MESSAGE": {**text, "StringValue": "the rule may not send to its target"},
+        },
+    )
+    engine.wait_until_settled()
+    closed = uploads.get_item(Key=key, ConsistentRead=True)["Item"]
+    assert closed["status"] == "completed" and "summary_published_at" in closed, closed
 
 
 def _deny_buffer_to_subscriber(pipeline: LocalPipeline, step: str) -> str:
@@ -465,7 +513,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             _read_key_from_the_secret(pipeline)
         step = "ClassifyBatch" if options.get("delivery") == "batch" else "Classify"
         denied = _deny_buffer_to_subscriber(pipeline, step) if path in UNREACHABLE else None
-        bodies = _keep_buffer_bodies(pipeline, step)
+        bodies = _keep_bodies(_buffer_queue(pipeline, step))
         if path == "batch-faults":
             _move_first_to_redrive(pipeline, step)
             faults = _batch_staging_faults(pipeline)
@@ -492,6 +540,7 @@ def _unused(cdk_out: Path, tmp_path: Path, path: str) -> dict[str, set[str]]:
             _browse_and_sweep(pipeline)
             _split_edge_cases(pipeline, result.object_key)
             _redrive_one(pipeline, bodies)
+            _recorder_closes_the_upload(pipeline, bodies[-1])
         if path == "batch-refused":
             _redrive_one(pipeline, bodies, step)
         if path in ("refused", "batch-refused"):
