@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,34 @@ _venv_bin = str(Path(sys.executable).parent)
 if not os.environ.get("PATH", "").startswith(_venv_bin):
     os.environ["PATH"] = os.pathsep.join([_venv_bin, os.environ.get("PATH", "")])
 os.environ.setdefault("CDK_DISABLE_VERSION_CHECK", "1")
+
+
+def _share_botocore_models() -> None:
+    """One parsed copy of botocore's JSON models per test process, not one per session.
+
+    botocore keeps what its ``Loader`` parsed (service models, endpoints, the list of
+    services) in the loader's own ``_cache``, and each ``boto3.session.Session`` makes a new
+    loader. The tests make a fresh session for every moto account, so each test parsed the
+    same multi-megabyte models again: in ``tests/prospect/test_prospect_viewer.py``, client
+    creation was 45 % of the profile, most of it ``json.loads``. Loaders with the same
+    search paths and extras now share one cache, as the clients of one session always have
+    (botocore treats what it loaded as read-only once loaded). Nothing else changes: the
+    same files, the same models, the same clients."""
+    from botocore import loaders
+
+    shared: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[Any, Any]] = {}
+    original = loaders.Loader.__init__
+
+    def __init__(self: loaders.Loader, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        key = (tuple(self.search_paths), tuple(self.extras_types))
+        self._cache = shared.setdefault(key, {})
+
+    loaders.Loader.__init__ = __init__  # type: ignore[method-assign]
+
+
+_share_botocore_models()
+
 
 #: Modules whose presence after a run that deselected their need means a test imported
 #: them anyway: the tier would not run without them.
