@@ -9,7 +9,6 @@ container) and ticks until every key is done. Then, per key: at most one billed 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import httpx2
@@ -24,7 +23,7 @@ from .batch_rows import (
     sqs_batch,
     tick,
 )
-from .conftest import FakeLambdaContext, ShiftedClock, boto3_session
+from .conftest import FakeLambdaContext, ShiftedClock, boto3_session, log_records
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def stage(make_step, buffer, clock, outcomes, count: int = 4):
 
 
 def test_an_adopted_batch_open_past_24_hours_is_alarmed_never_canceled(
-    make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch, capsys
+    make_step, fake_api, batch_env, buffer, outcomes, clock, monkeypatch, capsys, log_capture
 ):
     """A batch found by reconciliation may be another workload's on the same API key: when
     it stays open past 24.5 h, the tick leaves it alone and keeps reporting its age (the
@@ -124,18 +123,13 @@ def test_an_adopted_batch_open_past_24_hours_is_alarmed_never_canceled(
 
     clock.shift(24.6 * 3600)
     capsys.readouterr()
-    # On the step's logger itself: whether its records reach root depends on which
-    # Powertools Logger of the service was made first in this process.
-    warned: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: warned.append(record.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("model-step").addHandler(handler)
-    try:
-        tick(make_step(on_outcome=outcomes))
-    finally:
-        logging.getLogger("model-step").removeHandler(handler)
+    tick(make_step(on_outcome=outcomes))
 
     assert batch.cancel_initiated_at is None
+    # Read on the step's own logger at the level log_capture sets: a Powertools Logger of
+    # the service keeps the level of the first one made in the process, so a bare handler
+    # saw nothing in a worker where an earlier test had made it at a higher level.
+    warned = [record["message"] for record in log_records(log_capture)]
     assert "adopted batch open past its 24 h: not canceled" in warned
     printed = capsys.readouterr().out  # the EMF metrics
     ages = [
