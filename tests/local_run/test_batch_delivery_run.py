@@ -32,9 +32,7 @@ def _assert_invariants(result: RunResult) -> None:
 
 
 def _run(cdk_out: Path, tmp_path: Path, rows: int, **options: Any) -> RunResult:
-    """A local run of ``rows`` generated rows on ``cdk_out`` with ``options``, on the fast
-    clock unless they say otherwise."""
-    options.setdefault("seconds_per_minute", FAST_CLOCK)
+    """A local run of ``rows`` generated rows on ``cdk_out`` with ``options``."""
     return run_pipeline(
         RunOptions(
             csv_path=write_csv(tmp_path / "rows.csv", rows),
@@ -114,9 +112,10 @@ def test_every_batch_fault_at_once_loses_no_row_and_bills_each_key_at_most_once(
         batch_create_kill_rate=0.3,
         batch_errored_rate=0.1,
         batch_expired_rate=0.1,
-        # On the fast clock, a throttled receive waits out the buffer's visibility timeout
-        # (5,400 s of the run's clock) in 22.5 s instead of 90 s.
         seed=13,
+        # A throttled receive waits out the buffer's visibility timeout (5,400 s of the run's
+        # clock): 22.5 s here instead of 90 s at the default run-minute of 1 s.
+        seconds_per_minute=FAST_CLOCK,
     )
     # THEN every per-key invariant holds: each row ends once, labelled or as a recorded
     # failure, and no key is billed twice (which faults fire, and how often, depends on how

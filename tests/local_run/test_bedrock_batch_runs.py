@@ -43,7 +43,8 @@ def batch_run(bedrock_cdk_out: Path, tmp_path_factory) -> RunResult:
             provider="bedrock",
             delivery="batch",
             duplicates=2,
-            seconds_per_minute=FAST_CLOCK,
+            # The default run-minute: rows merge toward Bedrock's 100-record minimum for
+            # max_wait on the run's clock, and a faster clock under load sent them singly.
             log_file=tmp / "handlers.log",
         )
     )
