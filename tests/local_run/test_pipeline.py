@@ -54,16 +54,20 @@ def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_ru
     assert result.rows == result.summary_rows == 40
     assert result.valid > 0 and result.invalid > 0
     assert_one_billed_request_per_row(result)
-    # --duplicates 3 re-ran the split twice (Lambda retries after a failed attempt), within
-    # RowBus's 300 s window: every repeat was answered DEDUPLICATED and delivered to no one,
-    # so Classify saw only the copies injected downstream of the bus (3 of each row).
+    # --duplicates 3 re-ran the split twice (Lambda retries after a failed attempt). A repeat
+    # within RowBus's 300 s window (the run's clock) is answered DEDUPLICATED and delivered
+    # to no one; on a quiet machine both repeats are, so Classify sees only the copies
+    # injected downstream of the bus (3 of each row). Under load a repeat can fall past the
+    # window (make test-loaded: 34 of 68 deduplicated): its entries are delivered too, and
+    # answered from their records. Either way each entry is one or the other.
     assert result.split_runs == 3
     assert result.row_entries_sent == 3 * result.valid
-    assert result.deduplicated == 2 * result.valid
+    assert result.valid <= result.row_entries_sent - result.deduplicated <= 3 * result.valid
+    delivered = 3 * (result.row_entries_sent - result.deduplicated)
     if result.functions["Splitter"]["overruns"] == 0:
-        assert result.deliveries == 3 * result.valid
+        assert result.deliveries == delivered
     else:  # A splitter past its (capped) deadline released its record and ran again.
-        assert result.deliveries % (3 * result.valid) == 0
+        assert result.deliveries >= delivered and result.deliveries % 3 == 0
     assert result.failed == result.dlq  # 0 unless every attempt of a row was late (above)
     assert sum(result.labels.values()) == result.classified
     assert set(result.labels) <= {"hot", "warm", "cold"}
