@@ -395,13 +395,18 @@ def _split_edge_cases(pipeline: LocalPipeline, upload_key: str) -> None:
     assert len(codes) == 2, codes
 
 
-def _buffer_queue(pipeline: LocalPipeline, step: str) -> Any:
-    """The local buffer queue of the model step ``step`` (Classify or ClassifyBatch)."""
+def _local_queue(pipeline: LocalPipeline, path: str) -> Any:
+    """The local queue of the stack's queue whose construct path ends in ``path``."""
     assert pipeline.assembly is not None
-    buffer = pipeline.assembly.by_path_suffix(f"/{step}/BufferQueue/Resource", "AWS::SQS::Queue")
-    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(buffer.logical_id))
+    resource = pipeline.assembly.by_path_suffix(f"/{path}/Resource", "AWS::SQS::Queue")
+    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(resource.logical_id))
     assert queue is not None
     return queue
+
+
+def _buffer_queue(pipeline: LocalPipeline, step: str) -> Any:
+    """The local buffer queue of the model step ``step`` (Classify or ClassifyBatch)."""
+    return _local_queue(pipeline, f"{step}/BufferQueue")
 
 
 def _redrive_one(pipeline: LocalPipeline, moved: list[str], step: str = "Classify") -> None:
@@ -430,15 +435,6 @@ def _keep_bodies(queue: Any) -> list[str]:
     return bodies
 
 
-def _failure_queue(pipeline: LocalPipeline) -> Any:
-    """The local FailureQueue: the subscribers' on-failure destination, the recorder's input."""
-    assert pipeline.assembly is not None
-    resource = pipeline.assembly.by_path_suffix("/FailureQueue/Resource", "AWS::SQS::Queue")
-    queue = pipeline.engine.queues.by_url_or_arn(pipeline.engine.aws.ref(resource.logical_id))
-    assert queue is not None
-    return queue
-
-
 def _recorder_closes_the_upload(pipeline: LocalPipeline, row_event: str) -> None:
     """The FailureRecorder counts an upload's last row and closes it: it reads the upload
     (``GetItem``), changes its status and publishes the completion event (``PutEvents``).
@@ -465,7 +461,8 @@ def _recorder_closes_the_upload(pipeline: LocalPipeline, row_event: str) -> None
         ExpressionAttributeValues={":open": "classifying", ":less": -1},
     )
     text, region, account = {"DataType": "String"}, LOCAL_REGION, LOCAL_ACCOUNT
-    _failure_queue(pipeline).send(
+    # FailureQueue: the subscribers' on-failure destination, the recorder's input.
+    _local_queue(pipeline, "FailureQueue").send(
         row_event,
         attributes={
             "RULE_ARN": {**text, "StringValue": f"arn:aws:events:{region}:{account}:rule/Rows"},
