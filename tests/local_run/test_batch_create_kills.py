@@ -8,7 +8,6 @@ ones and the schedule's ticks. Whatever the point, no row is lost and no key is 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from bench.scale import write_csv
 from constructs_lib.local_engine.errors import UsageError
 from constructs_lib.local_engine.event_bus import DEFAULT_BUS
+from constructs_lib.local_engine.identity import acting_as
 from constructs_lib.local_engine.lambda_faults import (
     BATCH_CREATE_KILL_POINTS,
     FaultRates,
@@ -75,28 +75,27 @@ def _upload(pipeline: LocalPipeline, path: Path) -> None:
     assert engine.put_event(DEFAULT_BUS, event)
 
 
-def _upload_after_each_create(
-    pipeline: LocalPipeline, files: list[Path], errors: list[BaseException]
-) -> threading.Thread:
-    """Upload ``files[n]`` once the run has made its (n+1)-th batch create: each upload's
-    rows are a delivery, a submission and a create of their own, in a fixed order whatever
-    the machine's load (wall-clock spacing merged two uploads on a loaded machine)."""
+def _upload_at_each_create(pipeline: LocalPipeline, files: list[Path]) -> None:
+    """Upload ``files[n]`` during the run's (n+1)-th batch create, before its request is
+    sent: each upload's rows are a delivery, a submission and a create of their own, in a
+    fixed order whatever the machine's load. The create waits for the upload, so the run
+    cannot settle before it (a thread polling for the n-th create missed it on a loaded
+    machine, and wall-clock spacing merged two uploads). The upload is the user's, made as
+    the operator (``acting_as(None)``), not with the creating handler's role."""
+    faults = pipeline.engine.faults
+    draw = faults.kill_around_batch_create
+    waiting = list(files)
+    turn = threading.Lock()
 
-    def upload_in_turn() -> None:
-        try:
-            for creates, path in enumerate(files, start=1):
-                deadline = time.monotonic() + 120
-                while pipeline.engine.faults.batch_creates < creates:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"no batch create number {creates} in 120 s")
-                    time.sleep(0.05)
-                _upload(pipeline, path)
-        except BaseException as error:  # reported by the test, not lost in the thread
-            errors.append(error)
+    def draw_then_upload() -> str | None:
+        with turn:
+            point = draw()
+            if waiting:
+                with acting_as(None):
+                    _upload(pipeline, waiting.pop(0))
+        return point
 
-    thread = threading.Thread(target=upload_in_turn, name="uploads", daemon=True)
-    thread.start()
-    return thread
+    faults.kill_around_batch_create = draw_then_upload  # type: ignore[method-assign]
 
 
 def test_kills_at_every_create_point_lose_no_row_and_bill_each_key_once(cdk_out: Path, tmp_path):
@@ -116,17 +115,14 @@ def test_kills_at_every_create_point_lose_no_row_and_bill_each_key_once(cdk_out:
         seconds_per_minute=FAST_CLOCK,
         log_file=tmp_path / "handlers.log",
     )
-    errors: list[BaseException] = []
     with LocalPipeline(options) as pipeline:
-        # The first file is the run's own upload; each other one follows a create.
-        uploads = _upload_after_each_create(pipeline, files[1:], errors)
+        # The first file is the run's own upload; each other one comes with a create.
+        _upload_at_each_create(pipeline, files[1:])
         result = pipeline.run()
-        uploads.join(timeout=5)
         engine = pipeline.engine
         dynamodb = engine.aws.session.resource("dynamodb")
         prospects = dynamodb.Table(engine.variable("PROSPECTS_TABLE_NAME")).scan()["Items"]
         failures = dynamodb.Table(engine.variable("FAILURES_TABLE_NAME")).scan()["Items"]
-    assert not errors, errors
     # THEN each point killed one invocation
     assert result.batch_create_kills == dict.fromkeys(BATCH_CREATE_KILL_POINTS, 1), result
     # AND every row of the three uploads ended classified, each billed by one batch request
