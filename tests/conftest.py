@@ -62,6 +62,35 @@ def _share_botocore_models() -> None:
 _share_botocore_models()
 
 
+def _share_default_ssl_context() -> None:
+    """One default TLS context per test process for the model SDK's HTTP clients.
+
+    Every ``anthropic`` client builds its transport's ``ssl.SSLContext`` with
+    ``httpcore2.default_ssl_context``, which loads the system's CA bundle: about 27 ms a
+    client here. A Lambda container builds one client and keeps it; the tests build one per
+    step, and the fault schedules two per schedule (Claude API and Bedrock), all talking
+    plain HTTP to fakes on 127.0.0.1. Contexts asked for with the same environment now share
+    one, as the clients of one container would. The context is the same the SDK builds;
+    only how often it is built changes."""
+    try:
+        import httpcore2
+    except ImportError:  # the unit tier without the SDK
+        return
+    original = httpcore2.default_ssl_context
+    shared: dict[tuple[bool, str | None, str | None], Any] = {}
+
+    def default_ssl_context(*, _trust_env: bool = True) -> Any:
+        key = (_trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in shared:
+            shared[key] = original(_trust_env=_trust_env)
+        return shared[key]
+
+    httpcore2.default_ssl_context = default_ssl_context
+
+
+_share_default_ssl_context()
+
+
 #: Modules whose presence after a run that deselected their need means a test imported
 #: them anyway: the tier would not run without them.
 _MODULES_OF_NEED = {"synth": ("jsii", "aws_cdk"), "browser": ("playwright",)}
