@@ -259,10 +259,11 @@ def test_5_a_slow_chunked_answer_ends_at_the_total_deadline(
     make_step, fake_api, model_env, monkeypatch, outcomes
 ):
     # Ten pieces 0.5 s apart: no single read waits 1 s, the whole answer takes 4.5 s.
-    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "1")
     fake_api.script = [200, Reply(chunks=10, chunk_delay=0.5)]
+    # Warm (SDK loaded) by a step with the conftest's 5 s, so load cannot time the warm-up out.
+    make_step().handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())
+    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "1")
     step = make_step(on_outcome=outcomes)
-    step.handle(make_event(prospect_detail(row_number=9)), FakeLambdaContext())  # warm: SDK loaded
 
     with pytest.raises(Exception, match="timed out"):
         step.handle(make_event(), FakeLambdaContext())

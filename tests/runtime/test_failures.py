@@ -41,6 +41,9 @@ def test_transient_failure_raises_then_retry_calls_the_model_again(
     # Powertools deleted the in-progress record, so the retry is not blocked.
     assert model_env.idempotency_items() == []
 
+    if entry == "timeout":  # the retry is answered: a new container with the 5 s timeout
+        monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "5")
+        step = make_step()
     result = step.handle(event, FakeLambdaContext())
     assert result["status"] == "completed"
     assert fake_api.request_count == 2

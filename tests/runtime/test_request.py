@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import anthropic
@@ -75,7 +76,10 @@ def test_timeout_leaves_a_safety_margin_before_lambda_times_out(
     make_step, fake_api, monkeypatch, remaining_ms, limit, expected
 ):
     monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", limit)
-    make_step().handle(make_event(), FakeLambdaContext(remaining_millis=remaining_ms))
+    # Only the timeout the request was sent with is asserted: on a loaded machine the 1 s
+    # case's answer may arrive too late, which raises after the request was recorded.
+    with contextlib.suppress(anthropic.APITimeoutError):
+        make_step().handle(make_event(), FakeLambdaContext(remaining_millis=remaining_ms))
 
     sent = float(fake_api.last_request.headers["x-stainless-timeout"])
     assert sent == pytest.approx(expected, abs=0.05)
