@@ -62,9 +62,15 @@ class FaultLab:
         *,
         provider: str = "anthropic",
         bus_kind: str | None = None,
+        model_timeout_seconds: float = 0.3,
     ) -> None:
+        """``model_timeout_seconds``: the step's total deadline for a model request, in real
+        time [0.3: a slow answer costs the schedules little, and ``observed`` tolerates an
+        answer the deadline cut on a loaded machine]. Hand-written scenarios that assert
+        exact counts and send no slow answer pass a longer one."""
         self.world = world
         self.settings = settings
+        self.model_timeout_seconds = model_timeout_seconds
         self.clock = world.clock
         self.provider = provider
         self.prefix = prefix
@@ -137,7 +143,7 @@ class FaultLab:
             prompt_version="v1",
             system_prompt="Answer hot, warm or cold.",
             allowed_labels=("hot", "warm", "cold"),
-            model_timeout_seconds=0.3,
+            model_timeout_seconds=self.model_timeout_seconds,
             record_prefix=self.prefix,
             max_event_age_seconds=self.settings.max_event_age,
             expires_after_seconds=self.settings.expires_after,

@@ -1,10 +1,12 @@
 """The lab counts a model request against the send that made it, however late it is read.
 
 On a loaded machine the fake API's server thread can read a request after the client gave
-up on it (the lab's deadline is 0.3 s) and the lab moved on. Counting it against whatever
-poll is current then blamed a later delivery of the same key for a request "after a stored
-result" (a flaky failure of the fault schedules), or lost the count. Here the server reads
-each request 0.5 s late on purpose.
+up on it (the schedules' deadline is 0.3 s) and the lab moved on. Counting it against
+whatever poll is current then blamed a later delivery of the same key for a request "after a
+stored result" (a flaky failure of the fault schedules), or lost the count. Here the client
+gives up after 1 s and the server reads each request 3 s late on purpose: 2 s of slack, so a
+loaded machine cannot let the client see the answer (the schedules' 0.3 s against a 0.5 s
+read left 0.2 s).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from .observed import scope_of
 from .rows import PLAIN, SECOND
 from .schedules import fault_world
 
-#: Longer than the lab's 0.3 s model deadline: the client has given up before the read.
-LATE_READ_SECONDS = 0.5
+#: The lab's model deadline here, and the server's delay before it reads a request: the
+#: client has given up long before the read.
+MODEL_TIMEOUT_SECONDS = 1.0
+LATE_READ_SECONDS = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +36,12 @@ def world(cdk_out_template):
 
 @pytest.fixture
 def lab(world):
-    lab = FaultLab(world, "attribution", world.settings.for_the_lab())
+    lab = FaultLab(
+        world,
+        "attribution",
+        world.settings.for_the_lab(),
+        model_timeout_seconds=MODEL_TIMEOUT_SECONDS,
+    )
     world.lab = lab
 
     def late_read(index: int, body: dict) -> object:

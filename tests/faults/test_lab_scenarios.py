@@ -31,7 +31,11 @@ def world(cdk_out_template) -> Iterator[LabWorld]:
 
 
 def make_lab(world: LabWorld, *, short: bool = False, **options) -> FaultLab:
+    """A lab whose model deadline is 5 s: these scenarios send no slow answer and assert
+    exact counts, which a plain answer cut by the schedules' 0.3 s deadline on a loaded
+    machine (retried, billed again) would break."""
     template = world.settings
+    options.setdefault("model_timeout_seconds", 5.0)
     lab = FaultLab(world, f"scenario{next(_labs)}",
                    template.short_lived() if short else template.for_the_lab(),
                    **options)  # fmt: skip
