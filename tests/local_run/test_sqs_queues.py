@@ -16,14 +16,30 @@ from constructs_lib.local_engine.sqs_queues import LocalQueues
 from tests.local_run.local_queues import MINUTE, make_poller, make_queue
 
 
+def _receive_when_visible(queue, within: float) -> tuple[dict, float]:
+    """The first message a receive returns, polling for at most ``within`` real seconds, and
+    the time.monotonic() after the receive that returned it."""
+    deadline = time.monotonic() + within
+    while True:
+        taken, _ = queue.receive(1)
+        received = time.monotonic()
+        if taken:
+            return taken[0], received
+        assert received < deadline, f"nothing visible within {within} s"
+        time.sleep(0.01)
+
+
 def test_delay_and_visibility_run_on_the_compressed_clock(clock):
-    queue = make_queue(clock, "buffer", visibility_timeout=60)
-    queue.send("a", delay_seconds=120)  # two minutes: 0.4 s locally
-    assert queue.receive(1)[0] == []
-    time.sleep(0.45)
-    (message,), _ = queue.receive(1)
+    # An hour in flight (12 s locally): long past any pause between two calls here.
+    queue = make_queue(clock, "buffer", visibility_timeout=3600)
+    sent = time.monotonic()
+    queue.send("a", delay_seconds=120)  # two minutes: 0.4 s locally, not 120 s
+    # Received as soon as it is visible (the first receive comes right after the send): never
+    # before its delay on the run's clock however slow the machine, and within seconds.
+    message, received = _receive_when_visible(queue, within=10)
+    assert received - sent >= 2 * MINUTE - 1e-6
     assert message["Attributes"]["ApproximateReceiveCount"] == "1"
-    assert queue.receive(1)[0] == []  # in flight for 60 s = 0.2 s
+    assert queue.receive(1)[0] == []  # in flight
     queue.change_visibility(message["ReceiptHandle"], 0)
     (again,), _ = queue.receive(1)
     assert again["Attributes"]["ApproximateReceiveCount"] == "2"
