@@ -122,13 +122,15 @@ def test_a_message_is_not_received_again_while_its_invocation_outlasts_the_timeo
     scheduler, tracker = clock
     queue = make_queue(clock, "buffer", visibility_timeout=60)  # 0.2 s locally
     spans: list[tuple[float, float]] = []
+    running, finish = threading.Event(), threading.Event()
 
     def invoke(event):
         start = time.monotonic()
         (record,) = event["Records"]
         first = record["attributes"]["ApproximateReceiveCount"] == "1"
         if first:
-            time.sleep(0.6)  # three visibility timeouts
+            running.set()
+            assert finish.wait(10)  # until the test has looked, past the visibility timeout
         spans.append((start, time.monotonic()))
         failures = [{"itemIdentifier": record["messageId"]}] if first else []
         return {"batchItemFailures": failures}
@@ -136,8 +138,17 @@ def test_a_message_is_not_received_again_while_its_invocation_outlasts_the_timeo
     with ThreadPoolExecutor(max_workers=4) as pool:
         poller = make_poller(queue, invoke, pool, tracker, max_concurrency=4)
         queue.send("row")
-        time.sleep(0.3)
-        assert queue.attributes()["ApproximateNumberOfMessagesNotVisible"] == "1"
+        assert running.wait(10)
+        # WHEN the first invocation outlasts three visibility timeouts (a sleep lasts at least
+        # that long) THEN its message stays in flight and no second invocation takes it
+        try:
+            time.sleep(3 * MINUTE)  # three visibility timeouts of 60 s
+            attributes = queue.attributes()
+            assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"
+            assert attributes["ApproximateNumberOfMessages"] == "0"
+            assert poller.stats.invocations == 1
+        finally:
+            finish.set()
         assert tracker.wait_idle(10)
     assert len(spans) == 2 and spans[1][0] >= spans[0][1]
     assert poller.stats.invocations == 2 and len(queue) == 0
