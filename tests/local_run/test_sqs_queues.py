@@ -65,12 +65,15 @@ def test_the_poller_never_exceeds_maximum_concurrency_and_settles(clock):
     scheduler, tracker = clock
     queue = make_queue(clock, "buffer", visibility_timeout=30)
     running, peak, lock = [0], [0], threading.Lock()
+    three_run, release = threading.Event(), threading.Event()
 
     def invoke(event):
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.02)
+            if running[0] == 3:
+                three_run.set()
+        release.wait(10)  # held until the test has looked, however slowly rows arrive
         with lock:
             running[0] -= 1
         return {"batchItemFailures": []}
@@ -79,7 +82,19 @@ def test_the_poller_never_exceeds_maximum_concurrency_and_settles(clock):
         poller = make_poller(queue, invoke, pool, tracker, max_concurrency=3)
         for n in range(30):
             queue.send(f"row {n}")
+        try:
+            # WHEN three invocations run and every send's wake-up has run on the timer thread
+            # (a callback scheduled now runs after them), with 27 rows still visible
+            assert three_run.wait(10)
+            woken = threading.Event()
+            scheduler.call_later(0, woken.set)
+            assert woken.wait(10)
+            # THEN the poller started no fourth, though its pool had room for five more
+            assert peak[0] == poller.stats.peak_concurrency == 3
+        finally:
+            release.set()
         assert tracker.wait_idle(10)
+    # ... nor at any time until the queue was empty
     assert peak[0] == poller.stats.peak_concurrency == 3
     assert poller.stats.invocations == 30 and len(queue) == 0
 
