@@ -197,10 +197,14 @@ def test_a_real_client_is_answered_by_the_local_queue(clock):
 # --- batching windows (issue 19: the Message Batches step's mapping) ----------------------
 
 
-def _window_poller(clock, queue, pool, batches, *, batch_size, window):
+def _window_poller(clock, queue, pool, batches, *, batch_size, window, started=None, **kwargs):
+    """``queue``'s poller, appending each batch's size to ``batches`` (and the
+    time.monotonic() its invocation started to ``started``); ``kwargs`` add to the poller."""
     scheduler, tracker = clock
 
     def invoke(event):
+        if started is not None:
+            started.append(time.monotonic())
         batches.append(len(event["Records"]))
         return {"batchItemFailures": []}
 
@@ -214,6 +218,7 @@ def _window_poller(clock, queue, pool, batches, *, batch_size, window):
         batching_window_seconds=window,
         scheduler=scheduler,
         seconds_per_minute=MINUTE,
+        **kwargs,
     )
 
 
@@ -221,16 +226,35 @@ def test_a_batching_window_gathers_the_rows_sent_within_it_into_one_invocation(c
     _, tracker = clock
     queue = make_queue(clock, "batch-buffer", visibility_timeout=600)
     batches: list[int] = []
+    started: list[float] = []
+    all_sent = threading.Event()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        # GIVEN a mapping of batch size 10,000 with the longest window, 300 s (1 s locally;
-        # at 60 s, 0.2 s, a loaded machine sent only 196 of the rows within it)
-        _window_poller(clock, queue, pool, batches, batch_size=10_000, window=300)
-        # WHEN 300 rows arrive within the window
+        # GIVEN a mapping of batch size 10,000 with the longest window, 300 s (1 s locally),
+        # that receives nothing before the last row is sent: the rows all arrive within its
+        # window however slowly the machine sends them (a loaded one once sent only 196 of
+        # the 300 within a 0.2 s window)
+        poller = _window_poller(
+            clock,
+            queue,
+            pool,
+            batches,
+            batch_size=10_000,
+            window=300,
+            started=started,
+            may_receive=all_sent.is_set,
+        )
+        # WHEN 300 rows arrive
+        first_sent = time.monotonic()
         for n in range(300):
             queue.send(f"row {n}")
+        all_sent.set()
+        poller.kick()  # in case the window passed while they were sent
         assert tracker.wait_idle(10)
-    # THEN one invocation took them all, not 30 invocations of 10
+    # THEN one invocation took them all, not 30 invocations of 10, and not before the window
+    # had passed since the first row arrived (a poller that did not wait for it would have
+    # invoked as soon as the rows were in, well within the window on an idle machine)
     assert batches == [300] and len(queue) == 0
+    assert started[0] - first_sent >= 300 * MINUTE / 60 - 1e-6
 
 
 def test_without_a_window_a_batch_holds_at_most_ten_records(clock):
