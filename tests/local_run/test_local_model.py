@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
+
 import anthropic
 import pytest
 
@@ -59,18 +62,37 @@ def test_fault_plans_are_seeded_per_content():
 
 
 def test_injected_errors_and_timeouts_reach_the_sdk():
-    with LocalMessagesAPI(fault_rate=1.0, seed=3, timeout_hold_seconds=0.3) as api:
+    # A held request waits until the server stops (long after the client gave up), so the
+    # client's timeout fires before the connection closes, however late its thread runs.
+    with LocalMessagesAPI(fault_rate=1.0, seed=3, timeout_hold_seconds=60) as api:
+        held = threading.Semaphore(0)
+        hold = api.hold
+
+        def counted_hold() -> None:
+            held.release()
+            hold()
+
+        api.hold = counted_hold  # type: ignore[method-assign]
         client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
-        seen = set()
+        planned, got = [], []
         for n in range(40):
+            text = f"row {n}"
+            # Each row's first request: its plan's first outcome. Only a held request gets
+            # the short timeout; an error answer has all the time a loaded machine needs.
+            outcome = api.plan_of(hashlib.sha256(text.encode()).hexdigest()).outcome(0)
+            planned.append(outcome)
             try:
-                _create(client, f"row {n}", timeout=0.1)
+                _create(client, text, timeout=0.1 if outcome == TIMEOUT else 5.0)
             except anthropic.APITimeoutError:
-                seen.add("timeout")
+                got.append(TIMEOUT)
             except anthropic.APIStatusError as exc:
-                seen.add(exc.status_code)
+                got.append(exc.status_code)
                 assert exc.request_id
-        assert {400, 429, 500, 529, "timeout"} <= seen
+        assert got == planned
+        assert {400, 429, 500, 529, TIMEOUT} <= set(got)
+        # A held request is counted when the server reads it, which may come after the
+        # client gave up: wait until every one of them is held.
+        assert all(held.acquire(timeout=10) for _ in range(planned.count(TIMEOUT)))
         assert api.request_count == 40
 
 
