@@ -157,12 +157,14 @@ def test_the_record_key_follows_the_model_steps_key():
 
 
 def test_an_answer_cut_while_its_body_streams_is_a_transport_error_counted_once():
-    # GIVEN a model whose first answer's body arrives in pieces 1 s apart, and a client that
-    # waits at most 0.3 s for a read (as the model call's deadline cuts a late answer)
+    # GIVEN a model whose first answer sends its headers at once and then its body in pieces
+    # 60 s apart (the wait ends when the fake stops), and a client that waits at most 1.5 s for
+    # a read (as the model call's deadline cuts a late answer): the headers have all that
+    # time, and the body's next piece never comes within it, however loaded the machine
     from constructs_lib.testing import FakeMessagesAPI, Reply
 
     with (
-        FakeMessagesAPI([Reply(chunks=3, chunk_delay=1.0), 200]) as api,
+        FakeMessagesAPI([Reply(chunks=3, chunk_delay=60.0), 200]) as api,
         ModelRequests().installed() as requests,
     ):
         client = anthropic.Anthropic(api_key="sk-local", base_url=api.base_url, max_retries=0)
@@ -171,7 +173,7 @@ def test_an_answer_cut_while_its_body_streams_is_a_transport_error_counted_once(
         with requests.for_key("row 1"):
             # WHEN the first answer is cut after its headers, and the retry is answered whole
             with pytest.raises(anthropic.APITimeoutError):
-                client.messages.create(**ask, timeout=0.3)
+                client.messages.create(**ask, timeout=1.5)
             client.messages.create(**ask, timeout=5.0)
     # THEN both were billed to the key, and the cut one alone counts as failed in transport
     assert requests.billed == {"row 1": 2} and requests.statuses == {"200": 2}
