@@ -7,13 +7,16 @@ the runtime sends back to SQS is observed with a botocore ``before-parameter-bui
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from tests.fakes import Reply
+from tests.faults.harness import MovableClock
 
 from . import kill_points
 from .conftest import (
@@ -25,6 +28,42 @@ from .conftest import (
     prospect_detail,
 )
 from .test_combined_faults import LambdaKilled, run
+
+
+class StoppedClock(MovableClock):
+    """A :class:`MovableClock` that moves only when advanced: a wait the runtime computes
+    from it is the same however long the machine takes between two readings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = time.time()
+
+    def now(self) -> float:
+        return self.start + self.offset
+
+
+@contextlib.contextmanager
+def stopped_clock() -> Iterator[StoppedClock]:
+    """Install a :class:`StoppedClock` (moto's SQS, Powertools and the runtime read it)."""
+    clock = StoppedClock()
+    with clock.installed():
+        yield clock
+
+
+class HeldFirstRequest:
+    """A fake API ``script``: the first request sets :attr:`reached` and is answered 200
+    only once :attr:`release` is set; later requests are answered 200 at once. Its sender
+    holds the key's lock for as long as the test wants, on any machine."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, index: int, body: dict) -> int:
+        if index == 0:
+            self.reached.set()
+            self.release.wait()
+        return 200
 
 
 def test_an_sqs_batch_is_answered_with_batch_item_failures(make_step, fake_api, buffer, outcomes):
@@ -180,18 +219,24 @@ def test_the_last_transient_attempt_is_dead_lettered_by_the_runtime(
 def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
     make_step, fake_api, model_env, buffer, outcomes
 ):
-    fake_api.delay = 1.0
+    # The holder's request is held until the duplicate has returned, so the duplicate always
+    # meets a live lock; the clock stands still, so the wait it computes does not shrink with
+    # the real time the machine takes between the holder's save and the duplicate's check.
+    held = fake_api.script = HeldFirstRequest()
     step = make_step(on_outcome=outcomes)
     event = fresh_event()
     holder_context = FakeLambdaContext(remaining_millis=60_000)
-    holder = threading.Thread(target=step.handle, args=(event, holder_context))
-    holder.start()
-    deadline = time.monotonic() + 10
-    while fake_api.request_count == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)  # the holder has the lock once its request reached the model
-
-    response = step.handle(buffer.batch(event), FakeLambdaContext())
-    holder.join(timeout=10)
+    with stopped_clock():
+        holder = threading.Thread(target=step.handle, args=(event, holder_context), daemon=True)
+        holder.start()
+        try:
+            # The holder has the lock once its request reached the model.
+            assert held.reached.wait(timeout=60)
+            response = step.handle(buffer.batch(event), FakeLambdaContext())
+        finally:
+            held.release.set()
+            holder.join(timeout=60)
+    assert not holder.is_alive()
 
     assert response == {"batchItemFailures": []}
     [copy] = buffer.requeued()
