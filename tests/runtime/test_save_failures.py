@@ -21,6 +21,7 @@ from model_step.model_call import MAX_STORED_ANSWER_BYTES
 from model_step.persistence import ReleasingDynamoDBPersistenceLayer
 
 from .conftest import TABLE, FakeLambdaContext, boto3_session, make_event, prospect_detail
+from .test_buffer_queue import HeldFirstRequest, stopped_clock
 
 
 @pytest.fixture
@@ -134,21 +135,29 @@ class DeadlineContext(FakeLambdaContext):
 def test_a_timed_out_holders_lock_expires_at_its_deadline(make_step, fake_api, model_env):
     """register_lambda_context: the in-progress record expires at the holder's Lambda deadline,
     so a duplicate after that deadline takes over instead of failing behind the lock."""
-    fake_api.delay = 2.5  # the holder is still waiting when its Lambda deadline passes
+    # The holder is still waiting for its answer when its Lambda deadline passes: its request
+    # is held until the takeover is done. The clock moves only when advanced, so "before"
+    # and "after the deadline" are the test's moves, not the machine's speed.
+    held = fake_api.script = HeldFirstRequest()
     step = make_step()
     event = make_event()
-    holder = threading.Thread(
-        target=lambda: step.handle(event, DeadlineContext(first_millis=1_000)), daemon=True
-    )
-    holder.start()
-    time.sleep(0.4)
-    with pytest.raises(IdempotencyAlreadyInProgressError):
-        step.handle(event, FakeLambdaContext())  # before the deadline: a live holder
+    with stopped_clock() as clock:
+        holder = threading.Thread(
+            target=lambda: step.handle(event, DeadlineContext(first_millis=1_000)), daemon=True
+        )
+        holder.start()
+        try:
+            # The holder saved its in-progress record before its request reached the model.
+            assert held.reached.wait(timeout=60)
+            with pytest.raises(IdempotencyAlreadyInProgressError):
+                step.handle(event, FakeLambdaContext())  # before the deadline: a live holder
 
-    time.sleep(1.0)  # past the holder's deadline
-    fake_api.delay = 0.0
-    result = step.handle(event, FakeLambdaContext())
-    holder.join(timeout=10)
+            clock.advance(1.001)  # just past the holder's deadline
+            result = step.handle(event, FakeLambdaContext())
+        finally:
+            held.release.set()
+            holder.join(timeout=60)
+    assert not holder.is_alive()
 
     assert result["status"] == "completed"
     assert fake_api.request_count == 2
