@@ -41,8 +41,20 @@ def test_redelivery_to_a_new_container_is_served_from_the_table(make_step, fake_
     assert second == first
 
 
-def test_eight_concurrent_deliveries_make_one_request(make_step, fake_api):
-    fake_api.delay = 0.5
+def test_eight_concurrent_deliveries_make_one_request(make_step, fake_api, monkeypatch):
+    # The first request (the lock's winner) is answered only once the other seven copies have
+    # returned, so each of them meets the live lock however the threads are scheduled. Its
+    # timeout and its lock (the Lambda deadline) are minutes: the others' time runs out first.
+    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "600")
+    returned = threading.Semaphore(0)
+    held: list[bool] = []
+
+    def hold_until_the_others_returned(index: int, body: dict) -> int:
+        if index == 0:
+            held.append(all(returned.acquire(timeout=60) for _ in range(7)))
+        return 200
+
+    fake_api.script = hold_until_the_others_returned
     step = make_step()
     event = make_event()
     barrier = threading.Barrier(8)
@@ -51,15 +63,19 @@ def test_eight_concurrent_deliveries_make_one_request(make_step, fake_api):
     def deliver(index: int) -> None:
         barrier.wait()
         try:
-            outcomes[index] = step.handle(event, FakeLambdaContext())
+            outcomes[index] = step.handle(event, FakeLambdaContext(remaining_millis=600_000))
         except Exception as exc:  # recorded and asserted on below
             outcomes[index] = exc
+        finally:
+            returned.release()
 
-    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=deliver, args=(i,), daemon=True) for i in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=10)
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert held == [True]  # the winner was answered after the seven others returned
 
     completed = [o for o in outcomes if isinstance(o, dict)]
     in_progress = [o for o in outcomes if isinstance(o, IdempotencyAlreadyInProgressError)]
