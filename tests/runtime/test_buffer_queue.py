@@ -217,15 +217,17 @@ def test_the_last_transient_attempt_is_dead_lettered_by_the_runtime(
 
 
 def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
-    make_step, fake_api, model_env, buffer, outcomes
+    make_step, fake_api, model_env, buffer, outcomes, monkeypatch
 ):
     # The holder's request is held until the duplicate has returned, so the duplicate always
     # meets a live lock; the clock stands still, so the wait it computes does not shrink with
     # the real time the machine takes between the holder's save and the duplicate's check.
+    # The holder's request may wait minutes of real time (its timeout and deadline).
+    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "600")
     held = fake_api.script = HeldFirstRequest()
     step = make_step(on_outcome=outcomes)
     event = fresh_event()
-    holder_context = FakeLambdaContext(remaining_millis=60_000)
+    holder_context = FakeLambdaContext(remaining_millis=600_000)
     with stopped_clock():
         holder = threading.Thread(target=step.handle, args=(event, holder_context), daemon=True)
         holder.start()
@@ -240,8 +242,8 @@ def test_a_concurrent_duplicate_waits_for_the_holder_and_is_no_attempt(
 
     assert response == {"batchItemFailures": []}
     [copy] = buffer.requeued()
-    # Until the holder's in-progress expiry (its Lambda deadline, 60 s here).
-    assert 57 <= copy["DelaySeconds"] <= 62
+    # Until the holder's in-progress expiry (its Lambda deadline, 600 s here).
+    assert 597 <= copy["DelaySeconds"] <= 602
     assert fake_api.request_count == 1
     statuses = [(o["status"], o["error_code"]) for _, o in outcomes.seen]
     assert ("retry", "IdempotencyAlreadyInProgressError") in statuses

@@ -132,18 +132,25 @@ class DeadlineContext(FakeLambdaContext):
         return self.remaining_millis
 
 
-def test_a_timed_out_holders_lock_expires_at_its_deadline(make_step, fake_api, model_env):
+def test_a_timed_out_holders_lock_expires_at_its_deadline(
+    make_step, fake_api, model_env, monkeypatch
+):
     """register_lambda_context: the in-progress record expires at the holder's Lambda deadline,
     so a duplicate after that deadline takes over instead of failing behind the lock."""
     # The holder is still waiting for its answer when its Lambda deadline passes: its request
     # is held until the takeover is done. The clock moves only when advanced, so "before"
-    # and "after the deadline" are the test's moves, not the machine's speed.
+    # and "after the deadline" are the test's moves, not the machine's speed. The holder's
+    # request itself may wait minutes of real time (its SDK timeout reads the later readings).
+    monkeypatch.setenv("MODEL_TIMEOUT_SECONDS", "600")
     held = fake_api.script = HeldFirstRequest()
     step = make_step()
     event = make_event()
     with stopped_clock() as clock:
         holder = threading.Thread(
-            target=lambda: step.handle(event, DeadlineContext(first_millis=1_000)), daemon=True
+            target=lambda: step.handle(
+                event, DeadlineContext(first_millis=1_000, remaining_millis=600_000)
+            ),
+            daemon=True,
         )
         holder.start()
         try:
