@@ -18,6 +18,7 @@ from prospect_contract.errors import ConfigurationError
 from prospect_contract.put_events import PutEventsError
 from prospect_splitter.config import Settings
 from prospect_splitter.handler import build_splitter
+from prospect_splitter.publisher import EventPublisher
 
 from .conftest import BUS, HEADER
 
@@ -156,6 +157,20 @@ def test_a_permanent_entry_error_stops_the_upload_early_and_a_retry_completes_it
         lambda detail: poisoned[0] and detail.get("row_number") == 50,
         error_code="MalformedDetail",
     ).install(quiet_bus.session)
+    # The calls made when the publisher has recorded the failure: a worker records its
+    # batch's error before its _run_batch returns. Until then other workers may send any
+    # number of calls (the failing worker can be descheduled), so only the calls after it
+    # are bounded, under any scheduling.
+    calls_at_failure: list[int] = []
+    run_batch = EventPublisher._run_batch
+
+    def run_batch_noting_the_failure(publisher: EventPublisher, batch: list[dict]) -> None:
+        run_batch(publisher, batch)
+        if poisoned[0] and any(json.loads(e["Detail"]).get("row_number") == 50 for e in batch):
+            with bus.lock:
+                calls_at_failure.append(bus.calls)
+
+    monkeypatch.setattr(EventPublisher, "_run_batch", run_batch_noting_the_failure)
     sleeps: list[float] = []
     splitter = build_splitter(Settings.from_env(), session=quiet_bus.session, sleep=sleeps.append)
     event = quiet_bus.put_csv("poison.csv", _csv(2000))
@@ -165,9 +180,11 @@ def test_a_permanent_entry_error_stops_the_upload_early_and_a_retry_completes_it
 
     assert raised.value.failures == [("MalformedDetail", "injected by test")]
     assert sleeps == []  # a permanent error is not retried entry by entry
-    # Row 50 is in call 5; after it fails, only batches already in flight or queued (at
-    # most 2 x PUBLISH_CONCURRENCY) are sent, not the remaining ~195 calls.
-    assert bus.calls <= 5 + 2 * 4 + 4
+    # After the failure is recorded, only batches already in flight or queued (at most
+    # 2 x PUBLISH_CONCURRENCY slots, the failed one's included) and the one the reader had
+    # already checked for a failure before it was recorded are sent, not the remaining calls.
+    [at_failure] = calls_at_failure
+    assert bus.calls - at_failure <= 2 * 4
     poisoned[0] = False
     result = splitter.process(event, lambda_context)  # Lambda's retry
     assert result["valid"] == 2000
