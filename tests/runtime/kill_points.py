@@ -13,6 +13,8 @@ made (the model answers, DynamoDB or the bus applies it) and then the invocation
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx2
@@ -30,6 +32,9 @@ __all__ = [
     "after_put_events",
     "before_save",
     "movable_clock",
+    "HeldFirstRequest",
+    "StoppedClock",
+    "stopped_clock",
 ]
 
 #: Past a killed invocation's deadline (FakeLambdaContext gives 30 s): its lock has expired.
@@ -41,6 +46,42 @@ def movable_clock() -> Iterator[MovableClock]:
     clock = MovableClock()
     with clock.installed():
         yield clock
+
+
+class StoppedClock(MovableClock):
+    """A :class:`MovableClock` that moves only when advanced: a wait the runtime computes
+    from it is the same however long the machine takes between two readings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = time.time()
+
+    def now(self) -> float:
+        return self.start + self.offset
+
+
+@contextlib.contextmanager
+def stopped_clock() -> Iterator[StoppedClock]:
+    """Install a :class:`StoppedClock` (moto's SQS, Powertools and the runtime read it)."""
+    clock = StoppedClock()
+    with clock.installed():
+        yield clock
+
+
+class HeldFirstRequest:
+    """A fake API ``script``: the first request sets :attr:`reached` and is answered 200
+    only once :attr:`release` is set; later requests are answered 200 at once. Its sender
+    holds the key's lock for as long as the test wants, on any machine."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, index: int, body: dict) -> int:
+        if index == 0:
+            self.reached.set()
+            self.release.wait()
+        return 200
 
 
 def _countdown(state: dict, what: str) -> None:

@@ -7,16 +7,12 @@ the runtime sends back to SQS is observed with a botocore ``before-parameter-bui
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
-import time
-from collections.abc import Iterator
 
 import pytest
 
 from tests.fakes import Reply
-from tests.faults.harness import MovableClock
 
 from . import kill_points
 from .conftest import (
@@ -27,43 +23,8 @@ from .conftest import (
     make_event,
     prospect_detail,
 )
+from .kill_points import HeldFirstRequest, stopped_clock
 from .test_combined_faults import LambdaKilled, run
-
-
-class StoppedClock(MovableClock):
-    """A :class:`MovableClock` that moves only when advanced: a wait the runtime computes
-    from it is the same however long the machine takes between two readings."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.start = time.time()
-
-    def now(self) -> float:
-        return self.start + self.offset
-
-
-@contextlib.contextmanager
-def stopped_clock() -> Iterator[StoppedClock]:
-    """Install a :class:`StoppedClock` (moto's SQS, Powertools and the runtime read it)."""
-    clock = StoppedClock()
-    with clock.installed():
-        yield clock
-
-
-class HeldFirstRequest:
-    """A fake API ``script``: the first request sets :attr:`reached` and is answered 200
-    only once :attr:`release` is set; later requests are answered 200 at once. Its sender
-    holds the key's lock for as long as the test wants, on any machine."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, index: int, body: dict) -> int:
-        if index == 0:
-            self.reached.set()
-            self.release.wait()
-        return 200
 
 
 def test_an_sqs_batch_is_answered_with_batch_item_failures(make_step, fake_api, buffer, outcomes):

@@ -21,7 +21,7 @@ from model_step.model_call import MAX_STORED_ANSWER_BYTES
 from model_step.persistence import ReleasingDynamoDBPersistenceLayer
 
 from .conftest import TABLE, FakeLambdaContext, boto3_session, make_event, prospect_detail
-from .test_buffer_queue import HeldFirstRequest, stopped_clock
+from .kill_points import HeldFirstRequest, stopped_clock
 
 
 @pytest.fixture
