@@ -87,17 +87,25 @@ def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_ru
 def test_the_sample_writes_the_prompt_cache_once_and_reads_it_for_every_other_row(
     duplicated_run,
 ):
-    # The classifier's rubric is longer than the default model's minimum cacheable length.
-    assert (duplicated_run.cache_writes, duplicated_run.cache_reads) == (
-        1,
-        duplicated_run.valid - 1,
-    )
-    assert duplicated_run.cache_read_input_tokens == (
-        (duplicated_run.valid - 1) * duplicated_run.cache_creation_input_tokens
-    )
-    assert duplicated_run.cache_creation_input_tokens >= 4096
+    result = duplicated_run
+    # Every billed answer used the cache: it wrote the classifier's rubric (longer than the
+    # default model's minimum cacheable length) or read it.
+    billed = result.model_requests - result.rate_limited
+    assert result.cache_writes + result.cache_reads == billed
+    late = result.late_attempts
+    if late == 0:  # One billed request per row: one write, then a read for each other row.
+        assert (result.cache_writes, result.cache_reads) == (1, result.valid - 1)
+    else:
+        # A late attempt (a loaded machine's) adds a billed request, a read; its retry can
+        # come after a gap longer than the cache's 5 min TTL on the run's clock, and write
+        # the rubric again.
+        assert 1 <= result.cache_writes <= 1 + late, result
+    # Each write is the whole rubric, and each read reads what the writes wrote.
+    rubric, rest = divmod(result.cache_creation_input_tokens, result.cache_writes)
+    assert rest == 0 and rubric >= 4096
+    assert result.cache_read_input_tokens == result.cache_reads * rubric
     # Priced at the stack's MODEL_PRICE: the default model is in the price table.
-    assert duplicated_run.cost_usd is not None and duplicated_run.cost_usd > 0
+    assert result.cost_usd is not None and result.cost_usd > 0
 
 
 def test_handler_logs_go_to_the_log_file(duplicated_run):
