@@ -54,8 +54,14 @@ def test_batch_delivery_bills_one_request_per_row_at_two_copies(cdk_out: Path, t
     assert result.model_outcomes == {}  # no realtime request at all
     assert result.batches >= 1 and result.batch_results == {"succeeded": 20}
     assert result.max_requests_per_key == 1 and result.denied == 0
-    # AND both copies of each row reached the batch step's buffer
-    assert result.deliveries == 40
+    # AND the split's repeat sent every row again, and each of its entries was answered
+    # DEDUPLICATED by RowBus (within 300 s of the run's clock: all of them on a quiet
+    # machine) or published, and both copies of each published entry reached the batch
+    # step's buffer (40 when the repeat was all deduplicated), billed once per row (above)
+    assert result.split_runs == 2 and result.row_entries_sent == 2 * result.valid
+    published = result.row_entries_sent - result.deduplicated
+    assert result.valid <= published <= 2 * result.valid
+    assert result.deliveries == 2 * published
 
 
 def test_errored_and_expired_results_are_sent_again_and_billed_once(cdk_out: Path, tmp_path):
