@@ -92,14 +92,15 @@ def test_the_sample_writes_the_prompt_cache_once_and_reads_it_for_every_other_ro
     # default model's minimum cacheable length) or read it.
     billed = result.model_requests - result.rate_limited
     assert result.cache_writes + result.cache_reads == billed
-    late = result.late_attempts
-    if late == 0:  # One billed request per row: one write, then a read for each other row.
-        assert (result.cache_writes, result.cache_reads) == (1, result.valid - 1)
-    else:
-        # A late attempt (a loaded machine's) adds a billed request, a read; its retry can
-        # come after a gap longer than the cache's 5 min TTL on the run's clock, and write
-        # the rubric again.
-        assert 1 <= result.cache_writes <= 1 + late, result
+    # The first request wrote it; each read refreshes the 5 min TTL (the stack's
+    # PROMPT_CACHE, on the run's clock), so a later write follows a gap of more than 5
+    # run-minutes with no request. Those gaps are disjoint and within the run: at most one
+    # write more per 5 minutes the run lasted. On a quiet machine the requests come closer
+    # together (1 write, valid - 1 reads); a loaded machine can stretch a gap past the TTL
+    # with no late attempt at all (3.7 s of the 5 s with two CPU hogs; a late attempt adds
+    # a billed request, so a read, and its retry may come after such a gap).
+    assert 1 <= result.cache_writes
+    assert (result.cache_writes - 1) * 5 < result.run_minutes + 0.01, result
     # Each write is the whole rubric, and each read reads what the writes wrote.
     rubric, rest = divmod(result.cache_creation_input_tokens, result.cache_writes)
     assert rest == 0 and rubric >= 4096
