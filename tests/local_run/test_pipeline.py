@@ -84,7 +84,7 @@ def test_sample_with_three_deliveries_calls_the_model_once_per_row(duplicated_ru
     assert result.alerts == 1  # the sample has invalid rows
 
 
-def test_the_sample_writes_the_prompt_cache_once_and_reads_it_for_every_other_row(
+def test_the_sample_writes_the_prompt_cache_at_most_once_a_ttl_and_reads_it_otherwise(
     duplicated_run,
 ):
     result = duplicated_run
