@@ -2,6 +2,7 @@
 
 ``import anthropic`` costs about a second, so it happens on the first real model call only;
 a container that only serves duplicates never pays it (unless SnapStart primes it at init).
+Even then only the SDK modules the call uses are loaded (``sdk_import``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from .api_key import ApiKeySource
 from .config import Settings
+from .sdk_import import load_sdk_lazily
 
 
 class ModelClientProvider:
@@ -47,6 +49,7 @@ class ModelClientProvider:
         if self._settings.model_provider == "bedrock":
             with self._lock:
                 if self._client is None:
+                    load_sdk_lazily()
                     import anthropic
 
                     # IAM credentials from the Lambda role; no API key secret is involved.
@@ -70,6 +73,7 @@ class ModelClientProvider:
     def _for_key(self, key: str | None) -> Any:
         with self._lock:
             if self._client is None:
+                load_sdk_lazily()
                 import anthropic
 
                 # api_key=None lets the SDK read ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL is read
@@ -87,6 +91,7 @@ class ModelClientProvider:
 def _http_client(*, bedrock: bool = False) -> Any:
     """The SDK's own default HTTP client, on a transport that enforces the total deadline
     (and, for Bedrock, names Bedrock's request id the way the SDK reads it)."""
+    load_sdk_lazily()
     import anthropic
     import httpx2
 

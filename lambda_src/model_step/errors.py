@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from .lifetime import MEMORY_EXPIRED
+from .sdk_import import load_sdk_lazily
 
 # Statuses the Anthropic SDK itself would retry (408, 409, 429 and every 5xx); any other 4xx
 # says the request itself is wrong, so repeating it cannot help.
@@ -194,7 +195,8 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     and timeouts) or not an SDK error at all: the caller re-raises the original exception.
     """
     # Imported here, not at module level: this only runs after a model call, when the SDK is
-    # already loaded, and importing it costs about a second of cold start.
+    # already loaded (lazily: see sdk_import), and importing it costs a second of cold start.
+    load_sdk_lazily()
     import anthropic
 
     if not isinstance(exc, anthropic.APIStatusError):

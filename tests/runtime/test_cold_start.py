@@ -1,6 +1,7 @@
-"""What a cold container imports: a duplicate never imports the model SDK (~1 s), and a
-realtime step never imports the batch path, the Bedrock batch adapter or the tracer (issue 35:
-a cold new event's import time)."""
+"""What a cold container imports: a duplicate never imports the model SDK (~1 s), a
+realtime step never imports the batch path, the Bedrock batch adapter or the tracer, and a new
+event loads only the SDK modules its call uses (``model_step.sdk_import``; issue 35: a cold
+new event's import time)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import pytest
 from model_step import ModelStep
 
 from constructs_lib.local_engine.moto_server import moto_server as local_moto_server
+from tests.fakes import FakeBedrockRuntime, Reply
 
 from .conftest import SYSTEM_PROMPT, FakeLambdaContext, make_event
 from .prompts import PROMPT_ROOT, shipped
+from .test_providers import BEDROCK_MODEL_ID, SECRET_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,14 +62,20 @@ def moto_server(aws_env, monkeypatch):
         yield
 
 
-def _cold_child(event: dict) -> dict:
-    """``event`` answered by ``model_step.handler`` in a new process: its result, and what
-    it imported."""
+def _cold_child(
+    event: dict, child: str = CHILD, modules: object = NOT_ON_THE_REALTIME_PATH
+) -> dict:
+    """``event`` answered by ``model_step.handler`` in a new process (``child``, given the
+    ``modules`` to look for as JSON): its result, and what it imported."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src"), str(PROMPT_ROOT)]),
     )
-    out = _python([CHILD, json.dumps(NOT_ON_THE_REALTIME_PATH)], env, json.dumps(event))
+    out = _python([child, json.dumps(modules)], env, json.dumps(event))
+    return _result(out)
+
+
+def _result(out: str) -> dict:
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
 
@@ -149,3 +158,188 @@ def test_snapstart_init_primes_the_sdk_without_credentials(module, init_type, pr
         "HOME": "/nonexistent-home-for-tests",
     }
     assert f"IMPORTED {primed}" in _python([PRIME_CHILD.format(module=module)], env)
+
+
+# -- the SDK, loaded lazily (model_step.sdk_import) -------------------------------------------
+#: Packages whose __init__ a new event must not execute: each imports far more than a
+#: Messages call uses (every type, the beta ones, the other platforms' clients).
+SDK_PACKAGES_NOT_EXECUTED = (
+    "anthropic",
+    "anthropic.types",
+    "anthropic.types.beta",
+    "anthropic.types.shared",
+    "anthropic.resources",
+    "anthropic.resources.beta",
+    "anthropic.lib.vertex",
+    "anthropic.lib.foundry",
+    "anthropic.lib.google_cloud",
+    "anthropic.lib.tools",
+)
+#: Modules of the SDK no realtime call needs (the beta resources, the other platforms).
+SDK_MODULES_NOT_IMPORTED = (
+    "anthropic.resources.beta.beta",
+    "anthropic.lib.vertex._client",
+    "anthropic.lib.foundry",
+    "anthropic.lib.google_cloud._client",
+    "anthropic.lib.tools._beta_runner",
+)
+#: What the SDK exposes, compared between a plain ``import anthropic`` and the lazy one.
+SDK_NAMES = """
+import importlib, types
+
+def describe(value):
+    qualname = getattr(value, "__qualname__", type(value).__name__)
+    return f"{getattr(value, '__module__', None)}.{qualname}"
+
+def sdk_names():
+    out = {}
+    for name in ("anthropic", "anthropic.types", "anthropic.types.beta",
+                 "anthropic.types.shared", "anthropic.lib.streaming", "anthropic.lib.bedrock"):
+        module = importlib.import_module(name)
+        star = {}
+        exec(f"from {name} import *", star)
+        out[name] = {
+            "dir": {n: describe(v) for n, v in ((n, getattr(module, n)) for n in dir(module))
+                    if not n.startswith("_") and not isinstance(v, types.ModuleType)},
+            # A submodule is a name only once something imported it, lazy or not.
+            "star": sorted(n for n, v in star.items()
+                           if n != "__builtins__" and not isinstance(v, types.ModuleType)),
+        }
+    return out
+"""
+LAZY_CHILD = (
+    SDK_NAMES
+    + """
+import json, sys
+from model_step.handler import handler
+from model_step.errors import classify_model_error, is_rate_limited
+from model_step.sdk_import import is_lazy
+
+class Context:
+    function_name = "model-step-test"
+    aws_request_id = "cold-new-event"
+    def get_remaining_time_in_millis(self):
+        return 30000
+
+report = {}
+try:
+    report["result"] = handler(json.loads(sys.stdin.read()), Context())
+except Exception as exc:
+    import anthropic
+    report["raised"] = {
+        "type": type(exc).__name__,
+        "sdk_status_error": isinstance(exc, anthropic.APIStatusError),
+        "same_class": type(exc) is getattr(anthropic, type(exc).__name__),
+        "status": getattr(exc, "status_code", None),
+        "transient": classify_model_error(exc) is None,
+        "rate_limited": is_rate_limited(exc),
+    }
+packages, modules = json.loads(sys.argv[1])
+report["executed"] = sorted(
+    n for n in packages if n in sys.modules and not is_lazy(sys.modules[n])
+)
+report["imported"] = sorted(n for n in modules if n in sys.modules)
+report["lazy"] = is_lazy(sys.modules["anthropic"])
+# Afterwards the whole SDK is there: every name, and the beta resources of a client.
+import anthropic
+report["names"] = sdk_names()
+client = anthropic.Anthropic(api_key="sk-unused", max_retries=0)
+report["beta_resources"] = callable(client.beta.messages.create)
+print("RESULT " + json.dumps(report))
+"""
+)
+PLAIN_CHILD = (
+    SDK_NAMES
+    + """
+import json
+import anthropic
+print("RESULT " + json.dumps({"names": sdk_names()}))
+"""
+)
+
+
+def _lazy_child(event: dict) -> dict:
+    return _cold_child(event, LAZY_CHILD, (SDK_PACKAGES_NOT_EXECUTED, SDK_MODULES_NOT_IMPORTED))
+
+
+@pytest.fixture(scope="module")
+def plain_sdk_names() -> dict:
+    """The SDK's names after a plain ``import anthropic`` in a new process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src")]))
+    return _result(_python([PLAIN_CHILD], env))["names"]
+
+
+def _assert_only_the_call_was_loaded(
+    report: dict, plain_sdk_names: dict, imported: tuple[str, ...] = ()
+) -> None:
+    assert report["lazy"] is True
+    assert report["executed"] == []
+    assert report["imported"] == sorted(imported)
+    # ... and afterwards the module is complete: the same names, the same objects' origins.
+    assert report["names"] == plain_sdk_names
+    assert report["beta_resources"] is True
+
+
+def test_a_cold_new_event_loads_only_the_sdk_modules_its_call_uses(
+    step_environment, fake_api, plain_sdk_names
+):
+    report = _lazy_child(make_event())
+
+    assert report["result"]["status"] == "completed"
+    assert report["result"]["answer"] == fake_api.text
+    assert fake_api.request_count == 1
+    _assert_only_the_call_was_loaded(report, plain_sdk_names)
+
+
+def test_a_cold_bedrock_new_event_loads_only_the_sdk_modules_its_call_uses(
+    step_environment, fake_api, monkeypatch, plain_sdk_names
+):
+    with FakeBedrockRuntime(timeout_sleep=3.0, secret_keys=SECRET_KEYS) as bedrock:
+        monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", bedrock.base_url)
+        monkeypatch.setenv("MODEL_PROVIDER", "bedrock")
+        monkeypatch.setenv("MODEL_ID", BEDROCK_MODEL_ID)
+        report = _lazy_child(make_event())
+
+        assert report["result"]["status"] == "completed"
+        assert report["result"]["provider"] == "bedrock"
+        assert bedrock.request_count == 1
+        assert bedrock.rejected == []
+    assert fake_api.request_count == 0
+    # The Bedrock client's module imports its beta messages, which import the tool runner.
+    _assert_only_the_call_was_loaded(
+        report, plain_sdk_names, imported=("anthropic.lib.tools._beta_runner",)
+    )
+
+
+def test_a_cold_400_is_dead_lettered_by_the_sdk_s_own_error_class(
+    step_environment, fake_api, plain_sdk_names
+):
+    fake_api.script = [Reply(status=400)]
+
+    report = _lazy_child(make_event())
+
+    assert report["result"]["status"] == "dead_lettered"
+    assert report["result"]["error_code"] == "BadRequestError"
+    assert "status 400" in report["result"]["error_message"]
+    _assert_only_the_call_was_loaded(report, plain_sdk_names)
+
+
+def test_a_cold_529_raises_the_sdk_s_error_as_transient_and_rate_limited(
+    step_environment, fake_api, plain_sdk_names
+):
+    fake_api.script = [Reply(status=529)]
+
+    report = _lazy_child(make_event())
+
+    assert "result" not in report
+    assert report["raised"] == {
+        "type": report["raised"]["type"],
+        "sdk_status_error": True,
+        "same_class": True,
+        "status": 529,
+        "transient": True,
+        "rate_limited": True,
+    }
+    assert report["raised"]["type"] in {"OverloadedError", "InternalServerError"}
+    assert fake_api.request_count == 1
+    _assert_only_the_call_was_loaded(report, plain_sdk_names)
