@@ -13,7 +13,6 @@ from typing import Any
 
 from .api_key import ApiKeySource
 from .config import Settings
-from .sdk_import import load_sdk_lazily
 
 
 class ModelClientProvider:
@@ -49,9 +48,7 @@ class ModelClientProvider:
         if self._settings.model_provider == "bedrock":
             with self._lock:
                 if self._client is None:
-                    load_sdk_lazily()
-                    import anthropic
-
+                    anthropic = _sdk()
                     # IAM credentials from the Lambda role; no API key secret is involved.
                     # ANTHROPIC_BEDROCK_BASE_URL, read by the SDK, points a test or a local
                     # run at a fake bedrock-runtime.
@@ -73,9 +70,7 @@ class ModelClientProvider:
     def _for_key(self, key: str | None) -> Any:
         with self._lock:
             if self._client is None:
-                load_sdk_lazily()
-                import anthropic
-
+                anthropic = _sdk()
                 # api_key=None lets the SDK read ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL is read
                 # by the SDK too, which is how local runs point at a fake server.
                 self._client = anthropic.Anthropic(
@@ -88,14 +83,25 @@ class ModelClientProvider:
             return self._client
 
 
+def _sdk() -> Any:
+    """The ``anthropic`` module, its packages loaded lazily (``sdk_import``) unless the SDK
+    is already imported. Imported here, not at module level: a duplicate never needs it."""
+    from .sdk_import import load_sdk_lazily
+
+    load_sdk_lazily()
+    import anthropic
+
+    return anthropic
+
+
 def _http_client(*, bedrock: bool = False) -> Any:
     """The SDK's own default HTTP client, on a transport that enforces the total deadline
     (and, for Bedrock, names Bedrock's request id the way the SDK reads it)."""
-    load_sdk_lazily()
-    import anthropic
     import httpx2
 
     from .deadline import DeadlineTransport
+
+    anthropic = _sdk()
 
     transport: httpx2.BaseTransport = DeadlineTransport(httpx2.HTTPTransport())
     if bedrock:

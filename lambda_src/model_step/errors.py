@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 from .lifetime import MEMORY_EXPIRED
-from .sdk_import import load_sdk_lazily
 
 # Statuses the Anthropic SDK itself would retry (408, 409, 429 and every 5xx); any other 4xx
 # says the request itself is wrong, so repeating it cannot help.
@@ -196,6 +195,8 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     """
     # Imported here, not at module level: this only runs after a model call, when the SDK is
     # already loaded (lazily: see sdk_import), and importing it costs a second of cold start.
+    from .sdk_import import load_sdk_lazily
+
     load_sdk_lazily()
     import anthropic
 
