@@ -16,7 +16,8 @@ from types import ModuleType
 
 import pytest
 from model_step import sdk_import
-from model_step.sdk_import import LazyPackageFinder, is_lazy, load_sdk_lazily, read_bindings
+from model_step.sdk_bindings import read_bindings
+from model_step.sdk_import import LazyPackageFinder, is_lazy, load_sdk_lazily
 
 _NAMES = itertools.count()
 
