@@ -42,7 +42,7 @@ from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings
 from .batch_schedules import check_invariants
-from .harness import ACCOUNT, REGION, TABLE, MovableClock
+from .harness import ACCOUNT, REGION, TABLE, MovableClock, on_a_fresh_stack
 
 HOUR = 3600
 HORIZON_SECONDS = 96 * HOUR
@@ -299,5 +299,5 @@ def run_bedrock_batch_schedules(name: str) -> dict[str, int]:
     machine = type(name, (BedrockBatchSchedule,), {"__module__": __name__})
     test = machine.TestCase
     test.settings = settings(settings.get_profile("bedrock-batch"), database=None)
-    test("runTest").runTest()
+    on_a_fresh_stack(test("runTest").runTest)
     return dict(sorted(STATS.items()))

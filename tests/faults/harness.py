@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
 import time
 import types
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from moto.sqs import models as sqs_models
@@ -47,6 +48,8 @@ from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI
 from .lab_settings import QueueSettings
 from .observed import Life, Send
 from .rows import ACCOUNT, REGION
+
+T = TypeVar("T")
 
 TABLE = "fault-lab-idempotency"
 #: Invocations one life of a key may take before the lab calls its cycle unbounded. A key
@@ -240,3 +243,30 @@ def sqs_record(message: dict[str, Any], arn: str) -> dict[str, Any]:
         "eventSourceARN": arn,
         "awsRegion": REGION,
     }
+
+
+def on_a_fresh_stack(run: Callable[[], T]) -> T:
+    """``run()`` in a new thread, its result or its exception handed back to the caller.
+
+    CPython 3.11 keeps each thread's Python frames in 16 KiB chunks and gives a chunk back to
+    the system (``munmap``) as soon as the frame that opened it returns. Under pytest and
+    Hypothesis a schedule's handler calls (runtime, Powertools, botocore, moto) start deep
+    enough that their calls cross a chunk boundary over and over: a ``mmap`` and a ``munmap``
+    each time, about 450,000 of them in one schedule module, a fifth of its CPU in the kernel
+    (``strace -c -f``). A new thread starts the schedules without pytest's frames under them.
+    Nothing else changes: the same schedules, one at a time, in one thread."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(run())
+        except BaseException as error:  # handed to the caller, who re-raises it
+            failure.append(error)
+
+    thread = threading.Thread(target=target, name="fault-schedules")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]

@@ -57,7 +57,7 @@ from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from . import invariants, sqs_rules, stats
-from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded
+from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded, on_a_fresh_stack
 from .hooks import installed_hooks
 from .lab import FaultLab, answer_request
 from .lab_settings import QueueSettings
@@ -528,7 +528,7 @@ def run_schedules(name: str, base: type[FaultSchedule] = FaultSchedule) -> list[
     test = machine.TestCase
     test.settings = settings(settings.get_profile(PROFILE), database=None)
     try:
-        test("runTest").runTest()
+        on_a_fresh_stack(test("runTest").runTest)
     finally:
         stats.write(name, list(STATS))
     listed = {(name, n, *violation) for (m, n), found in KNOWN.items() if m == name
