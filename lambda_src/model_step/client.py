@@ -84,14 +84,11 @@ class ModelClientProvider:
 
 
 def _sdk() -> Any:
-    """The ``anthropic`` module, its packages loaded lazily (``sdk_import``) unless the SDK
-    is already imported. Imported here, not at module level: a duplicate never needs it."""
-    from .sdk_import import load_sdk_lazily
+    """The ``anthropic`` module, loaded lazily (:func:`.sdk_import.sdk`). Imported here, not
+    at module level: a duplicate never needs it."""
+    from .sdk_import import sdk
 
-    load_sdk_lazily()
-    import anthropic
-
-    return anthropic
+    return sdk()
 
 
 def _http_client(*, bedrock: bool = False) -> Any:

@@ -195,11 +195,9 @@ def classify_model_error(exc: BaseException) -> NonRetryableError | None:
     """
     # Imported here, not at module level: this only runs after a model call, when the SDK is
     # already loaded (lazily: see sdk_import), and importing it costs a second of cold start.
-    from .sdk_import import load_sdk_lazily
+    from .sdk_import import sdk
 
-    load_sdk_lazily()
-    import anthropic
-
+    anthropic = sdk()
     if not isinstance(exc, anthropic.APIStatusError):
         return None
     status = exc.status_code

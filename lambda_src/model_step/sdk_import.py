@@ -78,6 +78,15 @@ def load_sdk_lazily() -> bool:
     return True
 
 
+def sdk() -> ModuleType:
+    """The ``anthropic`` module, its packages loaded lazily unless the SDK was already
+    imported: what the realtime path imports the SDK with (see :func:`load_sdk_lazily`)."""
+    load_sdk_lazily()
+    import anthropic
+
+    return anthropic
+
+
 def is_lazy(module: ModuleType) -> bool:
     """True while ``module``'s ``__init__`` has not run."""
     return isinstance(module, LazyPackage)
