@@ -49,7 +49,7 @@ from tests.fakes import FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings, installed_hooks
-from .harness import REGION, TABLE, MovableClock, on_a_fresh_stack
+from .harness import REGION, TABLE, MovableClock, run_state_machine
 
 API_KEY = "sk-ant-batch-lab"
 HOUR = 3600
@@ -275,7 +275,5 @@ def run_batch_schedules(name: str) -> dict[str, int]:
     """Run the state machine under the selected profile; return the tally."""
     STATS.clear()
     machine = type(name, (BatchSchedule,), {"__module__": __name__})
-    test = machine.TestCase
-    test.settings = settings(settings.get_profile(PROFILE), database=None)
-    on_a_fresh_stack(test("runTest").runTest)
+    run_state_machine(machine, PROFILE)
     return dict(sorted(STATS.items()))

@@ -42,7 +42,7 @@ from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings
 from .batch_schedules import check_invariants
-from .harness import ACCOUNT, REGION, TABLE, MovableClock, on_a_fresh_stack
+from .harness import ACCOUNT, REGION, TABLE, MovableClock, run_state_machine
 
 HOUR = 3600
 HORIZON_SECONDS = 96 * HOUR
@@ -297,7 +297,5 @@ def run_bedrock_batch_schedules(name: str) -> dict[str, int]:
     """Run the state machine (:data:`SCHEDULES` derandomized schedules); return the tally."""
     STATS.clear()
     machine = type(name, (BedrockBatchSchedule,), {"__module__": __name__})
-    test = machine.TestCase
-    test.settings = settings(settings.get_profile("bedrock-batch"), database=None)
-    on_a_fresh_stack(test("runTest").runTest)
+    run_state_machine(machine, "bedrock-batch")
     return dict(sorted(STATS.items()))

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import boto3
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine
 from moto.sqs import models as sqs_models
 
 from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI
@@ -270,3 +272,11 @@ def on_a_fresh_stack(run: Callable[[], T]) -> T:
     if failure:
         raise failure[0]
     return outcome[0]
+
+
+def run_state_machine(machine: type[RuleBasedStateMachine], profile: str) -> None:
+    """Run ``machine``'s schedules under the Hypothesis ``profile``, with no example database
+    (a derandomized profile draws the same schedules every run), :func:`on_a_fresh_stack`."""
+    test = machine.TestCase
+    test.settings = settings(settings.get_profile(profile), database=None)
+    on_a_fresh_stack(test("runTest").runTest)

@@ -57,7 +57,7 @@ from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from . import invariants, sqs_rules, stats
-from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded, on_a_fresh_stack
+from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded, run_state_machine
 from .hooks import installed_hooks
 from .lab import FaultLab, answer_request
 from .lab_settings import QueueSettings
@@ -525,10 +525,8 @@ def run_schedules(name: str, base: type[FaultSchedule] = FaultSchedule) -> list[
     STATS.clear()
     KNOWN_SEEN.clear()
     machine = type(name, (base,), {"__module__": __name__})
-    test = machine.TestCase
-    test.settings = settings(settings.get_profile(PROFILE), database=None)
     try:
-        on_a_fresh_stack(test("runTest").runTest)
+        run_state_machine(machine, PROFILE)
     finally:
         stats.write(name, list(STATS))
     listed = {(name, n, *violation) for (m, n), found in KNOWN.items() if m == name
