@@ -1,0 +1,70 @@
+"""mypy follows exactly the aws-cdk-lib modules that constructs_lib imports.
+
+pyproject.toml skips every ``aws_cdk.*`` module (``follow_imports = "skip"``) except a
+list that is followed as usual: aws-cdk-lib's top package names all of its 300-odd service
+modules under ``TYPE_CHECKING``, and following them all made a cold ``make typecheck`` cost
+107 CPU-s instead of 23. A module missing from the list would be ``Any`` to mypy, and calls
+into it unchecked; a module listed but no longer imported costs time for nothing. Both fail
+here, without importing aws-cdk-lib.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _followed_and_skipped() -> tuple[set[str], set[str]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    followed: set[str] = set()
+    skipped: set[str] = set()
+    for override in config.get("overrides", []):
+        modules = override["module"]
+        modules = [modules] if isinstance(modules, str) else modules
+        if override.get("follow_imports") == "normal":
+            followed.update(modules)
+        elif override.get("follow_imports") == "skip":
+            skipped.update(modules)
+    return followed, skipped
+
+
+def _imported_cdk_modules(folder: Path) -> set[str]:
+    """Every ``aws_cdk`` module a file under ``folder`` imports, at any depth (inside
+    functions and ``TYPE_CHECKING`` too). In aws-cdk-lib, a lower-case name imported from a
+    package is a submodule; its classes and constants are capitalized."""
+    found: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == "aws_cdk")
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module.split(".")[0] != "aws_cdk":
+                    continue
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names if a.name.islower())
+    return found
+
+
+def _with_parents(modules: set[str]) -> set[str]:
+    parents = {".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 1)}
+    return modules | parents
+
+
+def test_every_aws_cdk_module_the_library_imports_is_followed():
+    followed, skipped = _followed_and_skipped()
+    assert "aws_cdk.*" in skipped
+    missing = _imported_cdk_modules(ROOT / "constructs_lib") - followed
+    assert not missing, (
+        f"add {sorted(missing)} to the follow_imports = 'normal' override in pyproject.toml"
+    )
+
+
+def test_no_aws_cdk_module_is_followed_for_nothing():
+    followed, _ = _followed_and_skipped()
+    # aws_cdk._jsii: every aws-cdk-lib module star-imports it for its base types.
+    needed = _with_parents(_imported_cdk_modules(ROOT / "constructs_lib")) | {"aws_cdk._jsii"}
+    stale = {m for m in followed if m.split(".")[0] == "aws_cdk"} - needed
+    assert not stale, f"{sorted(stale)} are followed by mypy but no longer imported"
