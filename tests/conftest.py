@@ -127,6 +127,8 @@ def _deselects(config: pytest.Config, needs: frozenset[str]) -> bool:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not config.getoption("markexpr"):
+        return None  # nothing is deselected: no need to read the sources first
     if collection_path.is_dir():
         conftest = collection_path / "conftest.py"
         if conftest.is_file() and _deselects(config, conftest_needs(conftest)):
@@ -178,13 +180,24 @@ def _long_files_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: Path(str(item.fspath)) not in long_files)
 
 
+def _checks_static_needs() -> bool:
+    """Whether this process checks :func:`static_needs` against the collected tests: the only
+    process, or the first of pytest-xdist's workers. Every worker collects the same tests,
+    and the check reads every test module's fixtures' sources again (about 2 CPU-s a
+    worker)."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     disagree = []
+    check = _checks_static_needs()
     for item in items:
         present = {mark.name for mark in item.iter_markers()}
         needs = item_needs(item)
         for need in sorted(needs - present):
             item.add_marker(getattr(pytest.mark, need))
+        if not check:
+            continue
         # What skips a module before import must never find more than the collected test.
         path, name = Path(str(item.fspath)), getattr(item, "originalname", item.name)
         extra = static_needs(path, name) - needs - present
