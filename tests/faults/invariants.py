@@ -64,7 +64,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import model_api
+from . import backends, model_api
 from .lab import FaultLab
 from .observed import Life, LifeRecord, Scope, scope_of
 
@@ -371,11 +371,7 @@ def _dead_letter_messages(lab: FaultLab, dead: DeadLetters) -> Iterator[Violatio
     least = lab.settings.redrive_max_receive_count - lab.settings.buffer_max_receive_count
     # SQS's ApproximateNumberOfMessages is what CloudWatch graphs as the alarm's metric,
     # ApproximateNumberOfMessagesVisible.
-    visible = int(
-        lab.sqs.get_queue_attributes(
-            QueueUrl=lab.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]["ApproximateNumberOfMessages"]
-    )
+    visible, _ = backends.queue_counts(lab.dlq_url)
     if visible != len(lab.dead_letters()):
         yield Violation("dead-letter-visible", "DLQ", f"{visible} visible to the alarm")
     lives_by_id: dict[str, list[Life]] = {}

@@ -23,7 +23,7 @@ from model_step import ModelStep, Settings
 from model_step.budget import BUDGET_SUFFIX
 from model_step.key import record_key
 
-from . import model_api, sqs_rules
+from . import backends, model_api, sqs_rules
 from .harness import (
     BEDROCK_MODEL_ID,
     MAX_DRAIN_POLLS,
@@ -74,8 +74,6 @@ class FaultLab:
         self.clock = world.clock
         self.provider = provider
         self.prefix = prefix
-        self.sqs = world.lab_session.client("sqs")
-        self.dynamodb = world.lab_session.client("dynamodb")
         self.started_at = self.clock.now()
         self.real_started_at = time.monotonic()
         self.lives: dict[Life, LifeRecord] = {}
@@ -99,7 +97,7 @@ class FaultLab:
         self.unbounded: str | None = None
         self._create_queues()
         self.bus = (
-            ResultBus.create(bus_kind, prefix, world.lab_session, self.clock.now)
+            ResultBus.create(bus_kind, prefix, world.lab_client("events"), self.clock.now)
             if bus_kind
             else None
         )
@@ -183,11 +181,7 @@ class FaultLab:
             attributes["RedrivePolicy"] = json.dumps(
                 {"deadLetterTargetArn": target, "maxReceiveCount": count}
             )
-        url = self.sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
-        arn = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
-        return url, arn
+        return backends.create_queue(name, attributes)
 
     # -- lives --------------------------------------------------------------------------------
     def life_of(self, scope: Scope) -> Life:
@@ -214,16 +208,12 @@ class FaultLab:
             return False
         digest = record_id.rsplit("#", 1)[-1]
         now = self.clock.now()
-        pages = self.dynamodb.get_paginator("scan").paginate(
-            TableName=TABLE,
-            FilterExpression="begins_with(id, :p) AND contains(id, :h)",
-            ExpressionAttributeValues={":p": {"S": self.prefix + "#"}, ":h": {"S": digest}},
-        )
-        for page in pages:
-            for item in page.get("Items", []):
-                expiration = item.get("expiration", {}).get("N")
-                if expiration is None or float(expiration) >= now:
-                    return True
+        for item in backends.items(TABLE, self.prefix + "#"):
+            if digest not in item["id"]["S"]:
+                continue
+            expiration = item.get("expiration", {}).get("N")
+            if expiration is None or float(expiration) >= now:
+                return True
         return False
 
     def _start_life_if_forgotten(self, scope: Scope) -> None:
@@ -241,7 +231,7 @@ class FaultLab:
         life = self.life_of(scope)
         self.record(life)
         self.published.add(life)
-        self.sqs.send_message(QueueUrl=self.buffer_url, MessageBody=body)
+        backends.send_message(self.buffer_url, body)
         return life
 
     def redrive_dead_letters(self, *, keep_attributes: bool, keep_receive_count: bool) -> int:
@@ -268,12 +258,12 @@ class FaultLab:
                     message.message_attributes = {}
                 buffer.add_message(message)
                 continue
-            extra: dict[str, Any] = {}
-            if keep_attributes and message.message_attributes:
-                extra["MessageAttributes"] = {
-                    name: dict(value) for name, value in message.message_attributes.items()
-                }
-            self.sqs.send_message(QueueUrl=self.buffer_url, MessageBody=message.body, **extra)
+            attributes = {
+                name: dict(value)
+                for name, value in (message.message_attributes or {}).items()
+                if keep_attributes
+            }
+            backends.send_message(self.buffer_url, message.body, attributes)
         return len(moved)
 
     def poll(self, queue: str, fault: Fault) -> bool:
@@ -284,10 +274,7 @@ class FaultLab:
             if queue == "buffer"
             else (self.redrive_url, self.redrive_arn)
         )
-        messages = self.sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-        ).get("Messages", [])  # fmt: skip
+        messages = backends.receive_message(url)
         if not messages:
             return False
         message = messages[0]
@@ -310,7 +297,7 @@ class FaultLab:
             if queue == "redrive":
                 self.failed_redrive_receives[message["MessageId"]] += 1
         else:
-            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            backends.delete_message(url, message["ReceiptHandle"])
         return True
 
     def _invoke(self, message: dict[str, Any], arn: str, life: Life, fault: Fault) -> bool:
@@ -424,9 +411,7 @@ class FaultLab:
         record_id = self.record_id(scope)
         if record_id is None:
             return None
-        item = self.dynamodb.get_item(
-            TableName=TABLE, Key={"id": {"S": record_id}}, ConsistentRead=True
-        ).get("Item")
+        item = backends.get_item(TABLE, record_id)
         if not item or item["status"]["S"] != "COMPLETED":
             return None
         expiration = item.get("expiration", {}).get("N")

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 from botocore.awsrequest import AWSResponse
 
+from . import backends
 from .sqs_rules import ACCOUNT, REGION, moto_queue
 
 #: EventBridge v2 drops a repeated DeduplicationId within this many seconds.
@@ -64,20 +64,15 @@ class ResultBus:
     _windows: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def create(
-        cls, kind: str, prefix: str, session: boto3.session.Session, clock: Callable[[], float]
-    ) -> ResultBus:
-        """A ``kind`` bus named after ``prefix``, made with the lab's own ``session``."""
+    def create(cls, kind: str, prefix: str, events: Any, clock: Callable[[], float]) -> ResultBus:
+        """A ``kind`` bus named after ``prefix``, made with the lab's own ``events`` client
+        (its seen queue straight in moto: :mod:`.backends`)."""
         if kind == "v2":
             arn = f"arn:aws:events:{REGION}:{ACCOUNT}:event-busv2/{prefix}-results/{prefix}"
             return cls(kind, arn, clock)
-        events, sqs = session.client("events"), session.client("sqs")
         name = f"{prefix}-results"
         arn = events.create_event_bus(Name=name)["EventBusArn"]
-        url = sqs.create_queue(QueueName=f"{prefix}-results-seen")["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        url, queue_arn = backends.create_queue(f"{prefix}-results-seen", {})
         events.put_rule(
             Name="all", EventBusName=name, EventPattern=json.dumps({"source": [prefix]})
         )
