@@ -42,6 +42,7 @@ from model_step.key import record_key
 from constructs_lib.local_engine.message_batches import MessageBatchStore
 from tests.fakes import FakeMessagesAPI
 
+from . import backends
 from .harness import (
     ACCOUNT,
     REGION,
@@ -122,7 +123,6 @@ class BatchLab:
         self,
         api: FakeMessagesAPI,
         step_session: boto3.session.Session,
-        lab_session: boto3.session.Session,
         prefix: str,
         clock: MovableClock,
         settings: BatchSettings,
@@ -130,13 +130,12 @@ class BatchLab:
     ) -> None:
         """``provider``: settings of another provider's batch API (Bedrock's: its
         ``model_provider``, ``model_id``, bucket and role); default the Claude API's,
-        through ``api``'s batch endpoints answered by :attr:`store`."""
+        through ``api``'s batch endpoints answered by :attr:`store`. The lab's own queue and
+        table work is made straight on moto (:mod:`.backends`)."""
         self.api = api
         self.clock = clock
         self.settings = settings
         self.prefix = prefix
-        self.sqs = lab_session.client("sqs")
-        self.dynamodb = lab_session.client("dynamodb")
         self.observed = Observed()
         self.started_at = clock.now()
         self.kill = Kill()
@@ -176,9 +175,7 @@ class BatchLab:
         )
 
     def _queue(self, name: str, visibility_timeout: int) -> str:
-        url: str = self.sqs.create_queue(
-            QueueName=name, Attributes={"VisibilityTimeout": str(visibility_timeout)}
-        )["QueueUrl"]
+        url, _ = backends.create_queue(name, {"VisibilityTimeout": str(visibility_timeout)})
         return url
 
     # -- what a schedule does ------------------------------------------------------------------
@@ -202,16 +199,11 @@ class BatchLab:
             "resources": [],
             "detail": detail,
         }
-        self.sqs.send_message(QueueUrl=self.buffer_url, MessageBody=json.dumps(event))
+        backends.send_message(self.buffer_url, json.dumps(event))
 
     def poll(self, kill_at: int | None = None) -> bool:
         """Lambda's poller hands the visible messages (up to ten) to one invocation."""
-        messages = self.sqs.receive_message(
-            QueueUrl=self.buffer_url,
-            MaxNumberOfMessages=10,
-            AttributeNames=["All"],
-            MessageAttributeNames=["All"],
-        ).get("Messages", [])
+        messages = backends.receive_message(self.buffer_url, 10)
         if not messages:
             return False
         records = [sqs_record(message, self.buffer_arn) for message in messages]
@@ -221,9 +213,7 @@ class BatchLab:
         failed = {failure["itemIdentifier"] for failure in response["batchItemFailures"]}
         for message in messages:
             if message["MessageId"] not in failed:
-                self.sqs.delete_message(
-                    QueueUrl=self.buffer_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+                backends.delete_message(self.buffer_url, message["ReceiptHandle"])
         return True
 
     def tick(self, kill_at: int | None = None) -> dict[str, Any] | None:
@@ -280,12 +270,7 @@ class BatchLab:
         return Counter(self.store.billed_by_custom_id)
 
     def _settled(self) -> bool:
-        attributes = self.sqs.get_queue_attributes(
-            QueueUrl=self.buffer_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        queued = sum(int(value) for value in attributes.values())
-        return queued == 0 and not self.rows_waiting()
+        return sum(backends.queue_counts(self.buffer_url)) == 0 and not self.rows_waiting()
 
     # -- what the invariants read ------------------------------------------------------------
     def rows_waiting(self) -> list[str]:
@@ -293,14 +278,7 @@ class BatchLab:
         return [item["id"]["S"] for item in self._items() if "#batch-row#" in item["id"]["S"]]
 
     def _items(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": TABLE, "ConsistentRead": True}
-        while True:
-            page = self.dynamodb.scan(**kwargs)
-            items += [i for i in page["Items"] if i["id"]["S"].startswith(self.prefix + "#")]
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return list(backends.items(TABLE, self.prefix + "#"))
 
     def record_id(self, row: int) -> str:
         parts = self.step._components()
@@ -317,36 +295,25 @@ class BatchLab:
 
     def stored(self, row: int) -> dict[str, Any] | None:
         """The completed result stored for ``row``'s key, or None."""
-        item = self.dynamodb.get_item(
-            TableName=TABLE, Key={"id": {"S": self.record_id(row)}}, ConsistentRead=True
-        ).get("Item")
+        item = backends.get_item(TABLE, self.record_id(row))
         if not item or item["status"]["S"] != "COMPLETED":
             return None
         result: dict[str, Any] = json.loads(item["data"]["S"])
         return result
 
     def dead_letters(self) -> list[dict[str, Any]]:
-        """Every message on the DLQ (left there)."""
-        found: list[dict[str, Any]] = []
-        while True:
-            messages = self.sqs.receive_message(
-                QueueUrl=self.dlq_url,
-                MaxNumberOfMessages=10,
-                MessageAttributeNames=["All"],
-                VisibilityTimeout=3600,
-            ).get("Messages", [])
-            if not messages:
-                return found
-            for message in messages:
-                found.append(
-                    {
-                        "body": json.loads(message["Body"]),
-                        "attributes": {
-                            name: value.get("StringValue")
-                            for name, value in message.get("MessageAttributes", {}).items()
-                        },
-                    }
-                )
+        """Every message on the DLQ that a receive would get (visible, within its
+        retention), in order."""
+        return [
+            {
+                "body": json.loads(message.body),
+                "attributes": {
+                    name: value.get("StringValue")
+                    for name, value in (message.message_attributes or {}).items()
+                },
+            }
+            for message in backends.receivable(self.dlq_url)
+        ]
 
     def _on_outcome(self, event: dict[str, Any], outcome: dict[str, Any]) -> None:
         row = int(event["detail"]["row_number"])

@@ -110,10 +110,8 @@ class BatchSchedule(RuleBasedStateMachine):
         cancel_delay=st.sampled_from([60, HOUR, 10**9]),
     )
     def start(self, seed: int, delay: int, cancel_delay: int) -> None:
-        api, step_session, lab_session, clock, current, lab_settings = self.world
-        self.lab = BatchLab(
-            api, step_session, lab_session, f"batchlab{next(_names)}", clock, lab_settings
-        )
+        api, step_session, _, clock, current, lab_settings = self.world
+        self.lab = BatchLab(api, step_session, f"batchlab{next(_names)}", clock, lab_settings)
         current["lab"] = self.lab
         store = self.lab.store
         draws = random.Random(seed)

@@ -101,7 +101,7 @@ class BedrockBatchLab(BatchLab):
                 "model_id": MODEL,
                 "batch_bucket_name": BUCKET,
                 "batch_role_arn": ROLE,
-                "batch_s3_prefix": f"{args[2]}/",
+                "batch_s3_prefix": f"{args[1]}/",
             },
         )
         self.jobs = jobs
@@ -201,9 +201,9 @@ class BedrockBatchSchedule(RuleBasedStateMachine):
         delay=st.sampled_from([60, 600, HOUR, 6 * HOUR, 20 * HOUR]),
     )
     def start(self, seed: int, delay: int) -> None:
-        jobs, step_session, lab_session, clock, current, lab_settings = self.world
+        jobs, step_session, _, clock, current, lab_settings = self.world
         self.lab = BedrockBatchLab(
-            jobs, step_session, lab_session, f"bedrocklab{next(_names)}", clock, lab_settings
+            jobs, step_session, f"bedrocklab{next(_names)}", clock, lab_settings
         )
         current["lab"] = self.lab
         # Each schedule starts with no job, no fault and nothing billed.
