@@ -72,6 +72,10 @@ logger = logging.getLogger(__name__)
 #: The shortest wall time between two firings of one scheduled rule (seconds).
 MIN_SCHEDULE_PERIOD_SECONDS = 0.25
 
+#: The longest wall time between two looks at the open batch submissions of a run that
+#: waits on them (it looks sooner, as soon as a scheduled firing settles).
+SETTLE_LOOK_SECONDS = 1.0
+
 IN_PROGRESS_ERROR = "IdempotencyAlreadyInProgressError"
 # EventBridge v2 subscriber retry defaults (field notes): 5 attempts, 300 s.
 DEFAULT_V2_RETRY_ATTEMPTS = 5
@@ -196,6 +200,11 @@ class LocalEngine:
         #: Invocations the scheduled rules started, by function logical id (issue 19); they
         #: are not in the function's own stats (a twin runs them, see ``_schedule``).
         self.scheduled_invocations: Counter[str] = Counter()
+        #: Scheduled firings settled so far, and their condition: a run that waits on open
+        #: batch submissions looks again when a firing (a tick) has settled.
+        self._firings_settled = 0
+        self._firing_settled = threading.Condition()
+        self._batch_stores: list[Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> LocalEngine:
@@ -388,6 +397,9 @@ class LocalEngine:
 
         def done(_ok: bool) -> None:
             running.clear()
+            with self._firing_settled:
+                self._firings_settled += 1
+                self._firing_settled.notify_all()
 
         def fire() -> None:
             if stopped.is_set():
@@ -436,20 +448,35 @@ class LocalEngine:
         """Message Batches submissions not yet done, over every batch step (issue 19): staged
         rows waiting for ``max_wait``, creates, batches in processing or being collected. The
         run has not settled while any is open, even with no invocation in flight."""
-        steps = [spec for spec in self.assembly.functions() if spec.is_batch]
-        if not steps:
-            return 0
-        batch_store = self.runtime.module("model_step.batch_store")
-        client = self.aws.client("dynamodb")
-        left = 0
-        for spec in steps:
-            table = self.aws.resolver.resolve(
-                spec.environment["IDEMPOTENCY_TABLE_NAME"], f"{spec.logical_id}.Environment"
-            )
-            prefix = str(spec.environment.get("IDEMPOTENCY_RECORD_PREFIX") or "model-step")
-            store = batch_store.BatchStore(client, str(table), prefix, 0)
-            left += len(store.open_submissions())
-        return left
+        return sum(len(store.open_submissions()) for store in self._open_submission_stores())
+
+    def _open_submission_stores(self) -> list[Any]:
+        """One ``BatchStore`` per batch step, on one client, made at the first look (a client
+        per look cost more than the look: the run looks after every tick)."""
+        if self._batch_stores is None:
+            steps = [spec for spec in self.assembly.functions() if spec.is_batch]
+            stores = []
+            if steps:
+                batch_store = self.runtime.module("model_step.batch_store")
+                client = self.aws.client("dynamodb")
+                for spec in steps:
+                    table = self.aws.resolver.resolve(
+                        spec.environment["IDEMPOTENCY_TABLE_NAME"], f"{spec.logical_id}.Environment"
+                    )
+                    prefix = str(spec.environment.get("IDEMPOTENCY_RECORD_PREFIX") or "model-step")
+                    stores.append(batch_store.BatchStore(client, str(table), prefix, 0))
+            self._batch_stores = stores
+        return self._batch_stores
+
+    def _firings(self) -> int:
+        """Scheduled firings settled so far."""
+        with self._firing_settled:
+            return self._firings_settled
+
+    def _wait_for_firing(self, seen: int, timeout: float) -> None:
+        """Block until a scheduled firing settles after ``seen`` were, at most ``timeout``."""
+        with self._firing_settled:
+            self._firing_settled.wait_for(lambda: self._firings_settled > seen, timeout)
 
     # -- EventBridge v2 ------------------------------------------------------------------------
     def _create_v2_buses(self, buses: EventBusesV2) -> None:
@@ -842,13 +869,15 @@ class LocalEngine:
             while True:
                 remaining = max(0.0, deadline - time.monotonic())
                 idle = self.tracker.wait_idle(remaining, self._tick)
-                # Rows waiting in a Message Batch are work no invocation holds (issue 19).
+                # Rows waiting in a Message Batch are work no invocation holds (issue 19);
+                # only a tick moves them on, so the run looks again once one has settled.
+                seen = self._firings()
                 if not idle or self.tracker.errors or self._batch_work_left() == 0:
                     break
                 if time.monotonic() >= deadline:
                     idle = False
                     break
-                time.sleep(0.1)
+                self._wait_for_firing(seen, min(SETTLE_LOOK_SECONDS, deadline - time.monotonic()))
         finally:
             if self.progress is not None:
                 self.progress.close()
