@@ -865,10 +865,12 @@ class LocalEngine:
         :class:`RunTimeoutError` when the run does not settle in ``run_timeout_seconds``.
         """
         deadline = time.monotonic() + self.settings.run_timeout_seconds
+        # Without a progress line to redraw, the wait wakes only when the run settles.
+        shown = self.progress is not None and self.progress.enabled
         try:
             while True:
                 remaining = max(0.0, deadline - time.monotonic())
-                idle = self.tracker.wait_idle(remaining, self._tick)
+                idle = self.tracker.wait_idle(remaining, self._tick if shown else None)
                 # Rows waiting in a Message Batch are work no invocation holds (issue 19);
                 # only a tick moves them on, so the run looks again once one has settled.
                 seen = self._firings()

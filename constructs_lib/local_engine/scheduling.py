@@ -94,9 +94,11 @@ class WorkTracker:
     def wait_idle(self, timeout: float, tick: Callable[[], None] | None = None) -> bool:
         """Block until nothing is pending or an error was recorded; True when idle.
 
-        ``tick`` is called about ten times a second (progress display).
+        ``tick`` is called about ten times a second (progress display); without one the wait
+        only wakes when the work ends, an error is recorded or ``timeout`` has passed.
         """
         deadline = time.monotonic() + timeout
+        period = 0.1 if tick is not None else None
         while True:
             with self._idle:
                 if self._pending <= 0 or self.errors:
@@ -104,6 +106,6 @@ class WorkTracker:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._idle.wait(min(0.1, remaining))
+                self._idle.wait(remaining if period is None else min(period, remaining))
             if tick is not None:
                 tick()  # Outside the lock: rendering must not hold up workers.
