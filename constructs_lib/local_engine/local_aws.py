@@ -67,17 +67,33 @@ def _arn(service: str, resource: str, region: str = LOCAL_REGION) -> str:
     return f"arn:aws:{service}:{region}:{LOCAL_ACCOUNT}:{resource}"
 
 
-def _create(session: boto3.session.Session, spec: ResourceSpec, name: str) -> PhysicalResource:
+class _Clients:
+    """One boto3 client per service, made at its first use: a client costs more to make
+    than the calls that create a resource (tens of milliseconds, for each of a stack's
+    tables, queues and buckets)."""
+
+    def __init__(self, session: boto3.session.Session) -> None:
+        self._session = session
+        self._clients: dict[str, Any] = {}
+
+    def client(self, service: str) -> Any:
+        """The client of ``service``."""
+        if service not in self._clients:
+            self._clients[service] = self._session.client(service)
+        return self._clients[service]
+
+
+def _create(clients: _Clients, spec: ResourceSpec, name: str) -> PhysicalResource:
     kind, props = spec.resource_type, spec.properties
     if kind == "AWS::S3::Bucket":
-        s3 = session.client("s3")
+        s3 = clients.client("s3")
         s3.create_bucket(Bucket=name)
         if (props.get("VersioningConfiguration") or {}).get("Status") == "Enabled":
             # Versioned buckets put a version-id in every event; the splitter pins reads to it.
             s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
         return PhysicalResource(spec.logical_id, kind, name, {"Arn": f"arn:aws:s3:::{name}"})
     if kind == "AWS::DynamoDB::Table":
-        dynamodb = session.client("dynamodb")
+        dynamodb = clients.client("dynamodb")
         params: dict[str, Any] = {
             "TableName": name,
             "KeySchema": props["KeySchema"],
@@ -94,15 +110,15 @@ def _create(session: boto3.session.Session, spec: ResourceSpec, name: str) -> Ph
         return PhysicalResource(spec.logical_id, kind, name, {"Arn": arn})
     if kind == "AWS::SQS::Queue":
         attributes = {"FifoQueue": "true"} if props.get("FifoQueue") else {}
-        url = session.client("sqs").create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        url = clients.client("sqs").create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
         attrs = {"Arn": _arn("sqs", name), "QueueName": name, "QueueUrl": url}
         return PhysicalResource(spec.logical_id, kind, url, attrs)
     if kind == "AWS::Events::EventBus":
-        arn = session.client("events").create_event_bus(Name=name)["EventBusArn"]
+        arn = clients.client("events").create_event_bus(Name=name)["EventBusArn"]
         return PhysicalResource(spec.logical_id, kind, name, {"Arn": arn, "Name": name})
     if kind == "AWS::SNS::Topic":
         # KmsMasterKeyId is left out: moto does not encrypt, and the key is not created.
-        arn = session.client("sns").create_topic(Name=name)["TopicArn"]
+        arn = clients.client("sns").create_topic(Name=name)["TopicArn"]
         return PhysicalResource(spec.logical_id, kind, arn, {"TopicName": name})
     raise AssertionError(f"not a created type: {kind}")
 
@@ -160,11 +176,13 @@ def local_aws(assembly: CloudAssembly, region: str = LOCAL_REGION) -> Iterator[L
         stack.enter_context(mock_aws())
         stack.enter_context(atomic_dynamodb_writes())
         session = boto3.session.Session(region_name=region)
+        # Made before any hook is installed on the session, and used for the creates alone.
+        creating = _Clients(session)
         physical: dict[str, PhysicalResource] = {}
         for spec in assembly.resources.values():
             name = local_name(assembly, spec)
             if spec.resource_type in CREATED_TYPES:
-                physical[spec.logical_id] = _create(session, spec, name)
+                physical[spec.logical_id] = _create(creating, spec, name)
             else:
                 physical[spec.logical_id] = _placeholder(spec, name)
         resolver = Resolver(physical, stack_name=assembly.stack_name, region=region)
