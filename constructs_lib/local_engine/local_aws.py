@@ -20,6 +20,7 @@ import boto3
 from .assembly import CloudAssembly, ResourceSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, PhysicalResource, Resolver
 from .moto_fixes import atomic_dynamodb_writes
+from .service_models import shared_service_models
 
 # The template property that names each resource type, when the stack sets one.
 _NAME_PROPERTIES = {
@@ -173,6 +174,8 @@ def local_aws(assembly: CloudAssembly, region: str = LOCAL_REGION) -> Iterator[L
     from moto import mock_aws  # Imported here: moto is a local-run dependency only.
 
     with ExitStack() as stack:
+        # Every session of the run (its own, the handlers') parses the service models once.
+        stack.enter_context(shared_service_models())
         stack.enter_context(mock_aws())
         stack.enter_context(atomic_dynamodb_writes())
         session = boto3.session.Session(region_name=region)
