@@ -344,6 +344,10 @@ def _moto_statement(statement: Mapping[str, Any]) -> dict[str, Any]:
     return prepared
 
 
+#: Decisions a role keeps (a bench run's calls carry thousands of different keys).
+MAX_KEPT_DECISIONS = 50_000
+
+
 @dataclass
 class RolePolicies:
     """The resolved identity policies of one function's execution role."""
@@ -369,9 +373,20 @@ class RolePolicies:
                 if condition and not evaluable(condition):
                     self.unevaluated_conditions.append(f"{self.function}: {json.dumps(condition)}")
                 self._statements.append((IAMPolicyStatement(_moto_statement(statement)), condition))
+        #: Decisions made, by permission: a decision depends on the permission alone (its
+        #: action, resource and context) and a run asks the same ones again and again.
+        self._decisions: dict[Permission, str] = {}
 
     def decide(self, permission: Permission) -> str:
         """``allowed``, ``denied`` (explicit Deny) or ``implicit`` (no Allow)."""
+        decision = self._decisions.get(permission)
+        if decision is None:
+            if len(self._decisions) >= MAX_KEPT_DECISIONS:
+                self._decisions.clear()  # keys in the context make a bench's many
+            decision = self._decisions[permission] = self._decide(permission)
+        return decision
+
+    def _decide(self, permission: Permission) -> str:
         from moto.iam.access_control import PermissionResult
 
         context = permission.values()
