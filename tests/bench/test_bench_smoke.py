@@ -65,8 +65,9 @@ def test_cost(tmp_path, capsys):
     assert {"peak_rss_mib", "rss_growth_mib", "wall_s", "worker_seconds_per_row"} <= set(scale)
     # Two worker processes, each its share of the rows through its own step.
     assert scale["workers"] == cost.SCALE_WORKERS == 2
-    assert [part["rows"] for part in scale["per_worker"]] == [50, 50]
-    assert [part["batch_requests"] for part in scale["per_worker"]] == [50, 50]
+    share = cost.QUICK_SCALE_ROWS // 2
+    assert [part["rows"] for part in scale["per_worker"]] == [share, share]
+    assert [part["batch_requests"] for part in scale["per_worker"]] == [share, share]
 
 
 @pytest.mark.moto
