@@ -14,7 +14,13 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from model_step.result_events import COMPLETED, DEAD_LETTERED, MAX_DEDUPLICATION_ID
 
-from .conftest import FakeLambdaContext, boto3_session, make_event, prospect_detail
+from .conftest import (
+    FakeLambdaContext,
+    boto3_session,
+    fixture_client,
+    make_event,
+    prospect_detail,
+)
 
 SOURCE = "Stack/Classify"
 
@@ -23,8 +29,10 @@ class ResultBus:
     """A classic bus whose rule sends every result event of ``SOURCE`` to a queue."""
 
     def __init__(self) -> None:
-        events = boto3_session().client("events")
-        sqs = boto3_session().client("sqs")
+        # The fixtures' clients (conftest): a hook a test registers on the step's session
+        # reaches the step's calls, never the bus's own set-up and reads.
+        events = fixture_client("events")
+        sqs = fixture_client("sqs")
         self.arn = events.create_event_bus(Name="results")["EventBusArn"]
         self.url = sqs.create_queue(QueueName="results")["QueueUrl"]
         queue_arn = sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])
