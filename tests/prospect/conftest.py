@@ -5,6 +5,7 @@ Everything runs in-process against moto; nothing leaves the machine.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -17,7 +18,6 @@ from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests import stack_tables
-from tests.stack_tables import create_stack_table
 
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
@@ -42,9 +42,40 @@ class FakeLambdaContext:
         return self.remaining_ms
 
 
+@functools.cache
+def _fixture_session() -> boto3.session.Session:
+    """The session of the fixtures' and helpers' own clients, one for the run.
+
+    Building a client or a resource costs 10 ms of CPU (most of it copying the session's
+    event hooks), and the helpers below built one on every call: ``put_csv`` a new S3
+    client per upload, ``failures`` a new resource per read. moto's interception is global
+    once moto is imported, so a client made in one test's ``mock_aws`` talks to the next
+    test's fresh moto as a new one would. No test registers a hook on this session: a hook
+    a test registers on :attr:`ProspectAws.session` reaches what the test and the handlers
+    make from that session, never these helpers (no helper's call was hooked before
+    either: the tests hook EventBridge's ``PutEvents``, and one a DynamoDB ``UpdateItem``,
+    which no helper makes)."""
+    return boto3.session.Session(region_name=REGION)
+
+
+@functools.cache
+def fixture_client(service_name: str) -> Any:
+    """The fixtures' and helpers' client of ``service_name`` (see ``_fixture_session``)."""
+    return _fixture_session().client(service_name)
+
+
+@functools.cache
+def fixture_table(name: str) -> Any:
+    """The helpers' ``Table`` resource of ``name`` (see ``_fixture_session``)."""
+    return _fixture_session().resource("dynamodb").Table(name)
+
+
 @dataclass
 class ProspectAws:
-    """moto-backed resources plus helpers to upload files and read what was published."""
+    """moto-backed resources plus helpers to upload files and read what was published.
+
+    ``session`` is the test's own (hooks a test registers on it reach the clients made from
+    it afterwards, the handlers' included); the helpers use the fixtures' clients."""
 
     session: boto3.session.Session
     capture_queue_url: str
@@ -52,16 +83,16 @@ class ProspectAws:
 
     @property
     def s3(self) -> Any:
-        return self.session.client("s3")
+        return fixture_client("s3")
 
     @property
     def failures_table(self) -> Any:
-        return self.session.resource("dynamodb").Table(FAILURES_TABLE)
+        return fixture_table(FAILURES_TABLE)
 
     @property
     def rows_table(self) -> Any:
         """RowsTable: each row's values, as the splitter writes them (issue 18)."""
-        return self.session.resource("dynamodb").Table(ROWS_TABLE)
+        return fixture_table(ROWS_TABLE)
 
     def put_csv(self, key: str, data: bytes | str, *, size: int | None = -1) -> dict[str, Any]:
         """Upload ``data`` and return the EventBridge S3 "Object Created" event for it.
@@ -74,7 +105,7 @@ class ProspectAws:
 
     def drain_published(self) -> list[dict[str, Any]]:
         """Every event the bus delivered to the capture queue since the last drain."""
-        sqs = self.session.client("sqs")
+        sqs = fixture_client("sqs")
         events: list[dict[str, Any]] = []
         while True:
             messages = sqs.receive_message(
@@ -142,15 +173,29 @@ def s3_event(
     }
 
 
-def _create_resources(session: boto3.session.Session) -> str:
-    session.client("s3").create_bucket(Bucket=BUCKET)
+def create_table(construct_path: str, name: str) -> Any:
+    """``tests.stack_tables.create_stack_table`` through the fixtures' client (moto's tables
+    belong to the account, not to a client): its ``Table`` resource, one for the run."""
+    client = fixture_client("dynamodb")
+    client.create_table(**stack_tables.create_table_request(construct_path, name))
+    ttl = stack_tables.table_properties(construct_path).get("TimeToLiveSpecification")
+    if ttl and ttl.get("Enabled"):
+        client.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
+        )
+    return fixture_table(name)
+
+
+def _create_resources() -> str:
+    fixture_client("s3").create_bucket(Bucket=BUCKET)
     # Laid out as the stack defines them (tests/stack_tables.py).
-    create_stack_table(session, stack_tables.FAILURES_TABLE, FAILURES_TABLE)
-    create_stack_table(session, stack_tables.ROWS_TABLE, ROWS_TABLE)
-    create_stack_table(session, stack_tables.PROSPECT_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
-    events = session.client("events")
+    create_table(stack_tables.FAILURES_TABLE, FAILURES_TABLE)
+    create_table(stack_tables.ROWS_TABLE, ROWS_TABLE)
+    create_table(stack_tables.PROSPECT_IDEMPOTENCY_TABLE, IDEMPOTENCY_TABLE)
+    events = fixture_client("events")
     events.create_event_bus(Name=BUS)
-    sqs = session.client("sqs")
+    sqs = fixture_client("sqs")
     queue_url = sqs.create_queue(QueueName="prospect-capture")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
         "Attributes"
@@ -193,7 +238,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProspectAws]:
         monkeypatch.delenv(name, raising=False)
     with mock_aws(), atomic_dynamodb_writes():
         session = boto3.session.Session(region_name=REGION)
-        yield ProspectAws(session=session, capture_queue_url=_create_resources(session))
+        yield ProspectAws(session=session, capture_queue_url=_create_resources())
 
 
 @pytest.fixture

@@ -360,7 +360,7 @@ def test_items_expire_after_the_retention(aws, monkeypatch):
 # ------------------------------------------------------------- upload accounting
 @pytest.fixture
 def ledger(aws):
-    create_upload_tables(aws.session)
+    create_upload_tables()
     settings = LedgerSettings(
         uploads_table_name=UPLOADS_TABLE, upload_rows_table_name=UPLOAD_ROWS_TABLE,
         event_bus_name=BUS,
@@ -383,7 +383,7 @@ def test_row_failures_are_counted_once_on_their_upload(aws, ledger):
     records = [_model_step("a"), _model_step("b"), duplicate, summary]
     assert record_batch(records, aws.failures_table, ledger=ledger) == {"batchItemFailures": []}
     # THEN only the row's own failure counts, once
-    item = upload_item(aws.session, "u-123")
+    item = upload_item("u-123")
     assert item["failed"] == {"ModelRejectedInput": 1} and item["failed_total"] == 1
     assert completed_events(aws.drain_published()) == []
 
@@ -403,7 +403,7 @@ def test_a_row_failure_counts_once_however_many_dead_letters_arrive(aws, ledger,
     }
     record_batch([second], aws.failures_table, ledger=ledger)
     # THEN the upload counts the row's failure once, and one item holds the latest id
-    item = upload_item(aws.session, "u-123")
+    item = upload_item("u-123")
     assert item["failed"] == {"ModelRejectedInput": 1} and item["failed_total"] == 1
     [failure] = aws.failures("u-123").values()
     assert failure["dead_letter_id"] == letter_ids[1]
@@ -429,7 +429,7 @@ def test_a_dead_letter_the_model_step_cut_to_fit_the_queue_is_recorded_and_count
     assert item["payload_omitted"]["bytes"] > 300_000
     assert (item["error_code"], item["retryable"]) == ("RateLimitExhausted", False)
     assert json.loads(item["original_event"])["detail"] == {"upload_id": "u-123", "row_number": 4}
-    assert upload_item(aws.session, "u-123")["failed"] == {"RateLimitExhausted": 1}
+    assert upload_item("u-123")["failed"] == {"RateLimitExhausted": 1}
 
 
 def test_the_last_failed_row_completes_the_upload(aws, ledger):
@@ -445,7 +445,7 @@ def test_a_step_dead_letter_counts_its_row_and_the_step_s_report_closes_the_uplo
     # WHEN the recorder files the step's dead letter before the step reports the row
     record_batch([_model_step()], aws.failures_table, ledger=ledger)
     # THEN the row is counted, but the upload waits for the step's report (issue 36)
-    assert upload_item(aws.session, "u-123")["failed_total"] == 1
+    assert upload_item("u-123")["failed_total"] == 1
     assert completed_events(aws.drain_published()) == []
     # WHEN the step reports it, with its key's billed totals
     outcome = {
@@ -477,7 +477,7 @@ def test_the_handler_accounts_through_the_environment(aws, ledger, monkeypatch):
         handler({"Records": [_model_step()]}, None)
     finally:
         handler_module._ledger.cache_clear()
-    assert upload_item(aws.session, "u-123")["failed_total"] == 1
+    assert upload_item("u-123")["failed_total"] == 1
 
 
 def _transient(message_id, generation=None, letter_id="a" * 64, attempt="3 of 3"):
@@ -525,7 +525,7 @@ def test_an_upload_waits_for_every_step_report_even_when_another_row_closes_it(a
     # WHEN the upload's other row is labelled: every valid row is accounted for
     ledger.row_classified("u-123", 7, "hot")
     # THEN it stays open: the failed row's billed requests are not counted yet
-    assert upload_item(aws.session, "u-123")["status"] == "classifying"
+    assert upload_item("u-123")["status"] == "classifying"
     assert completed_events(aws.drain_published()) == []
     # WHEN the step reports row 3 with its key's 3 requests, and again (a duplicate)
     outcome = {
@@ -538,7 +538,7 @@ def test_an_upload_waits_for_every_step_report_even_when_another_row_closes_it(a
     # THEN it closes once, with them
     [event] = completed_events(aws.drain_published())
     assert event["detail"]["model_requests"] == 3
-    assert int(upload_item(aws.session, "u-123")["awaiting_reports"]) == 0
+    assert int(upload_item("u-123")["awaiting_reports"]) == 0
 
 
 def test_a_step_report_that_never_comes_is_closed_by_the_sweeper_at_the_deadline(aws, ledger):

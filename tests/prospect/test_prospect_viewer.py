@@ -628,7 +628,7 @@ def test_retry_works_end_to_end_through_the_signing_proxy(seeded):
 def with_uploads(seeded, monkeypatch):
     from .viewer_data import UPLOADS_TABLE, create_uploads_table, seed_uploads
 
-    seed_uploads(create_uploads_table(seeded.session))
+    seed_uploads(create_uploads_table())
     monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
     return seeded
 

@@ -53,7 +53,7 @@ def page(aws, browser, monkeypatch):
     from prospect_viewer.local_server import serve
 
     seed(aws.failures_table)
-    seed_uploads(create_uploads_table(aws.session))
+    seed_uploads(create_uploads_table())
     monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
     context = browser.new_context()
     # Belt and braces: the page may only ever talk to the local server.

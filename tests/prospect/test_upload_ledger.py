@@ -62,7 +62,7 @@ def new_ledger(aws, clock, model_price=None, **options):
 
 @pytest.fixture
 def ledger(aws, clock):
-    create_upload_tables(aws.session)
+    create_upload_tables()
     return new_ledger(aws, clock)
 
 
@@ -100,7 +100,7 @@ def test_begin_opens_the_upload_once(aws, ledger):
     first = ledger.begin("u-1", bucket="b", key="in/a.csv")
     second = ledger.begin("u-1", bucket="b", key="other.csv")
     # THEN the first call wins and the item starts with zero counts
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert (first, second) == (True, False)
     assert (item["status"], item["key"]) == ("splitting", "in/a.csv")
     assert item["classified"] == {} and item["failed"] == {} and item["model_requests"] == 0
@@ -144,7 +144,7 @@ def test_every_valid_row_accounted_completes_once_with_all_counts(aws, ledger):
         "state": "complete_with_failures", "labelled": 2,
         "status_text": "complete with failures: 2 labelled, 1 failed, 1 invalid",
     }  # fmt: skip
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert item["status"] == "completed" and "summary_published_at" in item
     assert "sweep_shard" not in item  # out of the sweeper's index
 
@@ -157,7 +157,7 @@ def test_a_row_counts_once_whatever_its_deliveries(aws, ledger):
     assert ledger.row_classified("u-1", 1, "hot", REPLAYED) is RowAccounted.DUPLICATE
     ledger.record_outcome(row_event(row_number=1), REPLAYED)
 
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert item["classified"] == {"hot": 1} and item["classified_total"] == 1
     assert (item["duplicates_suppressed"], item["requests_saved"]) == (2, 2)
     assert item["model_requests"] == 1
@@ -175,7 +175,7 @@ def test_the_recorder_and_the_runtime_reporting_one_dead_letter_count_it_once(aw
     ledger.row_failed("u-1", 1, "RateLimitExhausted")
     ledger.record_outcome(row_event(), dead)
 
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert item["failed"] == {"RateLimitExhausted": 1} and item["failed_total"] == 1
     assert item["duplicates_suppressed"] == 0
     assert len(completed_events(aws.drain_published())) == 1
@@ -217,7 +217,7 @@ def test_concurrent_last_rows_emit_exactly_one_event(aws, ledger):
         thread.join()
 
     assert len(completed_events(aws.drain_published())) == 1
-    assert upload_item(aws.session, "u-1")["classified_total"] == rows
+    assert upload_item("u-1")["classified_total"] == rows
 
 
 def test_a_late_row_after_completion_updates_counts_but_sends_nothing(aws, ledger):
@@ -230,7 +230,7 @@ def test_a_late_row_after_completion_updates_counts_but_sends_nothing(aws, ledge
     result = ledger.row_classified("u-1", 1, "hot", billed())
 
     assert result is RowAccounted.RECLASSIFIED
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert item["classified"] == {"hot": 1} and item["failed"] == {"InternalServerError": 0}
     assert (item["classified_total"], item["failed_total"]) == (1, 0)
     assert completed_events(aws.drain_published()) == []
@@ -245,7 +245,7 @@ def test_rate_limited_and_retry_deliveries_only_add_counters(aws, ledger):
     ledger.record_outcome(row_event(), {**limited, "status": "retry", "rate_limited": 0,
                                         "model_requests": 1})  # fmt: skip
 
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert (item["rate_limited"], item["model_requests"], item["classified_total"]) == (1, 1, 0)
 
 
@@ -278,7 +278,7 @@ def test_a_key_replayed_after_its_billed_delivery_was_lost_is_counted_from_its_t
     ledger.record_outcome(row_event(), keyed(requests=1, replayed=True, tokens=(100, 2)))
     ledger.record_outcome(row_event(), keyed(requests=1, replayed=True, tokens=(100, 2)))
     # THEN the key's one request and its tokens are counted, once
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert (item["model_requests"], item["input_tokens"], item["output_tokens"]) == (1, 100, 2)
     assert (item["requests_saved"], item["duplicates_suppressed"]) == (2, 1)
 
@@ -288,7 +288,7 @@ def test_a_keys_failed_attempts_count_once_through_its_terminal_totals(aws, ledg
     for _ in range(2):  # two billed 500s: counted by the key's totals, not here
         ledger.record_outcome(row_event(), keyed("retry", billed=1))
     ledger.record_outcome(row_event(), keyed(requests=3, billed=1, tokens=(10, 1)))
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert item["model_requests"] == 3 and item["input_tokens"] == 30
 
 
@@ -298,7 +298,7 @@ def test_an_operator_retry_that_fails_again_counts_its_own_key(aws, ledger):
     ledger.row_failed("u-1", 1, "InternalServerError")  # the recorder, first
     for key in ("model-step#k1", "model-step#k1", "model-step#retry1"):
         ledger.record_outcome(row_event(), keyed("dead_lettered", key=key, requests=3))
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert item["failed"] == {"InternalServerError": 1}
     assert item["model_requests"] == 6  # 3 for the key, 3 for its retry: each once
 
@@ -310,14 +310,14 @@ def test_a_reclassifying_retry_counts_its_key_once(aws, ledger):
     retried = keyed(key="model-step#retry1", requests=1, billed=1, tokens=(7, 1))
     assert ledger.row_classified("u-1", 1, "hot", retried) is RowAccounted.RECLASSIFIED
     assert ledger.row_classified("u-1", 1, "hot", retried) is RowAccounted.DUPLICATE
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert (item["model_requests"], item["input_tokens"]) == (2, 7)
 
 
 def test_rows_of_an_unknown_upload_are_not_accounted(aws, ledger):
     assert ledger.row_classified("ghost", 1, "hot", billed()) is RowAccounted.UNKNOWN_UPLOAD
     ledger.record_delivery("ghost", billed())
-    assert upload_item(aws.session, "ghost") is None
+    assert upload_item("ghost") is None
 
 
 def test_rejection_closes_the_upload_even_without_begin(aws, ledger):
@@ -345,7 +345,7 @@ def test_sweeper_closes_an_overdue_upload_as_incomplete_once(aws, ledger, clock)
     assert (event["detail"]["status"], event["detail"]["missing"]) == ("incomplete", 2)
     # A straggler is still counted, and no second summary goes out.
     ledger.row_classified("u-1", 2, "cold", billed())
-    assert upload_item(aws.session, "u-1")["classified_total"] == 2
+    assert upload_item("u-1")["classified_total"] == 2
     assert completed_events(aws.drain_published()) == []
 
 
@@ -369,7 +369,7 @@ def test_a_failed_publish_is_retried_by_the_sweeper_after_the_lease(aws, ledger,
     with pytest.raises(ClientError):
         ledger.row_classified("u-1", 1, "hot", billed())
     ledger._events.meta.events.unregister("before-call.events.PutEvents", refuse)
-    assert upload_item(aws.session, "u-1")["status"] == "completed"
+    assert upload_item("u-1")["status"] == "completed"
     # THEN a retry within the lease does not publish, the sweeper after it does, once
     ledger.row_classified("u-1", 1, "hot", REPLAYED)
     assert completed_events(aws.drain_published()) == []
@@ -381,7 +381,7 @@ def test_a_failed_publish_is_retried_by_the_sweeper_after_the_lease(aws, ledger,
 
 def test_a_throttled_completion_event_is_sent_again(aws, clock):
     # GIVEN the bus throttles the first completion entry it sees
-    create_upload_tables(aws.session)
+    create_upload_tables()
     flaky = FlakyPutEvents(lambda call, entries: {0} if call == 1 else set()).install(aws.session)
     sleeps: list[float] = []
     ledger = new_ledger(aws, clock, sleep=sleeps.append)
@@ -392,11 +392,11 @@ def test_a_throttled_completion_event_is_sent_again(aws, clock):
     # THEN the entry was re-sent after one backoff, published once and marked sent
     assert (flaky.calls, len(sleeps)) == (2, 1)
     assert len(completed_events(aws.drain_published())) == 1
-    assert upload_item(aws.session, "u-1")["summary_published_at"]
+    assert upload_item("u-1")["summary_published_at"]
 
 
 def test_a_rejected_completion_event_raises_at_once_and_is_published_later(aws, clock):
-    create_upload_tables(aws.session)
+    create_upload_tables()
     FlakyPutEvents(lambda call, entries: {0} if call == 1 else set(), "MalformedDetail").install(
         aws.session
     )
@@ -428,7 +428,7 @@ def test_the_classifier_hook_accounts_through_the_environment(aws, monkeypatch):
     # GIVEN the classify function's environment as the stack sets it
     from prospect_classifier import accounting
 
-    create_upload_tables(aws.session)
+    create_upload_tables()
     monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
     monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
     monkeypatch.setattr(accounting, "_ledger", None)
@@ -436,7 +436,7 @@ def test_the_classifier_hook_accounts_through_the_environment(aws, monkeypatch):
     # WHEN the hook sees a completed delivery
     accounting.record_outcome(row_event(), billed())
     # THEN the row is counted
-    assert upload_item(aws.session, "u-1")["classified"] == {"hot": 1}
+    assert upload_item("u-1")["classified"] == {"hot": 1}
 
 
 def test_the_classifier_hook_is_off_without_an_uploads_table(aws, monkeypatch):
@@ -451,7 +451,7 @@ def test_the_classifier_hook_is_off_without_an_uploads_table(aws, monkeypatch):
 def test_the_sweeper_handler_sweeps_with_the_environment(aws, monkeypatch):
     from upload_accounting import sweeper
 
-    create_upload_tables(aws.session)
+    create_upload_tables()
     monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
     monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
     monkeypatch.setenv("UPLOAD_DEADLINE_SECONDS", "1")
@@ -468,13 +468,13 @@ def test_the_sweeper_handler_sweeps_with_the_environment(aws, monkeypatch):
         sweeper._ledger.cache_clear()
     # THEN the upload is closed as incomplete, one row missing
     assert result == {"swept": {"u-1": "incomplete"}}
-    assert upload_item(aws.session, "u-1")["missing"] == 1
+    assert upload_item("u-1")["missing"] == 1
 
 
 def test_the_summary_reports_cache_tokens_dollars_and_savings(aws, clock):
     from prospect_contract.cost import Price
 
-    create_upload_tables(aws.session)
+    create_upload_tables()
     price = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
     ledger = new_ledger(aws, clock, model_price=price)
     ledger.begin("u-1", bucket="b", key="in/a.csv")
@@ -510,7 +510,7 @@ HAIKU_4_5_PRICE = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1,
 
 def _priced_upload(aws, clock, price: Price, rows: int) -> UploadLedger:
     """A ledger at ``price`` with upload ``u-1`` split into ``rows`` valid rows."""
-    create_upload_tables(aws.session)
+    create_upload_tables()
     ledger = new_ledger(aws, clock, model_price=price)
     ledger.begin("u-1", bucket="b", key="in/a.csv")
     ledger.split_finished("u-1", rows=rows, valid=rows, invalid=0)
@@ -559,7 +559,7 @@ def batch_billed(batch_id: str, input_tokens: int = 100, output_tokens: int = 2)
 def test_batch_answers_count_batch_requests_tokens_and_batches_at_half_price(aws, clock):
     from prospect_contract.cost import Price
 
-    create_upload_tables(aws.session)
+    create_upload_tables()
     price = Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1, batch_discount=0.5)
     ledger = new_ledger(aws, clock, model_price=price)
     ledger.begin("u-1", bucket="b", key="in/a.csv")
@@ -593,13 +593,13 @@ def test_a_batch_upload_is_waiting_in_batch_until_its_rows_are_answered(aws, led
     ledger.split_finished("u-1", rows=3, valid=3, invalid=0, delivery="batch")
     ledger.row_classified("u-1", 1, "hot", batch_billed("msgbatch_a"))
     # WHEN the viewer shows the upload with one row answered
-    view = upload_view(upload_item(aws.session, "u-1"))
+    view = upload_view(upload_item("u-1"))
     # THEN two rows are waiting in batch, one batch answered
     assert (view["delivery"], view["waiting_in_batch"], view["batches"]) == ("batch", 2, 1)
     assert view["batch_requests"] == 1 and view["batch_tokens"] == 102
     ledger.row_classified("u-1", 2, "hot", batch_billed("msgbatch_a"))
     ledger.row_failed("u-1", 3, "invalid_request_error")
-    assert upload_view(upload_item(aws.session, "u-1"))["waiting_in_batch"] == 0
+    assert upload_view(upload_item("u-1"))["waiting_in_batch"] == 0
 
 
 def _upload_metric_documents(out: str) -> list[dict]:
@@ -642,5 +642,5 @@ def test_a_keys_dollars_count_once_from_its_totals_at_the_price_it_was_billed(aw
     ledger.record_outcome(row_event(), {**terminal, "cost_usd": 0.0001})
     ledger.record_outcome(row_event(), {**terminal, "replayed": True, "cost_usd": 0.0})
     # THEN the key's dollars are counted once, from its totals (billionths of a dollar)
-    item = upload_item(aws.session, "u-1")
+    item = upload_item("u-1")
     assert (item["cost_nanousd"], item["priced_requests"]) == (300_000, 3)

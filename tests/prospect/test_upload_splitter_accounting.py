@@ -24,7 +24,7 @@ INVALID = "not-an-email,Bo,Li,Acme,CEO,US,"
 
 @pytest.fixture
 def split(aws, monkeypatch, lambda_context):
-    create_upload_tables(aws.session)
+    create_upload_tables()
     monkeypatch.setenv("UPLOADS_TABLE_NAME", UPLOADS_TABLE)
     monkeypatch.setenv("UPLOAD_ROWS_TABLE_NAME", UPLOAD_ROWS_TABLE)
     monkeypatch.setenv("FAILURE_RETENTION_DAYS", "30")
@@ -41,7 +41,7 @@ def test_a_split_upload_waits_for_its_rows_then_completes_once(aws, split):
     # WHEN the splitter publishes two valid rows and records one invalid
     result = split("in/today.csv", VALID, INVALID, VALID)
     # THEN the upload is classifying with the split's counts, and no summary yet
-    item = upload_item(aws.session, result["upload_id"])
+    item = upload_item(result["upload_id"])
     assert (item["status"], item["key"]) == ("classifying", "in/today.csv")
     assert (item["rows"], item["valid"], item["invalid"]) == (3, 2, 1)
     assert completed_events(aws.drain_published()) == []
@@ -59,7 +59,7 @@ def test_a_rejected_upload_is_closed_at_once(aws, split, monkeypatch):
     assert result["status"] == "rejected"
     [event] = completed_events(aws.drain_published())
     assert event["detail"]["status"] == "rejected" and "bytes" in event["detail"]["reason"]
-    assert upload_item(aws.session, result["upload_id"])["status"] == "rejected"
+    assert upload_item(result["upload_id"])["status"] == "rejected"
 
 
 def test_splitter_failure_items_expire(aws, split):
