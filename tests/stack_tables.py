@@ -90,7 +90,14 @@ def create_table_request(construct_path: str, name: str) -> dict[str, Any]:
 def create_stack_table(session: Any, construct_path: str, name: str) -> Any:
     """Create the table at ``construct_path`` in moto as ``name``, with its TTL, and return
     its boto3 ``Table`` resource. ``session`` is a boto3 session inside ``mock_aws``."""
-    client = session.client("dynamodb")
+    create_stack_table_with(session.client("dynamodb"), construct_path, name)
+    return session.resource("dynamodb").Table(name)
+
+
+def create_stack_table_with(client: Any, construct_path: str, name: str) -> None:
+    """Create the table at ``construct_path`` in moto as ``name``, with its TTL, through
+    ``client`` (a DynamoDB client inside ``mock_aws``; moto's tables belong to the account,
+    not to a client, so a client made once for the run serves)."""
     client.create_table(**create_table_request(construct_path, name))
     ttl = table_properties(construct_path).get("TimeToLiveSpecification")
     if ttl and ttl.get("Enabled"):
@@ -98,4 +105,3 @@ def create_stack_table(session: Any, construct_path: str, name: str) -> Any:
             TableName=name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
         )
-    return session.resource("dynamodb").Table(name)

@@ -3,7 +3,6 @@ to the same call: a newer moto that changes either side fails here, not in a sch
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,19 +27,11 @@ MESSAGE_ATTRIBUTES = {
 
 
 @pytest.fixture
-def session() -> Iterator[boto3.session.Session]:
-    keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-    saved = {name: os.environ.get(name) for name in keys}
-    os.environ.update(keys)
-    try:
-        with mock_aws():
-            yield boto3.session.Session(region_name="us-east-1")
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def session(monkeypatch: pytest.MonkeyPatch) -> Iterator[boto3.session.Session]:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield boto3.session.Session(region_name="us-east-1")
 
 
 def _without(message: dict[str, Any], *names: str) -> dict[str, Any]:

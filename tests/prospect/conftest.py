@@ -176,14 +176,7 @@ def s3_event(
 def create_table(construct_path: str, name: str) -> Any:
     """``tests.stack_tables.create_stack_table`` through the fixtures' client (moto's tables
     belong to the account, not to a client): its ``Table`` resource, one for the run."""
-    client = fixture_client("dynamodb")
-    client.create_table(**stack_tables.create_table_request(construct_path, name))
-    ttl = stack_tables.table_properties(construct_path).get("TimeToLiveSpecification")
-    if ttl and ttl.get("Enabled"):
-        client.update_time_to_live(
-            TableName=name,
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
-        )
+    stack_tables.create_stack_table_with(fixture_client("dynamodb"), construct_path, name)
     return fixture_table(name)
 
 

@@ -160,18 +160,12 @@ def fixture_client(service_name: str) -> Any:
 
 
 def _create_stack_table(construct_path: str, name: str) -> None:
-    """``stack_tables.create_stack_table`` through the fixtures' client, without the
-    ``Table`` resource it returns (a resource is about 10 ms to build, unused here)."""
-    from tests import stack_tables  # laid out as the stacks define them
+    """A table laid out as the stacks define it, through the fixtures' client, without the
+    ``Table`` resource ``stack_tables.create_stack_table`` returns (about 10 ms to build,
+    unused here)."""
+    from tests import stack_tables
 
-    client = fixture_client("dynamodb")
-    client.create_table(**stack_tables.create_table_request(construct_path, name))
-    ttl = stack_tables.table_properties(construct_path).get("TimeToLiveSpecification")
-    if ttl and ttl.get("Enabled"):
-        client.update_time_to_live(
-            TableName=name,
-            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
-        )
+    stack_tables.create_stack_table_with(fixture_client("dynamodb"), construct_path, name)
 
 
 def create_resources() -> Aws:
