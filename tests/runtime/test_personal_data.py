@@ -251,7 +251,9 @@ class Schedules:
 
 def _stored_reasons(seen: set[str]) -> list[str]:
     """Every ``error_message`` stored in the idempotency table (results and hand-offs) by
-    items not in ``seen``, which this adds them to."""
+    items not in ``seen``, which this adds them to. The scan asks for the items whose data
+    holds one, every page of them: the table keeps every schedule's items, and reading them
+    all after each schedule made the module's cost grow with the square of its schedules."""
     reasons: list[str] = []
 
     def walk(value: Any) -> None:
@@ -264,8 +266,18 @@ def _stored_reasons(seen: set[str]) -> list[str]:
             for inner in value:
                 walk(inner)
 
-    items = boto3_session().client("dynamodb").scan(TableName="idempotency")["Items"]
-    for item in items:
+    pages = (
+        boto3_session()
+        .client("dynamodb")
+        .get_paginator("scan")
+        .paginate(
+            TableName="idempotency",
+            FilterExpression="contains(#data, :name)",
+            ExpressionAttributeNames={"#data": "data"},
+            ExpressionAttributeValues={":name": {"S": '"error_message"'}},
+        )
+    )
+    for item in (item for page in pages for item in page["Items"]):
         if item["id"]["S"] in seen:
             continue
         seen.add(item["id"]["S"])
