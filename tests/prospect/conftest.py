@@ -5,7 +5,6 @@ Everything runs in-process against moto; nothing leaves the machine.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests import stack_tables
+from tests.fixture_clients import fixture_client, fixture_table
 
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
@@ -40,34 +40,6 @@ class FakeLambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms
-
-
-@functools.cache
-def _fixture_session() -> boto3.session.Session:
-    """The session of the fixtures' and helpers' own clients, one for the run.
-
-    Building a client or a resource costs 10 ms of CPU (most of it copying the session's
-    event hooks), and the helpers below built one on every call: ``put_csv`` a new S3
-    client per upload, ``failures`` a new resource per read. moto's interception is global
-    once moto is imported, so a client made in one test's ``mock_aws`` talks to the next
-    test's fresh moto as a new one would. No test registers a hook on this session: a hook
-    a test registers on :attr:`ProspectAws.session` reaches what the test and the handlers
-    make from that session, never these helpers (no helper's call was hooked before
-    either: the tests hook EventBridge's ``PutEvents``, and one a DynamoDB ``UpdateItem``,
-    which no helper makes)."""
-    return boto3.session.Session(region_name=REGION)
-
-
-@functools.cache
-def fixture_client(service_name: str) -> Any:
-    """The fixtures' and helpers' client of ``service_name`` (see ``_fixture_session``)."""
-    return _fixture_session().client(service_name)
-
-
-@functools.cache
-def fixture_table(name: str) -> Any:
-    """The helpers' ``Table`` resource of ``name`` (see ``_fixture_session``)."""
-    return _fixture_session().resource("dynamodb").Table(name)
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests import stack_tables
+from tests.fixture_clients import fixture_table
 
-from .conftest import create_table, fixture_table
+from .conftest import create_table
 
 UPLOADS_TABLE = "prospect-uploads"
 UPLOAD_ROWS_TABLE = "prospect-upload-rows"

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests import stack_tables
+from tests.fixture_clients import fixture_table
 
-from .conftest import ROWS_TABLE, create_table, fixture_table
+from .conftest import ROWS_TABLE, create_table
 
 XSS_ROW = '<script>window.__xss = 1</script>,<img src=x onerror="window.__xss=2">,x,Acme,,,'
 

@@ -7,7 +7,6 @@ Real handler code, real Powertools, the real Anthropic SDK over HTTP to a fake M
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 import time
@@ -15,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from io import StringIO
-from typing import Any
 
 import boto3
 import pytest
@@ -26,6 +24,7 @@ from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
 from tests.fakes import FakeMessagesAPI
+from tests.fixture_clients import fixture_client
 
 from .prompts import shipped
 
@@ -144,37 +143,13 @@ def aws_env(monkeypatch):
     monkeypatch.setenv("HOME", "/nonexistent-home-for-tests")
 
 
-@functools.cache
-def fixture_client(service_name: str) -> Any:
-    """The fixtures' own client of ``service_name``, one for the run.
-
-    A client costs about 5 ms of CPU to create (most of it copying the session's event
-    hooks), and ``create_resources`` made seven per test (two of them inside
-    ``create_stack_table`` with a ``Table`` resource it did not use), about 40 of its 100 ms.
-    moto's interception is global once moto is imported, so a client made in one test's
-    ``mock_aws`` talks to the next test's fresh moto as a new one would. They come from a
-    session of their own, whose hooks no fixture or test registers on: like the per-test
-    clients they replace (made before any fixture registered a hook on the shared session),
-    they never see the hooks of a test (``buffer``'s call recorder, a ``killer``)."""
-    return boto3.session.Session(region_name=REGION).client(service_name)
-
-
-def _create_stack_table(construct_path: str, name: str) -> None:
-    """A table laid out as the stacks define it, through the fixtures' client, without the
-    ``Table`` resource ``stack_tables.create_stack_table`` returns (about 10 ms to build,
-    unused here)."""
-    from tests import stack_tables
-
-    stack_tables.create_stack_table_with(fixture_client("dynamodb"), construct_path, name)
-
-
 def create_resources() -> Aws:
     """Create the idempotency table, DLQ, secret and prospects table (moto must be active)."""
-    from tests import stack_tables
+    from tests import stack_tables  # laid out as the stacks define them
 
-    _create_stack_table(stack_tables.MODEL_STEP_TABLE, TABLE)
-    _create_stack_table(stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE)
     dynamodb = fixture_client("dynamodb")
+    stack_tables.create_stack_table_with(dynamodb, stack_tables.MODEL_STEP_TABLE, TABLE)
+    stack_tables.create_stack_table_with(dynamodb, stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE)
     sqs = fixture_client("sqs")
     queue_url = sqs.create_queue(QueueName="model-step-dlq")["QueueUrl"]
     secrets = fixture_client("secretsmanager")

@@ -14,10 +14,11 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 from model_step.result_events import COMPLETED, DEAD_LETTERED, MAX_DEDUPLICATION_ID
 
+from tests.fixture_clients import fixture_client
+
 from .conftest import (
     FakeLambdaContext,
     boto3_session,
-    fixture_client,
     make_event,
     prospect_detail,
 )
