@@ -6,6 +6,13 @@ after it, 413 and 429), a result type per request (succeeded, errored invalid/ap
 expired, canceled), a results stream dropped halfway, and kills at random DynamoDB calls of
 the handler and of the ticks (``LambdaKilled`` before the call is made: nothing after it
 runs). A killed delivery is handed over again, a killed tick is followed by a new container.
+
+Deliveries and ticks run in one warm execution environment, as Lambda reuses one between
+invocations: the ``ModelStep`` (its clients, its Powertools objects, the API key read from
+Secrets Manager) is built on the first invocation and kept until a kill. A kill, and only a
+kill, ends the environment: the next invocation starts a new one (a cold start), with nothing
+the killed one held in memory. Nothing else in the schedule is a cold start.
+
 Whatever the schedule, per key: at most one billed request over every batch, and a stored
 label or a stored coded dead letter; at least one terminal ``on_outcome`` per key (a kill
 right after ``on_outcome`` returned, before the row is marked, calls it again).
@@ -49,6 +56,26 @@ def killer():
     events.unregister("before-send.dynamodb", before_send)
 
 
+class ExecutionEnvironment:
+    """One Lambda execution environment: its ``ModelStep`` is built on the first invocation
+    and reused by the next ones until :meth:`kill`."""
+
+    def __init__(self, make_step, outcomes) -> None:
+        self._make_step = make_step
+        self._outcomes = outcomes
+        self._step = None
+
+    def step(self):
+        """The warm step, or a new one if the environment is cold."""
+        if self._step is None:
+            self._step = self._make_step(on_outcome=self._outcomes)
+        return self._step
+
+    def kill(self) -> None:
+        """The invocation died: the next one starts a new environment."""
+        self._step = None
+
+
 def expire_held_records(aws) -> None:
     """A killed invocation's record locks expire at its deadline (Powertools reads the
     wall clock, which the test does not move): set them in the past, as that time passing
@@ -82,6 +109,7 @@ def test_a_random_fault_schedule_ends_every_key_once(
     chunks = [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
     clock.shift(2)
     kills_left = 3
+    lambda_env = ExecutionEnvironment(make_step, outcomes)
 
     # Each buffer delivery, handed over again after each kill (SQS keeps the messages).
     for chunk in chunks:
@@ -91,13 +119,14 @@ def test_a_random_fault_schedule_ends_every_key_once(
                 killer["at"] = rng.randint(1, 12 * len(chunk))
                 kills_left -= 1
             try:
-                make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
+                lambda_env.step().handle(delivery, FakeLambdaContext())
                 break
             except LambdaKilled:
+                lambda_env.kill()
                 expire_held_records(batch_env)
                 continue
         killer["at"] = None
-        make_step(on_outcome=outcomes).handle(delivery, FakeLambdaContext())
+        lambda_env.step().handle(delivery, FakeLambdaContext())
 
     # Ticks, some killed, until nothing is open.
     for _ in range(40):
@@ -106,8 +135,9 @@ def test_a_random_fault_schedule_ends_every_key_once(
             killer["at"] = rng.randint(1, 30)
             kills_left -= 1
         try:
-            summary = tick(make_step(on_outcome=outcomes), remaining_millis=120_000)
+            summary = tick(lambda_env.step(), remaining_millis=120_000)
         except LambdaKilled:
+            lambda_env.kill()
             killer["at"] = None
             clock.shift(121)  # the killed tick's lease ends with its deadline...
             expire_held_records(batch_env)  # ...and so do the record locks it held
