@@ -17,7 +17,7 @@ from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests import stack_tables
-from tests.fixture_clients import fixture_client, fixture_table
+from tests.fixture_clients import fixture_client, fixture_table, fresh_moto_account
 
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
@@ -49,9 +49,17 @@ class ProspectAws:
     ``session`` is the test's own (hooks a test registers on it reach the clients made from
     it afterwards, the handlers' included); the helpers use the fixtures' clients."""
 
-    session: boto3.session.Session
     capture_queue_url: str
     _etags: dict[str, str] = field(default_factory=dict)
+    _session: boto3.session.Session | None = None
+
+    @property
+    def session(self) -> boto3.session.Session:
+        """The test's own session, made on first use: a session costs about 9 ms of CPU
+        (botocore registers its few hundred handlers), and most tests never ask for one."""
+        if self._session is None:
+            self._session = boto3.session.Session(region_name=REGION)
+        return self._session
 
     @property
     def s3(self) -> Any:
@@ -176,8 +184,16 @@ def _create_resources() -> str:
     return queue_url
 
 
+@pytest.fixture(scope="module")
+def moto_patching() -> Iterator[None]:
+    """moto, started once for the module: each test empties the account
+    (``tests.fixture_clients.fresh_moto_account``)."""
+    with mock_aws():
+        yield
+
+
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProspectAws]:
+def aws(monkeypatch: pytest.MonkeyPatch, moto_patching: None) -> Iterator[ProspectAws]:
     """Fresh moto account with the stack's resources and the Lambda env vars set."""
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
@@ -201,9 +217,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProspectAws]:
         "PAGE_SIZE",
     ):
         monkeypatch.delenv(name, raising=False)
-    with mock_aws(), atomic_dynamodb_writes():
-        session = boto3.session.Session(region_name=REGION)
-        yield ProspectAws(session=session, capture_queue_url=_create_resources())
+    with fresh_moto_account(), atomic_dynamodb_writes():
+        yield ProspectAws(capture_queue_url=_create_resources())
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
 from tests.fakes import FakeMessagesAPI
-from tests.fixture_clients import fixture_client
+from tests.fixture_clients import fixture_client, fresh_moto_account
 
 from .prompts import shipped
 
@@ -164,9 +164,18 @@ def atomic_moto_put_item():
         yield
 
 
-@pytest.fixture
-def aws(aws_env, atomic_moto_put_item) -> Iterator[Aws]:
+@pytest.fixture(scope="module")
+def moto_patching() -> Iterator[None]:
+    """moto, started once for the module: each test empties the account
+    (``tests.fixture_clients.fresh_moto_account``)."""
     with mock_aws():
+        yield
+
+
+@pytest.fixture
+def aws(aws_env, atomic_moto_put_item, moto_patching) -> Iterator[Aws]:
+    """An empty moto account with the step's resources, emptied again after the test."""
+    with fresh_moto_account():
         yield create_resources()
 
 
