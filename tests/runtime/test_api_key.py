@@ -8,10 +8,11 @@ import time
 import pytest
 from model_step import ConfigurationError
 
+from tests.fixture_clients import fixture_client
+
 from .conftest import (
     SECRET_VALUE,
     FakeLambdaContext,
-    boto3_session,
     log_records,
     make_event,
     prospect_detail,
@@ -31,7 +32,7 @@ def test_api_key_is_read_from_secrets_manager(make_step, fake_api):
 
 
 def test_secret_may_be_json_with_api_key_field(make_step, fake_api, model_env):
-    boto3_session().client("secretsmanager").put_secret_value(
+    fixture_client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString=json.dumps({"api_key": "sk-from-json"})
     )
     make_step().handle(make_event(), FakeLambdaContext())
@@ -41,7 +42,7 @@ def test_secret_may_be_json_with_api_key_field(make_step, fake_api, model_env):
 def test_secret_is_cached_for_its_max_age(make_step, fake_api, model_env, monkeypatch):
     step = make_step()
     step.handle(make_event(), FakeLambdaContext())
-    secrets = boto3_session().client("secretsmanager")
+    secrets = fixture_client("secretsmanager")
     secrets.put_secret_value(SecretId=model_env.secret_arn, SecretString="sk-rotated")
 
     # Within API_KEY_MAX_AGE_SECONDS (default 300) a warm container keeps the cached key...
@@ -58,7 +59,7 @@ def test_a_warm_container_picks_up_a_rotated_key_after_max_age(
     monkeypatch.setenv("API_KEY_MAX_AGE_SECONDS", "1")
     step = make_step()
     step.handle(make_event(), FakeLambdaContext())
-    boto3_session().client("secretsmanager").put_secret_value(
+    fixture_client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString="sk-rotated"
     )
     time.sleep(1.2)
@@ -69,7 +70,7 @@ def test_a_warm_container_picks_up_a_rotated_key_after_max_age(
 def test_a_401_rereads_the_secret_and_retries_once(make_step, fake_api, model_env, capsys):
     step = make_step()
     step.handle(make_event(), FakeLambdaContext())  # caches the first key
-    boto3_session().client("secretsmanager").put_secret_value(
+    fixture_client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString="sk-rotated"
     )
     fake_api.script = [200, 401, 200]
@@ -101,7 +102,7 @@ def test_a_401_on_the_reread_key_too_is_dead_lettered_after_one_retry(
 ):
     step = make_step()
     step.handle(make_event(), FakeLambdaContext())
-    boto3_session().client("secretsmanager").put_secret_value(
+    fixture_client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString="sk-also-revoked"
     )
     fake_api.script = [200, 401, 401]
@@ -125,7 +126,7 @@ def test_a_key_with_control_characters_is_refused_without_showing_it(
     make_step, fake_api, model_env, bad
 ):
     key = bad.encode().decode("unicode_escape")
-    boto3_session().client("secretsmanager").put_secret_value(
+    fixture_client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString=key
     )
     with pytest.raises(ConfigurationError, match="control characters") as raised:

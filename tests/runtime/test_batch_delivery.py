@@ -9,6 +9,7 @@ import json
 import pytest
 
 from constructs_lib.local_engine.message_batches import CreateFault
+from tests.fixture_clients import fixture_client
 
 from .batch_rows import (
     assert_every_key_ends_once,
@@ -83,7 +84,7 @@ def test_the_collector_reads_rows_a_page_at_a_time_and_deletes_each_answered_row
     # 10 lines in pages of 4, 4 and 2: one BatchGetItem each, besides the submission's own.
     assert calls.count("BatchGetItem") == 3 + 1
     assert calls.count("GetItem") < 10
-    items = boto3_session().client("dynamodb").scan(TableName=TABLE, ConsistentRead=True)
+    items = fixture_client("dynamodb").scan(TableName=TABLE, ConsistentRead=True)
     assert not [i for i in items["Items"] if "#batch-row#" in i["id"]["S"]]
 
 
@@ -532,7 +533,7 @@ def test_a_merged_submission_longer_than_one_item_lists_its_rows_in_parts(
     assert sorted(custom_id for custom_id, _ in batch.requests) == sorted(
         custom_id_for(step, event) for event in events
     )
-    items = boto3_session().client("dynamodb").scan(TableName=TABLE, ConsistentRead=True)
+    items = fixture_client("dynamodb").scan(TableName=TABLE, ConsistentRead=True)
     parts: dict[str, int] = {}
     for item in items["Items"]:
         if "#part#" in item["id"]["S"]:

@@ -14,9 +14,10 @@ from model_step.bedrock_batch_wire import custom_id_of_record, record_id_of
 from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs
 from constructs_lib.model_prices import PRICE_TABLE
 from tests.fakes import FakeBedrockRuntime
+from tests.fixture_clients import fixture_client
 
 from .batch_rows import PAST_GRACE, LambdaKilled, custom_id_for, rows, sqs_batch, stored, tick
-from .conftest import FakeLambdaContext, ShiftedClock, boto3_session
+from .conftest import FakeLambdaContext, ShiftedClock
 
 BUCKET = "step-batch-bucket"
 ROLE = "arn:aws:iam::123456789012:role/step-batch-role"
@@ -46,9 +47,10 @@ def jobs(model_env, buffer, monkeypatch) -> Iterator[LocalBedrockBatchJobs]:
     import model_step.clock
 
     monkeypatch.setattr(model_step.batch_limits, "BEDROCK_MIN_REQUESTS", 1)
-    boto3_session().client("s3").create_bucket(Bucket=BUCKET)
+    s3 = fixture_client("s3")
+    s3.create_bucket(Bucket=BUCKET)
     with LocalBedrockBatchJobs(
-        lambda: boto3_session().client("s3"),
+        lambda: s3,
         answer,
         clock=lambda: model_step.clock.now(),
         processing_delay=60,
@@ -101,7 +103,7 @@ def assert_each_key_ends_once(aws, step, jobs, events, outcomes) -> None:
 
 
 def s3_keys() -> list[str]:
-    listed = boto3_session().client("s3").list_objects_v2(Bucket=BUCKET)
+    listed = fixture_client("s3").list_objects_v2(Bucket=BUCKET)
     return [item["Key"] for item in listed.get("Contents", [])]
 
 

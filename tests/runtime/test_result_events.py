@@ -270,7 +270,7 @@ def test_on_a_v2_bus_the_deduplication_id_is_the_record_id(make_step, fake_api, 
 def model_env_items() -> list[dict]:
     from .conftest import TABLE
 
-    return boto3_session().client("dynamodb").scan(TableName=TABLE)["Items"]
+    return fixture_client("dynamodb").scan(TableName=TABLE)["Items"]
 
 
 def test_on_the_buffer_queue_a_failed_publish_is_a_batch_item_failure_then_published_once(
