@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,12 @@ from constructs_lib.local_engine.iam import (
     SecretArns,
     required_permissions,
 )
-from constructs_lib.prospect_uploader.local_run import RunOptions, check_invariants, run_pipeline
+from constructs_lib.prospect_uploader.local_run import (
+    RunOptions,
+    RunResult,
+    check_invariants,
+    run_pipeline,
+)
 
 HEADER = "email,first_name,last_name,company,title,country,notes\n"
 STACK = "ProspectUploader"
@@ -171,10 +177,66 @@ def test_a_role_missing_one_action_is_reported(cdk_out: Path, tmp_path: Path):
     assert "AccessDeniedException" in (tmp_path / "handlers.log").read_text()
 
 
+#: The three roles with records in the shared IdempotencyTable, and their key prefixes.
+RECORD_PREFIXES = {
+    "Splitter": "prospect-splitter.split_upload",
+    "Classify/Function": f"{STACK}/Classify",
+    "ClassifyBatch/Function": f"{STACK}/ClassifyBatch",
+}
+
+
+@dataclass
+class ProbedRun:
+    """The IAM-checked run of the real stack, then each role's DeleteItem on each prefix."""
+
+    result: RunResult
+    normal: int  # calls denied during the run
+    crossing: int  # probes denied
+    reached: list[tuple[str, str, bool]]  # (function, prefix, allowed)
+
+
 @pytest.fixture(scope="module")
-def clean_run(cdk_out: Path, tmp_path_factory):
+def probed_run(cdk_out: Path, tmp_path_factory) -> ProbedRun:
+    """One run for the tests of the clean run and of the record prefixes, probed before its
+    pipeline closes (no other run of this module meets it open)."""
+    from botocore.exceptions import ClientError
+
+    from constructs_lib.local_engine import identity
+    from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
+
     tmp = tmp_path_factory.mktemp("iam")
-    return run_pipeline(RunOptions(csv_path=_csv(tmp), cdk_out=cdk_out, log_file=tmp / "h.log"))
+    options = RunOptions(csv_path=_csv(tmp), cdk_out=cdk_out, log_file=tmp / "h.log")
+    with LocalPipeline(options) as pipeline:
+        result = pipeline.run()
+        iam, assembly = pipeline.engine.iam, pipeline.assembly
+        assert iam is not None and assembly is not None
+        normal = len(iam.denials)
+        client = pipeline.engine.aws.session.client("dynamodb")
+        spec = assembly.by_path_suffix("/IdempotencyTable/Resource", "AWS::DynamoDB::Table")
+        table = pipeline.engine.aws.ref(spec.logical_id)
+        reached: list[tuple[str, str, bool]] = []
+        for function in RECORD_PREFIXES:
+            resource = assembly.by_path_suffix(f"/{function}/Resource", "AWS::Lambda::Function")
+            for prefix in RECORD_PREFIXES.values():
+                # DeleteItem of an absent record: every one of the three roles may make it
+                # on its own records, and it changes nothing.
+                key = {"id": {"S": f"{prefix}#probe"}}
+                with identity.acting_as(resource.logical_id):
+                    try:
+                        client.delete_item(TableName=table, Key=key)
+                        allowed = True
+                    except ClientError as error:
+                        assert error.response["Error"]["Code"] == "AccessDeniedException"
+                        allowed = False
+                reached.append((function, prefix, allowed))
+        crossing = len(iam.denials) - normal
+    return ProbedRun(result, normal, crossing, reached)
+
+
+@pytest.fixture(scope="module")
+def clean_run(probed_run: ProbedRun) -> RunResult:
+    """The run's result, read when it settled (before the probes)."""
+    return probed_run.result
 
 
 def test_the_real_stack_makes_no_denied_call_and_lists_unused_grants(clean_run):
@@ -319,50 +381,13 @@ def test_a_prefix_with_wildcard_characters_is_matched_literally():
     assert role.decide(lookalike) == "implicit"
 
 
-def test_each_role_reaches_its_own_record_prefix_and_is_denied_another(cdk_out, tmp_path):
+def test_each_role_reaches_its_own_record_prefix_and_is_denied_another(probed_run):
     """The IAM-checked run of the real stack: its normal paths are denied nothing; a role
     reaching another function's records of the shared IdempotencyTable is denied."""
-    from botocore.exceptions import ClientError
-
-    from constructs_lib.local_engine import identity
-    from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
-
-    options = RunOptions(csv_path=_csv(tmp_path), cdk_out=cdk_out, log_file=tmp_path / "h.log")
-    with LocalPipeline(options) as pipeline:
-        result = pipeline.run()
-        normal = len(pipeline.engine.iam.denials)
-        client = pipeline.engine.aws.session.client("dynamodb")
-        spec = pipeline.assembly.by_path_suffix(
-            "/IdempotencyTable/Resource", "AWS::DynamoDB::Table"
-        )
-        table = pipeline.engine.aws.ref(spec.logical_id)
-        stack = "ProspectUploader"
-        prefixes = {
-            "Splitter": "prospect-splitter.split_upload",
-            "Classify/Function": f"{stack}/Classify",
-            "ClassifyBatch/Function": f"{stack}/ClassifyBatch",
-        }
-        reached: list[tuple[str, str, bool]] = []
-        for function in prefixes:
-            resource = pipeline.assembly.by_path_suffix(
-                f"/{function}/Resource", "AWS::Lambda::Function"
-            )
-            for prefix in prefixes.values():
-                # DeleteItem of an absent record: every one of the three roles may make it
-                # on its own records, and it changes nothing.
-                key = {"id": {"S": f"{prefix}#probe"}}
-                with identity.acting_as(resource.logical_id):
-                    try:
-                        client.delete_item(TableName=table, Key=key)
-                        allowed = True
-                    except ClientError as error:
-                        assert error.response["Error"]["Code"] == "AccessDeniedException"
-                        allowed = False
-                reached.append((function, prefix, allowed))
-        crossing = len(pipeline.engine.iam.denials) - normal
+    result, normal, crossing = probed_run.result, probed_run.normal, probed_run.crossing
     print(f"\nIAM-checked run: normal paths denied {normal}, cross-prefix calls denied {crossing}")
     assert result.iam_checked and result.classified == 1
     assert normal == 0
     assert crossing == 6 > 0
-    for function, prefix, allowed in reached:
-        assert allowed is (prefix == prefixes[function]), (function, prefix)
+    for function, prefix, allowed in probed_run.reached:
+        assert allowed is (prefix == RECORD_PREFIXES[function]), (function, prefix)

@@ -5,16 +5,23 @@ step at once. Its duplicate deliveries replay the stored outcome: no model reque
 second dead letter. The viewer's Retry (the real handler, in-process, under its own role)
 publishes the row again on RowBus with ``replay_generation`` 1: exactly one new request,
 and its own duplicate deliveries replay that generation's outcome.
+
+The faulted sample run (seed 7) whose deadline row is retried also shows where the run's
+faults end: in the failure store, within the retry bound (one run for both).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
+import pytest
+
 from constructs_lib.local_engine import identity
-from constructs_lib.prospect_uploader.local_run import RunOptions
+from constructs_lib.prospect_uploader.local_run import RunOptions, RunResult, check_invariants
 from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
 
 from .billing import assert_billed, late_attempts
@@ -135,21 +142,38 @@ def _viewer_get(pipeline: LocalPipeline, path: str, query: dict[str, str]) -> di
     return json.loads(answer["body"])
 
 
-def test_a_retried_deadline_row_bills_one_request_and_shows_its_own_outcome(
-    cdk_out: Path, tmp_path: Path
-):
-    # GIVEN a faulted run (seed 7) with a row whose every request times out: it ended
-    # ModelDeadlineExceeded after its 3 attempts
+@dataclass
+class DeadlineRetry:
+    """A faulted run (seed 7) and what the operator's Retry of its deadline row did."""
+
+    result: RunResult
+    item: dict[str, Any]
+    before: dict[str, Any]
+    answer: dict[str, Any]
+    billed_before: int
+    billed: int
+    late: int
+    after: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def deadline_retry(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> DeadlineRetry:
+    """The sample run with 30 % model faults (seed 7), each event twice, whose one row
+    every request of times out (ModelDeadlineExceeded after its 3 attempts), then Retry
+    pressed on that row. One run for the two tests that read it (the failure store's
+    outcome of the run, and the retry's); the pipeline is closed before they start, so
+    no other run of this module meets it open."""
+    tmp = tmp_path_factory.mktemp("deadline-retry")
     options = RunOptions(
         csv_path=SAMPLE,
         cdk_out=cdk_out,
         duplicates=2,
         fault_rate=0.3,
         seed=7,
-        log_file=tmp_path / "handlers.log",
+        log_file=tmp / "handlers.log",
     )
     with LocalPipeline(options) as pipeline:
-        pipeline.run()
+        result = pipeline.run()
         engine = pipeline.engine
         table = engine.aws.session.resource("dynamodb").Table(
             engine.environment["FAILURES_TABLE_NAME"]
@@ -159,37 +183,82 @@ def test_a_retried_deadline_row_bills_one_request_and_shows_its_own_outcome(
         ]
         key = {"upload_id": item["upload_id"], "failure_id": item["failure_id"]}
         before = _viewer_get(pipeline, "/api/failures", {"upload_id": key["upload_id"]})
-        [row] = [i for i in before["items"] if i["failure_id"] == key["failure_id"]]
-        assert row["outcome"]["state"] == "failed" and row["outcome"]["attempt"] == 3
         billed_before = sum(engine.model_requests.billed.values())
         late_before = late_attempts(engine)
 
-        # WHEN the operator presses Retry on it
+        # The operator presses Retry on it.
         answer = _viewer(pipeline, "/api/retry", {**key, "expected_generation": 0})
-        assert answer["status"] == 200, answer
         engine.wait_until_settled()
         engine.drain_event_sources()
 
-        # THEN exactly one more billed request (unless a loaded machine made one late)
-        late = late_attempts(engine) - late_before
-        billed = sum(engine.model_requests.billed.values())
-        assert_billed(billed, billed_before + 1, late, "billed requests of the retry")
-        # and the row shows the retry's own outcome: failed again, attempt 1 of 1, its time
-        after = _viewer_get(pipeline, "/api/failures", {"upload_id": key["upload_id"]})
-        [row] = [i for i in after["items"] if i["failure_id"] == key["failure_id"]]
-        outcome = row["outcome"]
-        assert outcome["state"] == "failed", outcome
-        # (the row's plan fails each request in turn: 500, 500, a timeout, ...)
-        assert outcome["generation"] == 1
-        assert outcome["error_code"] in {"InternalServerError", "ModelDeadlineExceeded"}
-        assert (outcome["attempt"], outcome["of"]) == (1, 1)
-        assert outcome["recorded_at"] > item["recorded_at"]
-        assert (row["error_code"], row["replay_generation"]) == (outcome["error_code"], 1)
-        # with the history of both failures kept on the row
-        assert [(a["generation"], a["error_code"]) for a in row["attempts"]] == [
-            (0, "ModelDeadlineExceeded"),
-            (1, outcome["error_code"]),
-        ]
-        assert "on attempt 1 of 1" in row["reason_text"]
-        assert f"Code {outcome['error_code']}" in row["reason_text"]
-        assert row["retryable"] is True  # failed again: it may be retried once more
+        return DeadlineRetry(
+            result=result,
+            item=item,
+            before=before,
+            answer=answer,
+            billed_before=billed_before,
+            billed=sum(engine.model_requests.billed.values()),
+            late=late_attempts(engine) - late_before,
+            after=_viewer_get(pipeline, "/api/failures", {"upload_id": key["upload_id"]}),
+        )
+
+
+def test_a_retried_deadline_row_bills_one_request_and_shows_its_own_outcome(
+    deadline_retry: DeadlineRetry,
+):
+    # GIVEN a faulted run (seed 7) with a row whose every request times out: it ended
+    # ModelDeadlineExceeded after its 3 attempts
+    run = deadline_retry
+    item = run.item
+    [row] = [i for i in run.before["items"] if i["failure_id"] == item["failure_id"]]
+    assert row["outcome"]["state"] == "failed" and row["outcome"]["attempt"] == 3
+
+    # WHEN the operator presses Retry on it
+    assert run.answer["status"] == 200, run.answer
+
+    # THEN exactly one more billed request (unless a loaded machine made one late)
+    assert_billed(run.billed, run.billed_before + 1, run.late, "billed requests of the retry")
+    # and the row shows the retry's own outcome: failed again, attempt 1 of 1, its time
+    [row] = [i for i in run.after["items"] if i["failure_id"] == item["failure_id"]]
+    outcome = row["outcome"]
+    assert outcome["state"] == "failed", outcome
+    # (the row's plan fails each request in turn: 500, 500, a timeout, ...)
+    assert outcome["generation"] == 1
+    assert outcome["error_code"] in {"InternalServerError", "ModelDeadlineExceeded"}
+    assert (outcome["attempt"], outcome["of"]) == (1, 1)
+    assert outcome["recorded_at"] > item["recorded_at"]
+    assert (row["error_code"], row["replay_generation"]) == (outcome["error_code"], 1)
+    # with the history of both failures kept on the row
+    assert [(a["generation"], a["error_code"]) for a in row["attempts"]] == [
+        (0, "ModelDeadlineExceeded"),
+        (1, outcome["error_code"]),
+    ]
+    assert "on attempt 1 of 1" in row["reason_text"]
+    assert f"Code {outcome['error_code']}" in row["reason_text"]
+    assert row["retryable"] is True  # failed again: it may be retried once more
+
+
+def _assert_invariants(result: RunResult) -> None:
+    failing = [check for check in check_invariants(result) if not check.ok]
+    assert not failing, failing
+
+
+def test_faults_end_in_the_failure_store_and_stay_within_the_retry_bound(
+    deadline_retry: DeadlineRetry,
+):
+    # The run's own outcome, as it was when it settled (before the Retry).
+    result = deadline_retry.result
+    _assert_invariants(result)
+    assert result.failed > 0
+    assert result.failed == result.dlq
+    billed = result.model_requests - result.rate_limited
+    assert billed <= (result.retry_attempts + 1) * result.valid
+    assert result.retry_attempts + 1 == 3  # the step's MAX_ATTEMPTS
+    failures = {k: v for k, v in result.model_outcomes.items() if k != "200"}
+    assert failures, "the local model injected no fault"
+    # Transient failures were retried from the buffer queue, and nothing was left on it.
+    (buffer,) = [q for q in result.queues.values() if q["path"] == "Classify/BufferQueue"]
+    assert buffer["received"] > buffer["first_receives"] or buffer["delayed_sends"] > 0
+    assert buffer["left"] == 0
+    assert "400" in failures  # ... and the handler dead-lettered a rejected request itself
+    assert result.left_on_queue == 0

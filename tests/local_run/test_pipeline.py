@@ -28,16 +28,6 @@ def duplicated_run(cdk_out: Path, tmp_path_factory) -> RunResult:
     return run_pipeline(RunOptions(csv_path=SAMPLE, cdk_out=cdk_out, duplicates=3, log_file=log))
 
 
-@pytest.fixture(scope="module")
-def faulty_run(cdk_out: Path, tmp_path_factory) -> RunResult:
-    log = tmp_path_factory.mktemp("logs") / "handlers.log"
-    return run_pipeline(
-        RunOptions(
-            csv_path=SAMPLE, cdk_out=cdk_out, duplicates=2, fault_rate=0.3, seed=7, log_file=log
-        )
-    )
-
-
 def _classify_queue(result: RunResult, name: str) -> dict:
     """The counters of Classify's ``BufferQueue`` or ``RedriveQueue`` (both feed its function)."""
     (queue,) = [
@@ -113,24 +103,6 @@ def test_handler_logs_go_to_the_log_file(duplicated_run):
     log = Path(duplicated_run.log_file).read_text()
     assert '"service":"prospect-splitter"' in log.replace(" ", "")
     assert '"_aws"' in log  # EMF metrics of the model step
-
-
-def test_faults_end_in_the_failure_store_and_stay_within_the_retry_bound(faulty_run):
-    result = faulty_run
-    _assert_invariants(result)
-    assert result.failed > 0
-    assert result.failed == result.dlq
-    billed = result.model_requests - result.rate_limited
-    assert billed <= (result.retry_attempts + 1) * result.valid
-    assert result.retry_attempts + 1 == 3  # the step's MAX_ATTEMPTS
-    failures = {k: v for k, v in result.model_outcomes.items() if k != "200"}
-    assert failures, "the local model injected no fault"
-    # Transient failures were retried from the buffer queue, and nothing was left on it.
-    buffer = _classify_queue(result, "BufferQueue")
-    assert buffer["received"] > buffer["first_receives"] or buffer["delayed_sends"] > 0
-    assert buffer["left"] == 0
-    assert "400" in failures  # ... and the handler dead-lettered a rejected request itself
-    assert result.left_on_queue == 0
 
 
 def test_a_binding_rate_limit_loses_no_row_and_bills_each_row_once(cdk_out: Path, tmp_path):
