@@ -243,9 +243,36 @@ def _memoize_moto_name_helpers() -> None:
                     setattr(module, attribute, function)
 
 
+#: Allocations between two young collections, against CPython's 700 (see :func:`_freeze_imports`).
+YOUNG_COLLECTION_THRESHOLD = 7000
+
+
+def _freeze_imports() -> None:
+    """Keep what collection imported out of the cyclic garbage collector's reach.
+
+    Once the test modules are imported, a worker holds millions of objects that live as long
+    as it does: aws-cdk-lib's and moto's modules, botocore's parsed models, the anthropic SDK's
+    pydantic classes. CPython's collector traversed all of them at every full collection (a
+    third of a second each) and in the collections pytest runs at exit, and collected the
+    youngest generation every 700 allocations, each of which counts toward the next full one:
+    in five runtime, infra, Prospect and local-run files, 8.1 of 50 CPU-s went to the
+    collector. ``gc.freeze()`` moves every object alive now to a permanent generation that no
+    collection visits (the standard remedy for a long-lived heap; a collection just before
+    leaves no garbage in it), and a larger first threshold makes young collections
+    ten times rarer. The collector still finds every cycle a test makes, only later: 3.6 CPU-s
+    on the same files."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The test modules are imported: moto is loaded if any test of this run needs it.
     _memoize_moto_name_helpers()
+    _freeze_imports()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
