@@ -246,6 +246,9 @@ def _memoize_moto_name_helpers() -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The test modules are imported: moto is loaded if any test of this run needs it.
     _memoize_moto_name_helpers()
+    from tests.moto_speedups import install as cache_moto_parses
+
+    cache_moto_parses()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
