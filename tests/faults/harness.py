@@ -215,6 +215,63 @@ class Fault:
         )
 
 
+class ClientPool:
+    """A session's clients, made once per service and config for every step of a test module:
+    what ``ModelStep`` asks of its ``boto3_session`` (``client(name, config=...)``).
+
+    Each schedule builds a new step, and each step made its three or four clients again (a
+    client costs about as much CPU as twenty calls: 5 % of a schedule module). A Lambda
+    container keeps its clients across invocations the same way. The clients are made after
+    the lab's hooks are on the session, so each carries them. Each step registers handlers on
+    the clients it gets (the runtime's ``misconfiguration.watch``, Powertools' user-agent
+    feature for each persistence layer): a pooled client registers each once per event,
+    however many steps ask (:func:`_register_once`)."""
+
+    def __init__(self, session: boto3.session.Session) -> None:
+        self.session = session
+        self._clients: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def client(self, service_name: str, config: Any = None) -> Any:
+        key = (service_name, id(config))
+        if key not in self._clients:
+            client = self.session.client(service_name, config=config)
+            _register_once(client.meta.events)
+            self._clients[key] = (client, config)  # the config kept: its id stays its own
+        return self._clients[key][0]
+
+
+def _register_once(events: Any) -> None:
+    """Make ``events.register`` skip a handler that does what one already registered for the
+    event does: the same function, or a new closure of the same code over the same values
+    (Powertools makes one per persistence layer). Without a ``unique_id`` botocore keeps
+    every registration, and calls each on every request."""
+    register = events.register
+    seen: set[tuple[str, Any]] = set()
+
+    def register_once(event_name: str, handler: Any, unique_id: Any = None, **options: Any):
+        if unique_id is None:
+            key = (event_name, _what_it_does(handler))
+            if key in seen:
+                return
+            seen.add(key)
+        register(event_name, handler, unique_id=unique_id, **options)
+
+    events.register = register_once
+
+
+def _what_it_does(handler: Any) -> Any:
+    """``handler`` itself, or for a closure its code and the values it captured."""
+    cells = getattr(handler, "__closure__", None)
+    if not cells:
+        return handler
+    try:
+        captured = tuple(cell.cell_contents for cell in cells)
+        hash(captured)
+    except (TypeError, ValueError):  # an empty cell, or a value that is not hashable
+        return handler
+    return handler.__code__, captured
+
+
 @dataclass
 class LabWorld:
     """One moto account, the two fake model APIs and the hooked session of a test module."""
@@ -233,6 +290,11 @@ class LabWorld:
     #: Every model request sent, by send number (the fakes' scripts read it).
     sent: dict[str, Send] = field(default_factory=dict)
     _lab_clients: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        #: What each schedule's step gets as its ``boto3_session``: ``step_session``'s
+        #: clients, made once for the module's schedules.
+        self.step_clients = ClientPool(self.step_session)
 
     def lab_client(self, service: str) -> Any:
         """The lab's own ``service`` client, made once for the module's schedules (creating a

@@ -102,7 +102,7 @@ class FaultLab:
             else None
         )
         self.step = ModelStep(self._step_settings(), on_outcome=self._on_outcome,
-                              boto3_session=world.step_session)  # fmt: skip
+                              boto3_session=world.step_clients)  # fmt: skip
         parts = self.step._components()
         if parts.result_events is not None:
             # The publisher's pause between sends of a throttled entry runs on the lab's clock.
