@@ -13,6 +13,9 @@ would have built:
   expression. moto's callers only read that tree (``find_clauses``) or hand it to a
   ``Validator``, which works on a deep copy; that copy is now rebuilt from a pickle of the
   tree, taken once (the same objects ``copy.deepcopy`` would build, about five times faster).
+  Each of the validator's ten passes asked, for every node, which node classes it processes
+  (``DepthFirstTraverser.nodes_to_be_processed``, a new tuple from a new dict each time):
+  the classes of every pass are fixed by its class, so they are kept per class.
 - ``ConditionExpressionParser._lex_condition_expression`` keeps the tokens (immutable named
   tuples) per expression; the attribute names and values are still resolved per request.
 - ``jsonpath_ng.ext.parse`` keeps one parsed path per path text (a ``JSONPath`` is not
@@ -49,6 +52,7 @@ def install() -> None:
 
 def _cache_update_expressions() -> None:
     from moto.dynamodb.parsing import validators
+    from moto.dynamodb.parsing.ast_nodes import DepthFirstTraverser
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
     if getattr(UpdateExpressionParser.make, "_cached", False):
@@ -78,6 +82,17 @@ def _cache_update_expressions() -> None:
     make._cached = True  # type: ignore[attr-defined]
     UpdateExpressionParser.make = make  # type: ignore[method-assign,assignment]
     validators.deepcopy = deepcopy  # type: ignore[attr-defined]
+
+    kinds_of = DepthFirstTraverser.nodes_to_be_processed
+    kinds: dict[type, tuple[type, ...]] = {}
+
+    def nodes_to_be_processed(self: DepthFirstTraverser) -> tuple[type, ...]:
+        found = kinds.get(type(self))
+        if found is None:
+            found = kinds[type(self)] = kinds_of(self)
+        return found
+
+    DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed  # type: ignore[method-assign]
 
 
 def _cache_condition_tokens() -> None:
