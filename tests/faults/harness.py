@@ -121,14 +121,8 @@ class MovableClock:
         ]
         patches += [(module, "dt", shim) for module in (pt_base, pt_persistence, pt_record)]
         patches.append((pt_dynamodb, "dt", shim))
-        saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
-        for target, name, value in patches:
-            setattr(target, name, value)
-        try:
+        with _patched(patches):
             yield
-        finally:
-            for target, name, value in saved:
-                setattr(target, name, value)
 
     @contextlib.contextmanager
     def deadlines_installed(self) -> Iterator[None]:
@@ -145,14 +139,21 @@ class MovableClock:
             (deadline, "time", types.SimpleNamespace(monotonic=self.now)),
             (deadline, "_Watchdog", _NoWatchdog),
         ]
-        saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
-        for target, name, value in patches:
-            setattr(target, name, value)
-        try:
+        with _patched(patches):
             yield
-        finally:
-            for target, name, value in saved:
-                setattr(target, name, value)
+
+
+@contextlib.contextmanager
+def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each ``(target, name, value)`` set for the block, the old values put back after."""
+    saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
+    for target, name, value in patches:
+        setattr(target, name, value)
+    try:
+        yield
+    finally:
+        for target, name, value in saved:
+            setattr(target, name, value)
 
 
 class _NoWatchdog:
