@@ -282,6 +282,9 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The test modules are imported: moto is loaded if any test of this run needs it.
     _memoize_moto_name_helpers()
+    from tests.moto_speedups import install as cache_moto_parses
+
+    cache_moto_parses()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

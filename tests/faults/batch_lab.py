@@ -122,14 +122,16 @@ class BatchLab:
     def __init__(
         self,
         api: FakeMessagesAPI,
-        step_session: boto3.session.Session,
+        step_session: Any,
         prefix: str,
         clock: MovableClock,
         settings: BatchSettings,
         provider: dict[str, Any] | None = None,
     ) -> None:
-        """``provider``: settings of another provider's batch API (Bedrock's: its
-        ``model_provider``, ``model_id``, bucket and role); default the Claude API's,
+        """``step_session``: the step's ``boto3_session`` (a session, or the module's
+        :class:`~.harness.ClientPool`). ``provider``: settings of another provider's batch
+        API (Bedrock's: its ``model_provider``, ``model_id``, bucket and role); default the
+        Claude API's,
         through ``api``'s batch endpoints answered by :attr:`store`. The lab's own queue and
         table work is made straight on moto (:mod:`.backends`)."""
         self.api = api

@@ -49,7 +49,7 @@ from tests.fakes import FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings, installed_hooks
-from .harness import REGION, TABLE, MovableClock, run_state_machine
+from .harness import REGION, TABLE, ClientPool, MovableClock, run_state_machine
 
 API_KEY = "sk-ant-batch-lab"
 HOUR = 3600
@@ -95,7 +95,8 @@ def batch_world(lab_settings: BatchSettings) -> Iterator[None]:
         clock = MovableClock()
         current: dict[str, BatchLab | None] = {"lab": None}
         with clock.installed(), installed_hooks(lambda: current["lab"], step_session):
-            BatchSchedule.world = (api, step_session, lab_session, clock, current, lab_settings)
+            steps = ClientPool(step_session)  # each schedule's step: the module's clients
+            BatchSchedule.world = (api, steps, lab_session, clock, current, lab_settings)
             yield
 
 
@@ -110,8 +111,8 @@ class BatchSchedule(RuleBasedStateMachine):
         cancel_delay=st.sampled_from([60, HOUR, 10**9]),
     )
     def start(self, seed: int, delay: int, cancel_delay: int) -> None:
-        api, step_session, _, clock, current, lab_settings = self.world
-        self.lab = BatchLab(api, step_session, f"batchlab{next(_names)}", clock, lab_settings)
+        api, steps, _, clock, current, lab_settings = self.world
+        self.lab = BatchLab(api, steps, f"batchlab{next(_names)}", clock, lab_settings)
         current["lab"] = self.lab
         store = self.lab.store
         draws = random.Random(seed)

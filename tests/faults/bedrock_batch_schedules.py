@@ -42,7 +42,7 @@ from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings
 from .batch_schedules import check_invariants
-from .harness import ACCOUNT, REGION, TABLE, MovableClock, run_state_machine
+from .harness import ACCOUNT, REGION, TABLE, ClientPool, MovableClock, run_state_machine
 
 HOUR = 3600
 HORIZON_SECONDS = 96 * HOUR
@@ -153,7 +153,7 @@ def bedrock_batch_world(lab_settings: BatchSettings) -> Iterator[None]:
                 with clock.installed(), _kill_points(lambda: current["lab"], step_session):
                     BedrockBatchSchedule.world = (
                         jobs,
-                        step_session,
+                        ClientPool(step_session),  # each schedule's step: the module's clients
                         lab_session,
                         clock,
                         current,
@@ -201,10 +201,8 @@ class BedrockBatchSchedule(RuleBasedStateMachine):
         delay=st.sampled_from([60, 600, HOUR, 6 * HOUR, 20 * HOUR]),
     )
     def start(self, seed: int, delay: int) -> None:
-        jobs, step_session, _, clock, current, lab_settings = self.world
-        self.lab = BedrockBatchLab(
-            jobs, step_session, f"bedrocklab{next(_names)}", clock, lab_settings
-        )
+        jobs, steps, _, clock, current, lab_settings = self.world
+        self.lab = BedrockBatchLab(jobs, steps, f"bedrocklab{next(_names)}", clock, lab_settings)
         current["lab"] = self.lab
         # Each schedule starts with no job, no fault and nothing billed.
         jobs.jobs.clear()

@@ -14,9 +14,11 @@ What is emulated, as AWS documents it:
   point (:class:`LambdaKilled` is a ``BaseException``: no ``except Exception`` and no
   Powertools cleanup runs, just as nothing runs after a real kill); the message comes back
   after its visibility timeout and the record's lock expires at the invocation's deadline.
-- **Time** (:class:`MovableClock`): real time plus an offset the schedule moves forward, read
-  by moto's SQS, Powertools' lock and record expiries, the runtime's clock and the Lambda
-  context. HTTP requests take real time, so a slow answer really meets the total deadline.
+- **Time** (:class:`MovableClock`, stopped): a clock that moves only when the schedule moves
+  it, read by moto's SQS, Powertools' lock and record expiries, the runtime's clock, the
+  Lambda context and the model call's total deadline (:meth:`MovableClock.deadlines_installed`).
+  A slow answer's pieces arrive at once and carry their delay as clock time (:mod:`.hooks`),
+  so what a schedule does is the same on a loaded machine as on an idle one.
 - **SQS rules moto lacks** (:mod:`.sqs_rules`): message sizes in bytes, retention.
 - **The result bus** (:mod:`.result_bus`): classic in moto, v2 answered by the lab.
 - **An operator** moving DLQ messages back to the buffer queue (the console's "Start DLQ
@@ -65,6 +67,9 @@ MAX_DRAIN_POLLS = 200
 READ_WAIT_SECONDS = 5.0
 #: The Bedrock model id the lab's Bedrock steps call (an inference profile).
 BEDROCK_MODEL_ID = "us.anthropic.claude-haiku-5-5"
+#: Real seconds a model request's socket may wait when its deadline runs on the lab's clock:
+#: the fakes answer at once, so only a machine that stalls that long can reach it.
+REAL_TIMEOUT_SECONDS = 5.0
 
 
 class LambdaKilled(BaseException):
@@ -76,13 +81,17 @@ class Unbounded(Exception):
 
 
 class MovableClock:
-    """Real time plus an offset; :meth:`advance` moves every reader forward at once."""
+    """Real time plus an offset; :meth:`advance` moves every reader forward at once.
+    ``stopped``: the clock starts at the real time it is made and moves only by
+    :meth:`advance` (the fault lab's), so no reading depends on how fast the machine is."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stopped: bool = False) -> None:
         self.offset = 0.0
+        #: Where a stopped clock started (None: it runs with real time).
+        self.stopped_at = time.time() if stopped else None
 
     def now(self) -> float:
-        return time.time() + self.offset
+        return (time.time() if self.stopped_at is None else self.stopped_at) + self.offset
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
@@ -112,14 +121,50 @@ class MovableClock:
         ]
         patches += [(module, "dt", shim) for module in (pt_base, pt_persistence, pt_record)]
         patches.append((pt_dynamodb, "dt", shim))
-        saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
-        for target, name, value in patches:
-            setattr(target, name, value)
-        try:
+        with _patched(patches):
             yield
-        finally:
-            for target, name, value in saved:
-                setattr(target, name, value)
+
+    @contextlib.contextmanager
+    def deadlines_installed(self) -> Iterator[None]:
+        """Make the model call's total deadline (``model_step.deadline``) run on this clock.
+
+        The deadline then passes only when the lab moves the clock: a slow answer's pieces
+        move it (:mod:`.hooks`), a plain answer never does, however long a loaded machine
+        takes to serve it. The deadline's watchdog, which shuts a socket down at the deadline
+        in real time, is left out: no read blocks here (the fakes answer at once), and the
+        check on every piece of the body still ends a slow answer at its deadline."""
+        import model_step.deadline as deadline
+
+        patches = [
+            (deadline, "time", types.SimpleNamespace(monotonic=self.now)),
+            (deadline, "_Watchdog", _NoWatchdog),
+        ]
+        with _patched(patches):
+            yield
+
+
+@contextlib.contextmanager
+def _patched(patches: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each ``(target, name, value)`` set for the block, the old values put back after."""
+    saved = [(target, name, getattr(target, name)) for target, name, _ in patches]
+    for target, name, value in patches:
+        setattr(target, name, value)
+    try:
+        yield
+    finally:
+        for target, name, value in saved:
+            setattr(target, name, value)
+
+
+class _NoWatchdog:
+    """``model_step.deadline``'s watchdog on a clock that moves only when told: nothing to
+    interrupt in real time."""
+
+    def __init__(self, response: Any, end: float) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
 
 
 @dataclass
@@ -171,6 +216,63 @@ class Fault:
         )
 
 
+class ClientPool:
+    """A session's clients, made once per service and config for every step of a test module:
+    what ``ModelStep`` asks of its ``boto3_session`` (``client(name, config=...)``).
+
+    Each schedule builds a new step, and each step made its three or four clients again (a
+    client costs about as much CPU as twenty calls: 5 % of a schedule module). A Lambda
+    container keeps its clients across invocations the same way. The clients are made after
+    the lab's hooks are on the session, so each carries them. Each step registers handlers on
+    the clients it gets (the runtime's ``misconfiguration.watch``, Powertools' user-agent
+    feature for each persistence layer): a pooled client registers each once per event,
+    however many steps ask (:func:`_register_once`)."""
+
+    def __init__(self, session: boto3.session.Session) -> None:
+        self.session = session
+        self._clients: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def client(self, service_name: str, config: Any = None) -> Any:
+        key = (service_name, id(config))
+        if key not in self._clients:
+            client = self.session.client(service_name, config=config)
+            _register_once(client.meta.events)
+            self._clients[key] = (client, config)  # the config kept: its id stays its own
+        return self._clients[key][0]
+
+
+def _register_once(events: Any) -> None:
+    """Make ``events.register`` skip a handler that does what one already registered for the
+    event does: the same function, or a new closure of the same code over the same values
+    (Powertools makes one per persistence layer). Without a ``unique_id`` botocore keeps
+    every registration, and calls each on every request."""
+    register = events.register
+    seen: set[tuple[str, Any]] = set()
+
+    def register_once(event_name: str, handler: Any, unique_id: Any = None, **options: Any):
+        if unique_id is None:
+            key = (event_name, _what_it_does(handler))
+            if key in seen:
+                return
+            seen.add(key)
+        register(event_name, handler, unique_id=unique_id, **options)
+
+    events.register = register_once
+
+
+def _what_it_does(handler: Any) -> Any:
+    """``handler`` itself, or for a closure its code and the values it captured."""
+    cells = getattr(handler, "__closure__", None)
+    if not cells:
+        return handler
+    try:
+        captured = tuple(cell.cell_contents for cell in cells)
+        hash(captured)
+    except (TypeError, ValueError):  # an empty cell, or a value that is not hashable
+        return handler
+    return handler.__code__, captured
+
+
 @dataclass
 class LabWorld:
     """One moto account, the two fake model APIs and the hooked session of a test module."""
@@ -181,11 +283,19 @@ class LabWorld:
     lab_session: boto3.session.Session
     clock: MovableClock
     settings: QueueSettings
+    #: The model call's deadline runs on ``clock`` (False: on real time, for a test that
+    #: needs a client to give up in real time).
+    deadlines_on_the_clock: bool = True
     #: The lab of the schedule running now (None between schedules).
     lab: Any = None
     #: Every model request sent, by send number (the fakes' scripts read it).
     sent: dict[str, Send] = field(default_factory=dict)
     _lab_clients: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        #: What each schedule's step gets as its ``boto3_session``: ``step_session``'s
+        #: clients, made once for the module's schedules.
+        self.step_clients = ClientPool(self.step_session)
 
     def lab_client(self, service: str) -> Any:
         """The lab's own ``service`` client, made once for the module's schedules (creating a

@@ -9,8 +9,12 @@ handler would run first, and could answer before the lab's kill point).
 
 Every model request passes the HTTP transport: a hook point before it is sent, the send's
 tag, a hook point after it was answered, and the send marked ``answered`` once the runtime
-read its whole body (a client that gave up first, at its wall-clock deadline on a loaded
-machine, cannot know what the answer was).
+read its whole body (a client that gave up first, at its deadline, cannot know what the
+answer was). When the deadline runs on the lab's clock (``LabWorld.deadlines_on_the_clock``),
+a ``slow`` answer reaches the runtime in :data:`~.model_api.SLOW_PIECES` pieces, the clock
+moved :data:`~.model_api.SLOW_PIECE_SECONDS` before each after the first, and the request's
+socket waits up to :data:`~.harness.REAL_TIMEOUT_SECONDS` of real time (the runtime's own
+timeout is the deadline, which is lab time).
 """
 
 from __future__ import annotations
@@ -21,26 +25,45 @@ from typing import Any
 
 import httpx2
 
-from .harness import LabWorld
+from .harness import REAL_TIMEOUT_SECONDS, LabWorld, MovableClock
 from .lab import AWS_SERVICES
+from .model_api import SLOW_PIECE_SECONDS, SLOW_PIECES
 from .observed import Send
 
 _PARAMS = "fault-lab.params"
+#: A model request's socket timeouts when its deadline runs on the lab's clock.
+_REAL_TIMEOUTS = dict.fromkeys(("connect", "read", "write", "pool"), REAL_TIMEOUT_SECONDS)
 
 
 class _Answered(httpx2.SyncByteStream):
-    """An answer's body that marks its send ``answered`` when read to the end."""
+    """An answer's body that marks its send ``answered`` when read to the end; a ``slow``
+    one paced on ``clock`` (None: as the fake sent it)."""
 
-    def __init__(self, inner: Any, send: Send) -> None:
+    def __init__(self, inner: Any, send: Send, clock: MovableClock | None) -> None:
         self._inner = inner
         self._send = send
+        self._clock = clock
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._inner
+        if self._clock is not None and self._send.behaviour == "slow":
+            yield from _paced(b"".join(self._inner), self._clock)
+        else:
+            yield from self._inner
         self._send.answered = True
 
     def close(self) -> None:
         self._inner.close()
+
+
+def _paced(body: bytes, clock: MovableClock) -> Iterator[bytes]:
+    """``body`` in :data:`SLOW_PIECES` pieces, ``clock`` moved :data:`SLOW_PIECE_SECONDS`
+    before each after the first: however the bytes came off the socket, the runtime's check
+    of its deadline on every piece sees the same times."""
+    size = -(-len(body) // SLOW_PIECES)
+    for start in range(0, len(body), size):
+        if start:
+            clock.advance(SLOW_PIECE_SECONDS)
+        yield body[start : start + size]
 
 
 @contextlib.contextmanager
@@ -77,9 +100,12 @@ def installed_hooks(world: LabWorld) -> Iterator[None]:
         if lab is not None:
             lab.model_point("before")
             send = lab.on_send(request.headers)
+        if world.deadlines_on_the_clock:
+            request.extensions["timeout"] = _REAL_TIMEOUTS
         response = real(transport, request)
         if send is not None:
-            response.stream = _Answered(response.stream, send)
+            paced = world.clock if world.deadlines_on_the_clock else None
+            response.stream = _Answered(response.stream, send, paced)
         if lab is not None:
             lab.model_point("after")
         return response

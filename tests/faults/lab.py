@@ -64,10 +64,10 @@ class FaultLab:
         bus_kind: str | None = None,
         model_timeout_seconds: float = 0.3,
     ) -> None:
-        """``model_timeout_seconds``: the step's total deadline for a model request, in real
-        time [0.3: a slow answer costs the schedules little, and ``observed`` tolerates an
-        answer the deadline cut on a loaded machine]. Hand-written scenarios that assert
-        exact counts and send no slow answer pass a longer one."""
+        """``model_timeout_seconds``: the step's total deadline for a model request, on the
+        lab's clock (``LabWorld.deadlines_on_the_clock``, else in real time) [0.3: shorter
+        than a slow answer's pieces]. Hand-written scenarios that assert exact counts and
+        send no slow answer pass a longer one."""
         self.world = world
         self.settings = settings
         self.model_timeout_seconds = model_timeout_seconds
@@ -102,7 +102,7 @@ class FaultLab:
             else None
         )
         self.step = ModelStep(self._step_settings(), on_outcome=self._on_outcome,
-                              boto3_session=world.step_session)  # fmt: skip
+                              boto3_session=world.step_clients)  # fmt: skip
         parts = self.step._components()
         if parts.result_events is not None:
             # The publisher's pause between sends of a throttled entry runs on the lab's clock.
@@ -559,6 +559,8 @@ def answer_request(world: LabWorld, provider: str, index: int, fake: Any) -> Any
     send.billed = model_api.billed(provider, send.behaviour)
     send.tokens = model_api.answered_with_tokens(send.behaviour)
     send.read = True
+    if send.behaviour == "slow" and world.deadlines_on_the_clock:
+        return 200  # whole, at once: the hooks pace its pieces on the lab's clock
     return model_api.reply(provider, send.behaviour)
 
 

@@ -14,7 +14,8 @@ ok             200                          200
 400            400                          ``ValidationException`` (400)
 quota          400                          ``ServiceQuotaExceededException`` (400)
 disconnect     the connection drops before any answer
-slow           a 200 in three pieces 0.2 s apart, past the lab's 0.3 s total deadline
+slow           a 200 in three pieces 0.2 s apart (on the lab's clock, :mod:`.hooks`), past
+               the lab's 0.3 s total deadline
 lukewarm       a complete 200 whose text is not an allowed label
 =============  ===========================  ==============================================
 
@@ -50,6 +51,10 @@ BEHAVIOURS = (
 )
 #: Statuses the provider does not bill: it did not serve the request.
 UNBILLED_STATUSES = frozenset({401, 429, 529})
+#: A slow answer's pieces, and the seconds between two (on the lab's clock when the model
+#: deadline runs on it, else the fake's real pause).
+SLOW_PIECES = 3
+SLOW_PIECE_SECONDS = 0.2
 #: Usage of every 200 answer of both fakes.
 INPUT_TOKENS = 12
 OUTPUT_TOKENS = 3
@@ -129,7 +134,9 @@ def reply(provider: str, behaviour: str) -> Any:
         return 200
     if behaviour == "slow":
         # Three pieces 0.2 s apart against a 0.3 s total deadline: no single read is slow.
-        return Reply(chunks=3, chunk_delay=0.2)
+        # (When the deadline runs on the lab's clock the fake sends it whole and the hooks
+        # pace the pieces: see ``lab.answer_request``.)
+        return Reply(chunks=SLOW_PIECES, chunk_delay=SLOW_PIECE_SECONDS)
     if behaviour == "lukewarm":  # a complete answer that is not an allowed label
         return Reply(text="lukewarm")
     if provider == "bedrock":

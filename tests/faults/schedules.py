@@ -158,10 +158,14 @@ STATS: list[dict[str, Any]] = []
 
 
 @contextlib.contextmanager
-def fault_world(settings_: QueueSettings) -> Iterator[LabWorld]:
+def fault_world(
+    settings_: QueueSettings, *, deadlines_on_the_clock: bool = True
+) -> Iterator[LabWorld]:
     """One moto account, the two fake model APIs and one hooked session, for one test
-    module; ``settings_`` are the step's settings as the synthesized template has them
-    (each schedule derives its variant from them)."""
+    module, on a stopped clock; ``settings_`` are the step's settings as the synthesized
+    template has them (each schedule derives its variant from them).
+    ``deadlines_on_the_clock``: the model call's deadline runs on that clock (False: on
+    real time, for a test whose client must give up in real time)."""
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -172,8 +176,8 @@ def fault_world(settings_: QueueSettings) -> Iterator[LabWorld]:
     urls = ["ANTHROPIC_BASE_URL", "ANTHROPIC_BEDROCK_BASE_URL"]
     saved = {name: os.environ.get(name) for name in [*env, *urls]}
     os.environ.update(env)
-    # The lab's deadline is 0.3 s of real time, so a slow answer costs little; the runtime's
-    # floor for a deadline (1 s) is lowered to match.
+    # The lab's deadline is 0.3 s, shorter than a slow answer's pieces; the runtime's floor
+    # for a deadline (1 s) is lowered to match.
     floor = model_call.MIN_MODEL_TIMEOUT_SECONDS
     model_call.MIN_MODEL_TIMEOUT_SECONDS = 0.1
     try:
@@ -187,12 +191,18 @@ def fault_world(settings_: QueueSettings) -> Iterator[LabWorld]:
                 bedrock=bedrock,
                 step_session=boto3.session.Session(region_name="us-east-1"),
                 lab_session=lab_session,
-                clock=MovableClock(),
+                clock=MovableClock(stopped=True),
                 settings=settings_,
+                deadlines_on_the_clock=deadlines_on_the_clock,
             )
             api.script = lambda index, body: answer_request(world, "anthropic", index, api)
             bedrock.script = lambda index, body: answer_request(world, "bedrock", index, bedrock)
-            with world.clock.installed(), installed_hooks(world):
+            deadlines = (
+                world.clock.deadlines_installed()
+                if deadlines_on_the_clock
+                else contextlib.nullcontext()
+            )
+            with world.clock.installed(), deadlines, installed_hooks(world):
                 FaultSchedule.world = world
                 yield world
     finally:

@@ -1,7 +1,8 @@
 """The lab counts a model request against the send that made it, however late it is read.
 
-On a loaded machine the fake API's server thread can read a request after the client gave
-up on it (the schedules' deadline is 0.3 s) and the lab moved on. Counting it against
+On a loaded machine the fake API's server thread could read a request after the client gave
+up on it (the schedules' deadline was 0.3 s of real time; it now runs on the lab's clock)
+and the lab moved on. Counting it against
 whatever poll is current then blamed a later delivery of the same key for a request "after a
 stored result" (a flaky failure of the fault schedules), or lost the count. Here the client
 gives up after 1 s and the server reads each request 3 s late on purpose: 2 s of slack, so a
@@ -30,7 +31,9 @@ LATE_READ_SECONDS = 3.0
 
 @pytest.fixture(scope="module")
 def world(cdk_out_template):
-    with fault_world(QueueSettings.from_template(cdk_out_template)) as world:
+    # The client must give up in real time here: the deadline runs on real time.
+    settings = QueueSettings.from_template(cdk_out_template)
+    with fault_world(settings, deadlines_on_the_clock=False) as world:
         yield world
 
 
