@@ -55,7 +55,7 @@ from typing import Any
 
 import boto3
 
-from bench import PYCACHE
+from bench import child_pycache_prefix
 from bench.harness import (
     LAMBDA_SRC,
     REGION,
@@ -283,7 +283,7 @@ def split_in_child(
     env.update(
         AWS_ENDPOINT_URL=endpoint,
         PYTHONPATH=os.pathsep.join([str(REPO), str(LAMBDA_SRC)]),
-        PYTHONPYCACHEPREFIX=str(PYCACHE),
+        PYTHONPYCACHEPREFIX=child_pycache_prefix(),
         EVENT_BUS_NAME=BUS,
         FAILURES_TABLE_NAME=FAILURES_TABLE,
         ROWS_TABLE_NAME=ROWS_TABLE,

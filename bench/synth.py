@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import PYCACHE
+from bench import child_pycache_prefix
 from bench.harness import REPO, bench_main, median, print_table, ratio
 
 STACK_RESOURCE_LIMIT = 500
@@ -95,7 +95,7 @@ def synth_once(variant: str, count: int) -> dict[str, Any]:
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(REPO),
-        PYTHONPYCACHEPREFIX=str(PYCACHE),
+        PYTHONPYCACHEPREFIX=child_pycache_prefix(),
         CDK_DISABLE_VERSION_CHECK="1",
         JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION="1",
     )
