@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import zipfile
 
 import pytest
 
@@ -112,6 +113,31 @@ def test_cold_start(tmp_path, capsys):
 
 def test_asset_size_skips_cleanly_without_cdk_out(tmp_path):
     assert "skipped" in cold_start.measure_assets(tmp_path / "no-cdk-out")
+
+
+def test_asset_sizes_without_pyc_are_those_of_an_archive_without_them(tmp_path):
+    # GIVEN an asset with sources, bytecode and a non-ASCII name
+    asset = tmp_path / "asset"
+    for name, text in {
+        "model_step/handler.py": "def handler(event, context):\n    return event\n" * 50,
+        "model_step/__pycache__/handler.cpython-313.pyc": "\x00bytecode" * 300,
+        "model_step_prompt/é.txt": "Answer hot, warm or cold.\n",
+    }.items():
+        (asset / name).parent.mkdir(parents=True, exist_ok=True)
+        (asset / name).write_text(text)
+    # WHEN measured once THEN its figures without .pyc are those of the zip written without them
+    sizes = cold_start.asset_sizes(asset)
+    with zipfile.ZipFile(tmp_path / "source.zip", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(asset.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                z.write(path, path.relative_to(asset))
+    assert sizes["without_pyc"] == {
+        "files": 2,
+        "unzipped_bytes": (asset / "model_step/handler.py").stat().st_size
+        + (asset / "model_step_prompt/é.txt").stat().st_size,
+        "zipped_bytes": (tmp_path / "source.zip").stat().st_size,
+    }
+    assert sizes["files"] == 3 and sizes["zipped_bytes"] > sizes["without_pyc"]["zipped_bytes"]
 
 
 @pytest.mark.synth
