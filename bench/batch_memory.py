@@ -31,6 +31,7 @@ row here), so the sizes are small: the slope is what matters.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import tracemalloc
 from collections.abc import Sequence
@@ -82,10 +83,20 @@ OWNER_NAMES = (*(name for name, _ in OWNERS), OTHER)
 def owner_of(filenames: Sequence[str]) -> str:
     """The owner of an allocation whose traceback has ``filenames``, innermost first."""
     for filename in filenames:
-        for owner, fragments in OWNERS:
-            if any(fragment in filename for fragment in fragments):
-                return owner
+        owner = owner_of_file(filename)
+        if owner is not None:
+            return owner
     return OTHER
+
+
+@functools.cache
+def owner_of_file(filename: str) -> str | None:
+    """The owner whose files include ``filename``, or None. Cached: a snapshot's tracebacks
+    pass through the same few hundred files hundreds of thousands of times."""
+    for owner, fragments in OWNERS:
+        if any(fragment in filename for fragment in fragments):
+            return owner
+    return None
 
 
 def by_owner(snapshot: tracemalloc.Snapshot) -> dict[str, int]:
