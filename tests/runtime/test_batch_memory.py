@@ -81,20 +81,21 @@ print(json.dumps({"seen": seen, "method": method, "peak": peak}))
 
 
 def _batch(api: FakeMessagesAPI, size: int) -> str:
-    """A batch of ``size`` one-row requests, ended on the fake."""
-    requests = [
+    """A batch of ``size`` one-row requests, ended on the fake.
+
+    The body is the text ``json.dumps`` would write for the requests, formatted from one
+    encoded ``params``: building and encoding 100,000 dicts took a third of this process's CPU.
+    """
+    params = json.dumps(
         {
-            "custom_id": f"k{n:031d}",
-            "params": {
-                "model": "claude-haiku-5-5",
-                "max_tokens": 8,
-                "thinking": {"type": "disabled"},
-                "messages": [{"role": "user", "content": "row"}],
-            },
+            "model": "claude-haiku-5-5",
+            "max_tokens": 8,
+            "thinking": {"type": "disabled"},
+            "messages": [{"role": "user", "content": "row"}],
         }
-        for n in range(size)
-    ]
-    status, body, _ = api.batches.create(json.dumps({"requests": requests}).encode())
+    )
+    requests = ", ".join(f'{{"custom_id": "k{n:031d}", "params": {params}}}' for n in range(size))
+    status, body, _ = api.batches.create(f'{{"requests": [{requests}]}}'.encode())
     assert status == 200 and body is not None
     return str(body["batch"])
 
