@@ -34,6 +34,11 @@ from .batch_rows import (
 )
 from .conftest import TABLE, FakeLambdaContext, ShiftedClock, boto3_session
 
+#: 40 schedules, about 45 CPU-s and a minute and a half of one worker: ``long`` puts the file
+#: with the long ones at the front of ``make test``'s order (tests/conftest.py), so it never
+#: starts last and keeps one worker busy after the others have finished.
+pytestmark = pytest.mark.long
+
 SEEDS = range(40)
 
 
