@@ -64,13 +64,14 @@ class BatchSubmitter:
         merged with others. A due one that is not full (rows back after a visibility
         timeout, older than ``max_wait``) is merged with the pending ones, as a tick
         merges: alone it could be below the provider's minimum and go singly, at the
-        realtime price, while rows that would make a batch with it wait on."""
+        realtime price, while rows that would make a batch with it wait on. Its count is
+        that of the rows it still owns (:meth:`.batch_store.BatchStore.recount`)."""
         owned = staging.owned
         listed = {custom_id for ids in owned.values() for custom_id in ids}
         # Every staged row is owned; one that is not is listed with the current submission.
         owned[staging.current].extend(r.custom_id for r in staged if r.custom_id not in listed)
         sent_at = {row.custom_id: row.sent_at for row in staged}
-        written: list[tuple[str, int, float, bool]] = []
+        written: list[tuple[str, list[str], float, bool]] = []
         for submission, rows in owned.items():
             ids = list(dict.fromkeys(rows))
             if not ids:
@@ -78,17 +79,16 @@ class BatchSubmitter:
             first = min((sent_at[i] for i in ids if i in sent_at), default=clock.now())
             full = submission != staging.current
             self._store.put_submission(submission, ids, first, mergeable=not full)
-            written.append((submission, len(ids), first, full))
-        for submission, count, first, full in written:
-            if full or self.due(count, first):
-                try:
-                    if full:
-                        self.submit(submission, context, answer_row)
-                    else:
-                        self.submit_pending(self._pending(), context, answer_row, submission)
-                except Exception:
-                    # The submission is durable; the next tick sends or reconciles it.
-                    self._parts.logger.exception("batch submit failed; the tick retries it")
+            written.append((submission, ids, first, full))
+        for submission, ids, first, full in written:
+            try:
+                if full:
+                    self.submit(submission, context, answer_row)
+                elif self.due(self._store.recount(submission, ids), first):
+                    self.submit_pending(self._pending(), context, answer_row, submission)
+            except Exception:
+                # The submission is durable; the next tick sends or reconciles it.
+                self._parts.logger.exception("batch submit failed; the tick retries it")
 
     def due(self, count: int, first_waited: float) -> bool:
         """Full, or the next tick (a minute away) would send it after ``max_wait``."""
