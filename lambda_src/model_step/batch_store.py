@@ -17,7 +17,8 @@ every batch it can still be answered by.
   batch. ``state`` ``pending`` -> ``creating`` (``started_at``, ``sent_count``: the create
   may be in flight or uncertain; ``unseen_since``: a reconciliation found no batch) ->
   ``created`` (``batch_ids``) -> ``done`` (or ``merging`` / ``split`` into others);
-  ``custom_ids`` (comma-separated), ``first_waited``, ``not_before``, ``mergeable`` (False
+  ``custom_ids`` (comma-separated), ``count`` (the rows it owns, recounted at its flush:
+  :meth:`BatchStore.recount`), ``first_waited``, ``not_before``, ``mergeable`` (False
   for the halves of a refused create). A submission of more than :data:`IDS_PER_ITEM` rows
   keeps its custom_ids in ``parts`` items ``<prefix>#batch-submission#<id>#part#<n>``
   (``custom_ids``), written before it and never changed, and holds ``parts`` instead.
@@ -261,6 +262,29 @@ class BatchStore(TableItems):
                 "expiration": self._expiration(),
             },
         )
+
+    def recount(self, submission: str, custom_ids: list[str]) -> int:
+        """The rows of ``custom_ids`` that a just-written pending ``submission`` owns, made
+        its ``count`` when fewer. While it was unwritten, a concurrent copy of a row could
+        adopt the row (:meth:`adopt_orphan`); read once it exists, none can any more. A
+        count above its rows keeps a full batch of them apart (merges go by counts), so
+        it would wait out ``BATCH_MAX_WAIT_SECONDS`` instead of going at once."""
+        owned = sum(
+            1
+            for _, row in self.rows(custom_ids)
+            if text(row, "submission") == submission and text(row, "state") == "staged"
+        )
+        if owned < len(custom_ids):
+            conditional(
+                lambda: self._update(
+                    self._key(SUBMISSION, submission),
+                    "SET #count = :count",
+                    {":count": {"N": str(owned)}, ":pending": {"S": "pending"}},
+                    ConditionExpression="#state = :pending",
+                    ExpressionAttributeNames={"#count": "count", **_STATE},
+                )
+            )
+        return owned
 
     def custom_ids(self, submission: str, item: Item) -> list[str]:
         """The custom_ids a submission lists, in order: from its item, or from its parts

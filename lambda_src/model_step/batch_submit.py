@@ -3,8 +3,9 @@
 **Submit.** At the end of an invocation its rows become pending submissions, listed in the
 index, before the queue messages are deleted (:meth:`BatchSubmitter.flush`). A submission
 is sent once the next tick would come after ``BATCH_MAX_WAIT_SECONDS`` since its oldest row
-was enqueued (or when it holds ``BATCH_MAX_REQUESTS``), by that invocation or by a tick,
-which merges due pending submissions with the others while they fit one batch.
+was enqueued (or when it holds ``BATCH_MAX_REQUESTS``), by that invocation or by a tick;
+both merge a due pending submission with the others while they fit one batch (a full one
+is sent as it is).
 ``pending -> creating`` is a conditional write that records ``started_at`` and the request
 count FIRST; only then is the provider's create called, once, with the submission id as
 its idempotency token, split first so no batch passes ``BATCH_MAX_REQUESTS`` or the create
@@ -60,13 +61,17 @@ class BatchSubmitter:
         """Write an invocation's staged rows as pending submissions, the full ones first
         (raises if a write fails: the caller reports the messages as failures, so nothing
         is lost), then send each that is due; a full one is due at once, and is never
-        merged with others."""
+        merged with others. A due one that is not full (rows back after a visibility
+        timeout, older than ``max_wait``) is merged with the pending ones, as a tick
+        merges: alone it could be below the provider's minimum and go singly, at the
+        realtime price, while rows that would make a batch with it wait on. Its count is
+        that of the rows it still owns (:meth:`.batch_store.BatchStore.recount`)."""
         owned = staging.owned
         listed = {custom_id for ids in owned.values() for custom_id in ids}
         # Every staged row is owned; one that is not is listed with the current submission.
         owned[staging.current].extend(r.custom_id for r in staged if r.custom_id not in listed)
         sent_at = {row.custom_id: row.sent_at for row in staged}
-        written: list[tuple[str, int, float, bool]] = []
+        written: list[tuple[str, list[str], float, bool]] = []
         for submission, rows in owned.items():
             ids = list(dict.fromkeys(rows))
             if not ids:
@@ -74,14 +79,16 @@ class BatchSubmitter:
             first = min((sent_at[i] for i in ids if i in sent_at), default=clock.now())
             full = submission != staging.current
             self._store.put_submission(submission, ids, first, mergeable=not full)
-            written.append((submission, len(ids), first, full))
-        for submission, count, first, full in written:
-            if full or self.due(count, first):
-                try:
+            written.append((submission, ids, first, full))
+        for submission, ids, first, full in written:
+            try:
+                if full:
                     self.submit(submission, context, answer_row)
-                except Exception:
-                    # The submission is durable; the next tick sends or reconciles it.
-                    self._parts.logger.exception("batch submit failed; the tick retries it")
+                elif self.due(self._store.recount(submission, ids), first):
+                    self.submit_pending(self._pending(), context, answer_row, submission)
+            except Exception:
+                # The submission is durable; the next tick sends or reconciles it.
+                self._parts.logger.exception("batch submit failed; the tick retries it")
 
     def due(self, count: int, first_waited: float) -> bool:
         """Full, or the next tick (a minute away) would send it after ``max_wait``."""
@@ -276,12 +283,18 @@ class BatchSubmitter:
 
     # -- pending submissions, merged -------------------------------------------------------
     def submit_pending(
-        self, waiting: list[tuple[str, Item]], context: Any, answer_row: AnswerRow
+        self,
+        waiting: list[tuple[str, Item]],
+        context: Any,
+        answer_row: AnswerRow,
+        including: str | None = None,
     ) -> int:
         """Send the due pending submissions; each is merged with the other pending ones,
         oldest first, while their rows fit one batch (``BATCH_MAX_REQUESTS``, at most
         :data:`~.batch_limits.SUBMISSION_ROWS`): one buffer delivery's rows are often far
-        fewer (Lambda hands a function at most 6 MB of records). Returns the batches sent."""
+        fewer (Lambda hands a function at most 6 MB of records). With ``including``, only
+        the batch that holds that submission is sent (a flush leaves the rest to the tick).
+        Returns the batches sent."""
         cap = min(
             self._parts.settings.batch_max_requests,
             batch_limits.SUBMISSION_ROWS,
@@ -305,11 +318,19 @@ class BatchSubmitter:
                 total += count
             if not any(self._due_now(item) for _, item in group) and total < cap:
                 continue  # nothing in it is due, and it is not full: it waits
+            if including is not None and including not in (sid for sid, _ in group):
+                continue
             submission = self._merge(group) if len(group) > 1 else group[0][0]
             if submission is not None:
                 self.submit(submission, context, answer_row)
                 sent += 1
         return sent
+
+    def _pending(self) -> list[tuple[str, Item]]:
+        """The open submissions that are pending, with their items."""
+        store = self._store
+        items = ((sid, store.submission(sid)) for sid in store.open_submissions())
+        return [(sid, item) for sid, item in items if item and text(item, "state") == "pending"]
 
     def _due_now(self, item: Item) -> bool:
         """Full, or a part of a refused create (due at once), or due by its wait."""
