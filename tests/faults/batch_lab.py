@@ -131,9 +131,8 @@ class BatchLab:
         """``step_session``: the step's ``boto3_session`` (a session, or the module's
         :class:`~.harness.ClientPool`). ``provider``: settings of another provider's batch
         API (Bedrock's: its ``model_provider``, ``model_id``, bucket and role); default the
-        Claude API's,
-        through ``api``'s batch endpoints answered by :attr:`store`. The lab's own queue and
-        table work is made straight on moto (:mod:`.backends`)."""
+        Claude API's, through ``api``'s batch endpoints answered by :attr:`store`. The lab's
+        own queue and table work is made straight on moto (:mod:`.backends`)."""
         self.api = api
         self.clock = clock
         self.settings = settings

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx2
@@ -33,7 +32,6 @@ __all__ = [
     "before_save",
     "movable_clock",
     "HeldFirstRequest",
-    "StoppedClock",
     "stopped_clock",
 ]
 
@@ -48,22 +46,12 @@ def movable_clock() -> Iterator[MovableClock]:
         yield clock
 
 
-class StoppedClock(MovableClock):
-    """A :class:`MovableClock` that moves only when advanced: a wait the runtime computes
-    from it is the same however long the machine takes between two readings."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.start = time.time()
-
-    def now(self) -> float:
-        return self.start + self.offset
-
-
 @contextlib.contextmanager
-def stopped_clock() -> Iterator[StoppedClock]:
-    """Install a :class:`StoppedClock` (moto's SQS, Powertools and the runtime read it)."""
-    clock = StoppedClock()
+def stopped_clock() -> Iterator[MovableClock]:
+    """Install a stopped :class:`MovableClock` (moto's SQS, Powertools and the runtime read
+    it): it moves only when advanced, so a wait the runtime computes from it is the same
+    however long the machine takes between two readings."""
+    clock = MovableClock(stopped=True)
     with clock.installed():
         yield clock
 
