@@ -10,7 +10,10 @@ Nothing here reaches AWS or the internet: DynamoDB/SQS/S3/EventBridge are moto (
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -112,21 +115,22 @@ def create_queue(session: boto3.session.Session, name: str = "model-step-dlq") -
     return session.client("sqs").create_queue(QueueName=name)["QueueUrl"]
 
 
-#: Where the benchmarks ship their system prompts (the construct ships them with the code).
-_PROMPT_ROOT = Path(tempfile.mkdtemp(prefix="bench-prompts-"))
-
-
+@functools.cache
 def prompt_root() -> Path:
-    """The directory :func:`shipped_prompt` ships into: a child process that runs the step
-    needs it on its ``sys.path``, as Lambda has the asset's copy."""
-    return _PROMPT_ROOT
+    """The directory :func:`shipped_prompt` ships into (the construct ships prompts with the
+    code): a child process that runs the step needs it on its ``sys.path``, as Lambda has the
+    asset's copy. Made on first use, and removed when this process exits."""
+    root = Path(tempfile.mkdtemp(prefix="bench-prompts-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 def shipped_prompt(text: str) -> str:
     """Ship ``text`` as a step's system prompt, on ``sys.path``; its ``SYSTEM_PROMPT_SHA256``."""
-    if str(_PROMPT_ROOT) not in sys.path:
-        sys.path.append(str(_PROMPT_ROOT))
-    return ship_prompt(_PROMPT_ROOT, text)
+    root = prompt_root()
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    return ship_prompt(root, text)
 
 
 def step_environment(queue_url: str, api_base_url: str) -> dict[str, str]:
