@@ -109,12 +109,13 @@ typecheck-runtime: setup
 
 # The tests read the real cloud assembly (cfn-lint on every template, the
 # bundled handler imported under the Lambda's Python), so it is built first.
-# mypy runs in the background meanwhile: the local deploy leaves a core idle, and a cold
-# mypy would otherwise add its 20-odd seconds. Its output follows pytest's; either failing fails.
-test: setup cdk.out/manifest.json
-	$(BIN)/ruff check .
+# mypy starts first, in the background: synth keeps one core busy (Python and jsii's Node in
+# turn), and a cold mypy would otherwise add its 20-odd seconds. Its output follows pytest's;
+# either failing fails. The real deploy into moto (`make deploy-local`) is one of the suite's
+# long tests (tests/deploy/test_real_deploy.py), beside the others.
+test: setup
 	@log=$$(mktemp); ( $(MYPY) ) >$$log 2>&1 & mypy=$$!; status=0; \
-	$(BYTECODE_CACHE) $(BIN)/python -m scripts.deploy_local && \
+	$(MAKE) --no-print-directory cdk.out/manifest.json && $(BIN)/ruff check . && \
 	$(BYTECODE_CACHE) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) \
 		|| status=$$?; \
 	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; rm -f $$log; exit $$status
@@ -122,7 +123,7 @@ test: setup cdk.out/manifest.json
 # `make test` with two CPU hogs beside it: no test may depend on the machine's speed (issue
 # 35). Each hog is a busy loop of this venv's Python; both stop when the tests end, pass or
 # fail, and the status is make test's.
-test-loaded: setup cdk.out/manifest.json
+test-loaded: setup
 	@$(BIN)/python -c "while True: pass" & first=$$!; \
 	$(BIN)/python -c "while True: pass" & second=$$!; \
 	trap 'kill $$first $$second' EXIT; \
