@@ -1042,7 +1042,12 @@ def _batch_create_on_the_run_clock(
     keeping the order the reconcile relies on: every create has ended, answered or not,
     before its submission is reconciled), the wait before an unseen create is sent again,
     the cancel and lost bounds, the backoff of a failing batch and the late look at a lost
-    one."""
+    one. So do the providers' own times: the minute a create refused for its API key
+    waits (``anthropic_batches.KEY_PROBLEM_WAIT_SECONDS``), and Bedrock's list of jobs is
+    read afresh as often as on AWS: a tick reuses a list at most ``LIST_FRESH_SECONDS``
+    old, half the tick's period, so every tick lists again; on the wall clock a list 30 s
+    old was reused by 30 local ticks and a job was seen ended 30 s late (as many ticks,
+    each costing CPU, for nothing)."""
     limits = runtime.module("model_step.batch_limits")
     scale = seconds_per_minute / 60.0
     create = max(limits.CREATE_TIMEOUT_SECONDS * scale, MIN_LOCAL_CREATE_TIMEOUT_SECONDS)
@@ -1066,6 +1071,10 @@ def _batch_create_on_the_run_clock(
     scaled["LOST_OPEN_SECONDS"] = max(scaled["LOST_OPEN_SECONDS"], MIN_LOCAL_LOST_OPEN_SECONDS)
     for name, value in scaled.items():
         setattr(limits, name, value)
+    anthropic: Any = runtime.module("model_step.anthropic_batches")
+    anthropic.KEY_PROBLEM_WAIT_SECONDS *= scale
+    bedrock: Any = runtime.module("model_step.bedrock_batches")
+    bedrock.LIST_FRESH_SECONDS *= scale
 
 
 def _batch_timeout_cap(settings: AsyncSettings) -> AsyncSettings:

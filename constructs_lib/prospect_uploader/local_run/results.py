@@ -153,10 +153,14 @@ def count_csv_rows(path: Path) -> int | None:
     return max(0, len(records) - 1)
 
 
-def scan(table: Any) -> list[dict[str, Any]]:
-    """Every item of a (small, local) table."""
+def scan(table: Any, attributes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every item of a (small, local) table: only ``attributes`` of each when given
+    (default: all of them)."""
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {}
+    if attributes:
+        names = {f"#a{n}": name for n, name in enumerate(attributes)}
+        kwargs.update(ProjectionExpression=", ".join(names), ExpressionAttributeNames=names)
     while True:
         page = table.scan(**kwargs)
         items.extend(page.get("Items", []))
@@ -207,7 +211,9 @@ def read_outcome(result: RunResult, failures_table: Any, prospects_table: Any) -
 
     labelled = {
         int(item["row_number"]): str(item["label"])
-        for item in scan(prospects_table)
+        # Only what is counted: the whole items (a row's fields and its answer) cost a
+        # run more to read than its own rows' labels.
+        for item in scan(prospects_table, ("upload_id", "row_number", "label"))
         if item.get("upload_id") == result.upload_id and item.get("label")
     }
     result.classified = len(labelled)
