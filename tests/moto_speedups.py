@@ -48,6 +48,8 @@ def install() -> None:
         _cache_condition_tokens()
     if "moto.core" in sys.modules:
         _cache_input_template_paths()
+        _cache_backend_urls()
+        _cache_possible_keys()
 
 
 def _cache_update_expressions() -> None:
@@ -93,6 +95,132 @@ def _cache_update_expressions() -> None:
         return found
 
     DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed  # type: ignore[method-assign]
+    _traverse_by_node_class()
+    _check_expression_shape_once(pickles)
+
+
+def _traverse_by_node_class() -> None:
+    """Decide moto's per-node class tests once per class.
+
+    The validator's ten passes walk every node of the tree, asking of each whether it is a
+    ``Node`` and whether the pass processes it, and ``find_clauses`` asks whether each child
+    is an ``Expression`` or a function to descend into. The node classes have ``ABCMeta``
+    for their metaclass, so each of those ``isinstance`` calls ran ``ABCMeta.__instancecheck__``
+    (nothing registers a virtual subclass of them): about a fifth of a validation. The answer
+    depends on the node's class alone, so it is kept per class (and per pass class)."""
+    from moto.dynamodb.parsing import ast_nodes
+
+    traverser = ast_nodes.DepthFirstTraverser
+    node_type = ast_nodes.Node
+    is_node: dict[type, bool] = {}
+    processes: dict[tuple[type, type], bool] = {}
+
+    def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+        kind = type(node)
+        node_like = is_node.get(kind)
+        if node_like is None:
+            node_like = is_node[kind] = isinstance(node, node_type)
+        if node_like:
+            parent_node = node.parent
+            children = node.children
+            if children is not None:
+                for i, child_node in enumerate(children):
+                    self.pre_processing_of_child(node, i)
+                    traverse_node_recursively(self, child_node, i)
+            key = (type(self), kind)
+            processed = processes.get(key)
+            if processed is None:
+                processed = processes[key] = isinstance(node, self.nodes_to_be_processed())
+            if processed:
+                node = self.process(node)
+                node.parent = parent_node
+                if parent_node:
+                    parent_node.children[child_id] = node
+        return node
+
+    descend_types = (ast_nodes.Expression, ast_nodes.UpdateExpressionFunction)
+    descends: dict[type, bool] = {}
+
+    def find_clauses(self: Any, clause_types: Any) -> list[Any]:
+        clauses: list[Any] = []
+        for child in self.children or []:
+            kind = type(child)
+            if kind in clause_types:
+                clauses.append(child)
+                continue
+            descend = descends.get(kind)
+            if descend is None:
+                descend = descends[kind] = isinstance(child, descend_types)
+            if descend:
+                clauses.extend(child.find_clauses(clause_types))
+        return clauses
+
+    traverser.traverse_node_recursively = traverse_node_recursively  # type: ignore[method-assign]
+    node_type.find_clauses = find_clauses  # type: ignore[method-assign]
+
+
+def _check_expression_shape_once(pickles: dict[int, tuple[Any, bytes]]) -> None:
+    """Run the update validator's first three passes once per expression, names and key.
+
+    ``UpdateExpressionValidator`` starts with three passes that read only the expression's
+    tree, its ``ExpressionAttributeNames`` and the table's key attributes (one ``SET`` /
+    ``ADD`` / ``REMOVE`` clause each, no overlapping paths, no key attribute updated); they
+    change nothing in the tree. Once they passed for a cached tree (``pickles``: the trees
+    :func:`_cache_update_expressions` keeps) with the same names and key attributes they pass
+    again, so later validations start at the fourth pass. An expression they reject is never
+    recorded: it runs them, and raises, every time."""
+    from moto.dynamodb.parsing import validators
+
+    shape_passes = (
+        validators.ActionCountValidator,
+        validators.OverlappingPathsValidator,
+        validators.UpdateHashRangeKeyValidator,
+    )
+    validator = validators.UpdateExpressionValidator
+    init = validator.__init__
+    passed: set[tuple[Any, ...]] = set()
+
+    class _Recorded:
+        """The shape passes, run in order; their key recorded when all of them passed."""
+
+        def __init__(self, passes: list[Any], key: tuple[Any, ...]) -> None:
+            self.passes = passes
+            self.key = key
+
+        def traverse(self, node: Any) -> Any:
+            for shape_pass in self.passes:
+                node = shape_pass.traverse(node)
+            if len(passed) < MAX_CACHED:
+                passed.add(self.key)
+            return node
+
+    def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, expression, *args, **kwargs)
+        kept = pickles.get(id(expression))
+        count = len(shape_passes)
+        if (
+            kept is None
+            or kept[0] is not expression
+            or tuple(type(p) for p in self.processors[:count]) != shape_passes
+        ):
+            return
+        names = self.expression_attribute_names
+        try:
+            key = (
+                id(expression),
+                None if names is None else tuple(sorted(names.items())),
+                tuple(self.table.table_key_attrs),
+            )
+            hash(key)
+        except TypeError:  # names that are not strings: moto's own passes judge them
+            return
+        rest = self.processors[count:]
+        if key in passed:
+            self.processors = rest
+        else:
+            self.processors = [_Recorded(self.processors[:count], key), *rest]
+
+    validator.__init__ = __init__  # type: ignore[method-assign]
 
 
 def _cache_condition_tokens() -> None:
@@ -137,3 +265,81 @@ def _cache_input_template_paths() -> None:
 
     parse._cached = True  # type: ignore[attr-defined]
     template.parse = staticmethod(parse)  # type: ignore[method-assign,assignment]
+
+
+def _cache_backend_urls() -> None:
+    """Build each backend class's URL map once per ``MOTO_ENABLE_ISO_REGIONS`` setting.
+
+    moto matches every request against its backend's ``urls``, a property that formats
+    every URL pattern of the service for every URL base and partition (a ``re.sub`` each)
+    on every request. The map depends only on the backend's ``urls`` module (its
+    ``url_bases`` and ``url_paths``, fixed at import) and that setting, so it is built once;
+    each caller gets its own copy, as before."""
+    from moto import settings
+    from moto.core.base_backend import BaseBackend
+
+    urls = BaseBackend.urls
+    if getattr(urls.fget, "_cached", False):
+        return
+    build = urls.fget
+    maps: dict[tuple[Any, bool], dict[str, Any]] = {}
+
+    def cached_urls(self: BaseBackend) -> dict[str, Any]:
+        key = (self._url_module, settings.enable_iso_regions())
+        found = maps.get(key)
+        if found is None:
+            found = maps[key] = build(self)
+        return dict(found)
+
+    cached_urls._cached = True  # type: ignore[attr-defined]
+    BaseBackend.urls = property(cached_urls)  # type: ignore[method-assign,assignment]
+
+
+def _cache_possible_keys() -> None:
+    """Work out once per shape which keys moto's response serializer tries on a ``dict``.
+
+    For every member of every response, moto's ``AttributePicker`` builds six alias
+    providers and asks each whether it has an alias for the member (the shape's
+    serialization name, a prefix of its parent shape's name or of the object's class name,
+    ...), then reads the first key the object has. For a plain ``dict`` (every DynamoDB,
+    and many other, results) the answers depend only on the picker's providers, the member
+    and its shape (a ``dict`` has no ``Meta`` and its class is always ``dict``): they are
+    kept, and the values are still read from each object, in the same order."""
+    from moto.core import serialize
+
+    picker = serialize.AttributePicker
+    call = picker.__call__
+    if getattr(call, "_cached", False):
+        return
+    get_value, missing = serialize.get_value, serialize.MISSING
+    #: (picker class, its providers, member, id(shape), id(parent)) -> (keys, shape, parent):
+    #: the shapes are kept alive with their keys, so their ids are not reused.
+    found: dict[tuple[Any, ...], tuple[tuple[str, ...], Any, Any]] = {}
+
+    def __call__(self: Any, context: Any) -> Any:
+        obj = context.obj
+        if type(obj) is not dict:
+            return call(self, context)
+        shape = context.shape
+        parent = getattr(shape, "parent", None)
+        key = (type(self), tuple(self.alias_providers), context.key, id(shape), id(parent))
+        kept = found.get(key)
+        if kept is None or kept[1] is not shape or kept[2] is not parent:
+            kept = (tuple(self.get_possible_keys(context)), shape, parent)
+            if len(found) < MAX_CACHED:
+                found[key] = kept
+        for possible_key in kept[0]:
+            value = get_value(obj, possible_key, missing)
+            if value is not missing:
+                break
+        else:
+            value = None
+        key_path = f"{context.key_path}.{context.key}"
+        for transform_path, transform in self.response_transformers.items():
+            if key_path.endswith(transform_path):
+                value = transform(value)
+                break
+        return value
+
+    __call__._cached = True  # type: ignore[attr-defined]
+    picker.__call__ = __call__  # type: ignore[method-assign]
