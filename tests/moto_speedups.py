@@ -243,6 +243,71 @@ def _cache_condition_tokens() -> None:
 
     _lex_condition_expression._cached = True  # type: ignore[attr-defined]
     ConditionExpressionParser._lex_condition_expression = _lex_condition_expression  # type: ignore[method-assign]
+    _cache_condition_trees()
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable image of an expression attribute value (DynamoDB JSON: dicts, lists,
+    strings, ...) that equals another's only if both are equal and of the same types;
+    TypeError for anything else."""
+    kind = type(value)
+    if kind is dict:
+        return (dict, tuple((name, _frozen(item)) for name, item in value.items()))
+    if kind is list:
+        return (list, tuple(_frozen(item) for item in value))
+    if kind in (str, bytes, int, float, bool) or value is None:
+        return (kind, value)
+    raise TypeError(f"not an expression attribute value: {kind.__name__}")
+
+
+def _cache_condition_trees() -> None:
+    """Keep each condition's operator tree per expression, names and values.
+
+    moto parses a ``ConditionExpression`` twice per write (once in its request handler, to
+    find the names and values it uses, once in the backend, to evaluate it) into a tree of
+    operators that only read the item they are given (``Op.expr``); the tree and the names
+    and values found are functions of the expression and the two maps alone. On a stopped
+    clock a schedule's writes repeat the same conditions with the same values (about three
+    parses in five), so a kept tree is handed back, with the names and values it found. A
+    condition moto rejects raises every time (nothing is kept for it)."""
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    parse = ConditionExpressionParser.parse
+    if getattr(parse, "_cached", False):
+        return
+    trees: dict[tuple[Any, ...], tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
+
+    def cached_parse(self: ConditionExpressionParser) -> Any:
+        if not self.condition_expression:
+            return parse(self)
+        try:
+            key = (
+                self.condition_expression,
+                _frozen(self.expression_attribute_names),
+                _frozen(self.expression_attribute_values),
+            )
+        except TypeError:
+            return parse(self)
+        kept = trees.get(key)
+        if kept is None:
+            names_before = len(self.expr_attr_names_found)
+            values_before = len(self.expr_attr_values_found)
+            tree = parse(self)
+            kept = (
+                tree,
+                tuple(self.expr_attr_names_found[names_before:]),
+                tuple(self.expr_attr_values_found[values_before:]),
+            )
+            if len(trees) < MAX_CACHED:
+                trees[key] = kept
+            return tree
+        tree, names, values = kept
+        self.expr_attr_names_found.extend(names)
+        self.expr_attr_values_found.extend(values)
+        return tree
+
+    cached_parse._cached = True  # type: ignore[attr-defined]
+    ConditionExpressionParser.parse = cached_parse  # type: ignore[method-assign]
 
 
 def _cache_input_template_paths() -> None:
