@@ -50,6 +50,7 @@ def install() -> None:
         _cache_input_template_paths()
         _cache_backend_urls()
         _cache_possible_keys()
+        _find_known_backends_by_identity()
 
 
 def _cache_update_expressions() -> None:
@@ -366,39 +367,52 @@ def _cache_possible_keys() -> None:
     For every member of every response, moto's ``AttributePicker`` builds six alias
     providers and asks each whether it has an alias for the member (the shape's
     serialization name, a prefix of its parent shape's name or of the object's class name,
-    ...), then reads the first key the object has. For a plain ``dict`` (every DynamoDB,
-    and many other, results) the answers depend only on the picker's providers, the member
-    and its shape (a ``dict`` has no ``Meta`` and its class is always ``dict``): they are
-    kept, and the values are still read from each object, in the same order."""
+    ...), then reads the first key the object has, catching a ``KeyError`` for each one it
+    lacks (a DynamoDB attribute value is a structure of ten members, one of them set). For a
+    plain ``dict`` (every DynamoDB, and many other, results) the keys depend only on the
+    picker's providers, the member and its shape (a ``dict`` has no ``Meta`` and its class
+    is always ``dict``): they are kept, and each is read with ``dict.get``, which answers
+    what ``obj[key]`` or its ``KeyError`` did, in the same order. A picker with response
+    transformers, or any other object, is served by moto's own code."""
     from moto.core import serialize
 
-    picker = serialize.AttributePicker
-    call = picker.__call__
+    picker_type = serialize.AttributePicker
+    call = picker_type.__call__
     if getattr(call, "_cached", False):
         return
+    serializer_type = serialize.ResponseSerializer
+    pick = serializer_type.get_value
     get_value, missing = serialize.get_value, serialize.MISSING
     #: (picker class, its providers, member, id(shape), id(parent)) -> (keys, shape, parent):
     #: the shapes are kept alive with their keys, so their ids are not reused.
-    found: dict[tuple[Any, ...], tuple[tuple[str, ...], Any, Any]] = {}
+    found: dict[tuple[Any, ...], tuple[tuple[tuple[str, bool], ...], Any, Any]] = {}
+
+    def keys_of(picker: Any, context: Any, key: str, shape: Any) -> Any:
+        """The keys to try, or None (``context`` None) when they are not known yet."""
+        parent = getattr(shape, "parent", None)
+        cache_key = (type(picker), tuple(picker.alias_providers), key, id(shape), id(parent))
+        kept = found.get(cache_key)
+        if kept is None or kept[1] is not shape or kept[2] is not parent:
+            if context is None:
+                return None
+            keys = tuple((name, "." in name) for name in picker.get_possible_keys(context))
+            kept = (keys, shape, parent)
+            if len(found) < MAX_CACHED:
+                found[cache_key] = kept
+        return kept[0]
+
+    def read(obj: dict[str, Any], keys: tuple[tuple[str, bool], ...]) -> Any:
+        for name, dotted in keys:
+            value = get_value(obj, name, missing) if dotted else obj.get(name, missing)
+            if value is not missing:
+                return value
+        return None
 
     def __call__(self: Any, context: Any) -> Any:
         obj = context.obj
         if type(obj) is not dict:
             return call(self, context)
-        shape = context.shape
-        parent = getattr(shape, "parent", None)
-        key = (type(self), tuple(self.alias_providers), context.key, id(shape), id(parent))
-        kept = found.get(key)
-        if kept is None or kept[1] is not shape or kept[2] is not parent:
-            kept = (tuple(self.get_possible_keys(context)), shape, parent)
-            if len(found) < MAX_CACHED:
-                found[key] = kept
-        for possible_key in kept[0]:
-            value = get_value(obj, possible_key, missing)
-            if value is not missing:
-                break
-        else:
-            value = None
+        value = read(obj, keys_of(self, context, context.key, context.shape))
         key_path = f"{context.key_path}.{context.key}"
         for transform_path, transform in self.response_transformers.items():
             if key_path.endswith(transform_path):
@@ -406,5 +420,46 @@ def _cache_possible_keys() -> None:
                 break
         return value
 
+    def get_value_of(self: Any, value: Any, key: str, shape: Any) -> Any:
+        picker = self._value_picker
+        if (
+            type(value) is dict
+            and type(picker).__call__ is __call__
+            and not picker.response_transformers
+        ):
+            keys = keys_of(picker, None, key, shape)
+            if keys is not None:
+                return read(value, keys)
+        return pick(self, value, key, shape)
+
     __call__._cached = True  # type: ignore[attr-defined]
-    picker.__call__ = __call__  # type: ignore[method-assign]
+    picker_type.__call__ = __call__  # type: ignore[method-assign]
+    serializer_type.get_value = get_value_of  # type: ignore[method-assign]
+
+
+def _find_known_backends_by_identity() -> None:
+    """Answer moto's "is this backend map known?" by identity first.
+
+    Every lookup of a service's backends (``sqs_backends[account]``: each request moto
+    serves, and each of the lab's own reads) asks whether the map is in
+    ``BackendDict._instances``, a list of every service in use, with ``in``: a Python
+    ``__eq__`` and ``__len__`` for each entry before its own. When the account's backends
+    exist and the map is in the list as itself, that lookup would change nothing, and now
+    returns at once; in every other case moto's own method runs."""
+    from moto.core import base_backend
+
+    backends = base_backend.BackendDict
+    create = backends._create_account_specific_backend
+    if getattr(create, "_cached", False):
+        return
+
+    def _create_account_specific_backend(self: Any, account_id: str) -> None:
+        with base_backend.backend_lock:
+            if dict.__contains__(self, account_id) and any(
+                known is self for known in backends._instances
+            ):
+                return
+        create(self, account_id)
+
+    _create_account_specific_backend._cached = True  # type: ignore[attr-defined]
+    backends._create_account_specific_backend = _create_account_specific_backend  # type: ignore[method-assign]
