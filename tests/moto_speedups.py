@@ -48,6 +48,9 @@ def install() -> None:
         _cache_condition_tokens()
     if "moto.core" in sys.modules:
         _cache_input_template_paths()
+        _cache_backend_urls()
+        _cache_possible_keys()
+        _find_known_backends_by_identity()
 
 
 def _cache_update_expressions() -> None:
@@ -93,6 +96,132 @@ def _cache_update_expressions() -> None:
         return found
 
     DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed  # type: ignore[method-assign]
+    _traverse_by_node_class()
+    _check_expression_shape_once(pickles)
+
+
+def _traverse_by_node_class() -> None:
+    """Decide moto's per-node class tests once per class.
+
+    The validator's ten passes walk every node of the tree, asking of each whether it is a
+    ``Node`` and whether the pass processes it, and ``find_clauses`` asks whether each child
+    is an ``Expression`` or a function to descend into. The node classes have ``ABCMeta``
+    for their metaclass, so each of those ``isinstance`` calls ran ``ABCMeta.__instancecheck__``
+    (nothing registers a virtual subclass of them): about a fifth of a validation. The answer
+    depends on the node's class alone, so it is kept per class (and per pass class)."""
+    from moto.dynamodb.parsing import ast_nodes
+
+    traverser = ast_nodes.DepthFirstTraverser
+    node_type = ast_nodes.Node
+    is_node: dict[type, bool] = {}
+    processes: dict[tuple[type, type], bool] = {}
+
+    def traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+        kind = type(node)
+        node_like = is_node.get(kind)
+        if node_like is None:
+            node_like = is_node[kind] = isinstance(node, node_type)
+        if node_like:
+            parent_node = node.parent
+            children = node.children
+            if children is not None:
+                for i, child_node in enumerate(children):
+                    self.pre_processing_of_child(node, i)
+                    traverse_node_recursively(self, child_node, i)
+            key = (type(self), kind)
+            processed = processes.get(key)
+            if processed is None:
+                processed = processes[key] = isinstance(node, self.nodes_to_be_processed())
+            if processed:
+                node = self.process(node)
+                node.parent = parent_node
+                if parent_node:
+                    parent_node.children[child_id] = node
+        return node
+
+    descend_types = (ast_nodes.Expression, ast_nodes.UpdateExpressionFunction)
+    descends: dict[type, bool] = {}
+
+    def find_clauses(self: Any, clause_types: Any) -> list[Any]:
+        clauses: list[Any] = []
+        for child in self.children or []:
+            kind = type(child)
+            if kind in clause_types:
+                clauses.append(child)
+                continue
+            descend = descends.get(kind)
+            if descend is None:
+                descend = descends[kind] = isinstance(child, descend_types)
+            if descend:
+                clauses.extend(child.find_clauses(clause_types))
+        return clauses
+
+    traverser.traverse_node_recursively = traverse_node_recursively  # type: ignore[method-assign]
+    node_type.find_clauses = find_clauses  # type: ignore[method-assign]
+
+
+def _check_expression_shape_once(pickles: dict[int, tuple[Any, bytes]]) -> None:
+    """Run the update validator's first three passes once per expression, names and key.
+
+    ``UpdateExpressionValidator`` starts with three passes that read only the expression's
+    tree, its ``ExpressionAttributeNames`` and the table's key attributes (one ``SET`` /
+    ``ADD`` / ``REMOVE`` clause each, no overlapping paths, no key attribute updated); they
+    change nothing in the tree. Once they passed for a cached tree (``pickles``: the trees
+    :func:`_cache_update_expressions` keeps) with the same names and key attributes they pass
+    again, so later validations start at the fourth pass. An expression they reject is never
+    recorded: it runs them, and raises, every time."""
+    from moto.dynamodb.parsing import validators
+
+    shape_passes = (
+        validators.ActionCountValidator,
+        validators.OverlappingPathsValidator,
+        validators.UpdateHashRangeKeyValidator,
+    )
+    validator = validators.UpdateExpressionValidator
+    init = validator.__init__
+    passed: set[tuple[Any, ...]] = set()
+
+    class _Recorded:
+        """The shape passes, run in order; their key recorded when all of them passed."""
+
+        def __init__(self, passes: list[Any], key: tuple[Any, ...]) -> None:
+            self.passes = passes
+            self.key = key
+
+        def traverse(self, node: Any) -> Any:
+            for shape_pass in self.passes:
+                node = shape_pass.traverse(node)
+            if len(passed) < MAX_CACHED:
+                passed.add(self.key)
+            return node
+
+    def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, expression, *args, **kwargs)
+        kept = pickles.get(id(expression))
+        count = len(shape_passes)
+        if (
+            kept is None
+            or kept[0] is not expression
+            or tuple(type(p) for p in self.processors[:count]) != shape_passes
+        ):
+            return
+        names = self.expression_attribute_names
+        try:
+            key = (
+                id(expression),
+                None if names is None else tuple(sorted(names.items())),
+                tuple(self.table.table_key_attrs),
+            )
+            hash(key)
+        except TypeError:  # names that are not strings: moto's own passes judge them
+            return
+        rest = self.processors[count:]
+        if key in passed:
+            self.processors = rest
+        else:
+            self.processors = [_Recorded(self.processors[:count], key), *rest]
+
+    validator.__init__ = __init__  # type: ignore[method-assign]
 
 
 def _cache_condition_tokens() -> None:
@@ -115,6 +244,71 @@ def _cache_condition_tokens() -> None:
 
     _lex_condition_expression._cached = True  # type: ignore[attr-defined]
     ConditionExpressionParser._lex_condition_expression = _lex_condition_expression  # type: ignore[method-assign]
+    _cache_condition_trees()
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable image of an expression attribute value (DynamoDB JSON: dicts, lists,
+    strings, ...) that equals another's only if both are equal and of the same types;
+    TypeError for anything else."""
+    kind = type(value)
+    if kind is dict:
+        return (dict, tuple((name, _frozen(item)) for name, item in value.items()))
+    if kind is list:
+        return (list, tuple(_frozen(item) for item in value))
+    if kind in (str, bytes, int, float, bool) or value is None:
+        return (kind, value)
+    raise TypeError(f"not an expression attribute value: {kind.__name__}")
+
+
+def _cache_condition_trees() -> None:
+    """Keep each condition's operator tree per expression, names and values.
+
+    moto parses a ``ConditionExpression`` twice per write (once in its request handler, to
+    find the names and values it uses, once in the backend, to evaluate it) into a tree of
+    operators that only read the item they are given (``Op.expr``); the tree and the names
+    and values found are functions of the expression and the two maps alone. On a stopped
+    clock a schedule's writes repeat the same conditions with the same values (about three
+    parses in five), so a kept tree is handed back, with the names and values it found. A
+    condition moto rejects raises every time (nothing is kept for it)."""
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    parse = ConditionExpressionParser.parse
+    if getattr(parse, "_cached", False):
+        return
+    trees: dict[tuple[Any, ...], tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
+
+    def cached_parse(self: ConditionExpressionParser) -> Any:
+        if not self.condition_expression:
+            return parse(self)
+        try:
+            key = (
+                self.condition_expression,
+                _frozen(self.expression_attribute_names),
+                _frozen(self.expression_attribute_values),
+            )
+        except TypeError:
+            return parse(self)
+        kept = trees.get(key)
+        if kept is None:
+            names_before = len(self.expr_attr_names_found)
+            values_before = len(self.expr_attr_values_found)
+            tree = parse(self)
+            kept = (
+                tree,
+                tuple(self.expr_attr_names_found[names_before:]),
+                tuple(self.expr_attr_values_found[values_before:]),
+            )
+            if len(trees) < MAX_CACHED:
+                trees[key] = kept
+            return tree
+        tree, names, values = kept
+        self.expr_attr_names_found.extend(names)
+        self.expr_attr_values_found.extend(values)
+        return tree
+
+    cached_parse._cached = True  # type: ignore[attr-defined]
+    ConditionExpressionParser.parse = cached_parse  # type: ignore[method-assign]
 
 
 def _cache_input_template_paths() -> None:
@@ -137,3 +331,135 @@ def _cache_input_template_paths() -> None:
 
     parse._cached = True  # type: ignore[attr-defined]
     template.parse = staticmethod(parse)  # type: ignore[method-assign,assignment]
+
+
+def _cache_backend_urls() -> None:
+    """Build each backend class's URL map once per ``MOTO_ENABLE_ISO_REGIONS`` setting.
+
+    moto matches every request against its backend's ``urls``, a property that formats
+    every URL pattern of the service for every URL base and partition (a ``re.sub`` each)
+    on every request. The map depends only on the backend's ``urls`` module (its
+    ``url_bases`` and ``url_paths``, fixed at import) and that setting, so it is built once;
+    each caller gets its own copy, as before."""
+    from moto import settings
+    from moto.core.base_backend import BaseBackend
+
+    urls = BaseBackend.urls
+    if getattr(urls.fget, "_cached", False):
+        return
+    build = urls.fget
+    maps: dict[tuple[Any, bool], dict[str, Any]] = {}
+
+    def cached_urls(self: BaseBackend) -> dict[str, Any]:
+        key = (self._url_module, settings.enable_iso_regions())
+        found = maps.get(key)
+        if found is None:
+            found = maps[key] = build(self)
+        return dict(found)
+
+    cached_urls._cached = True  # type: ignore[attr-defined]
+    BaseBackend.urls = property(cached_urls)  # type: ignore[method-assign,assignment]
+
+
+def _cache_possible_keys() -> None:
+    """Work out once per shape which keys moto's response serializer tries on a ``dict``.
+
+    For every member of every response, moto's ``AttributePicker`` builds six alias
+    providers and asks each whether it has an alias for the member (the shape's
+    serialization name, a prefix of its parent shape's name or of the object's class name,
+    ...), then reads the first key the object has, catching a ``KeyError`` for each one it
+    lacks (a DynamoDB attribute value is a structure of ten members, one of them set). For a
+    plain ``dict`` (every DynamoDB, and many other, results) the keys depend only on the
+    picker's providers, the member and its shape (a ``dict`` has no ``Meta`` and its class
+    is always ``dict``): they are kept, and each is read with ``dict.get``, which answers
+    what ``obj[key]`` or its ``KeyError`` did, in the same order. A picker with response
+    transformers, or any other object, is served by moto's own code."""
+    from moto.core import serialize
+
+    picker_type = serialize.AttributePicker
+    call = picker_type.__call__
+    if getattr(call, "_cached", False):
+        return
+    serializer_type = serialize.ResponseSerializer
+    pick = serializer_type.get_value
+    get_value, missing = serialize.get_value, serialize.MISSING
+    #: (picker class, its providers, member, id(shape), id(parent)) -> (keys, shape, parent):
+    #: the shapes are kept alive with their keys, so their ids are not reused.
+    found: dict[tuple[Any, ...], tuple[tuple[tuple[str, bool], ...], Any, Any]] = {}
+
+    def keys_of(picker: Any, context: Any, key: str, shape: Any) -> Any:
+        """The keys to try, or None (``context`` None) when they are not known yet."""
+        parent = getattr(shape, "parent", None)
+        cache_key = (type(picker), tuple(picker.alias_providers), key, id(shape), id(parent))
+        kept = found.get(cache_key)
+        if kept is None or kept[1] is not shape or kept[2] is not parent:
+            if context is None:
+                return None
+            keys = tuple((name, "." in name) for name in picker.get_possible_keys(context))
+            kept = (keys, shape, parent)
+            if len(found) < MAX_CACHED:
+                found[cache_key] = kept
+        return kept[0]
+
+    def read(obj: dict[str, Any], keys: tuple[tuple[str, bool], ...]) -> Any:
+        for name, dotted in keys:
+            value = get_value(obj, name, missing) if dotted else obj.get(name, missing)
+            if value is not missing:
+                return value
+        return None
+
+    def __call__(self: Any, context: Any) -> Any:
+        obj = context.obj
+        if type(obj) is not dict:
+            return call(self, context)
+        value = read(obj, keys_of(self, context, context.key, context.shape))
+        key_path = f"{context.key_path}.{context.key}"
+        for transform_path, transform in self.response_transformers.items():
+            if key_path.endswith(transform_path):
+                value = transform(value)
+                break
+        return value
+
+    def get_value_of(self: Any, value: Any, key: str, shape: Any) -> Any:
+        picker = self._value_picker
+        if (
+            type(value) is dict
+            and type(picker).__call__ is __call__
+            and not picker.response_transformers
+        ):
+            keys = keys_of(picker, None, key, shape)
+            if keys is not None:
+                return read(value, keys)
+        return pick(self, value, key, shape)
+
+    __call__._cached = True  # type: ignore[attr-defined]
+    picker_type.__call__ = __call__  # type: ignore[method-assign]
+    serializer_type.get_value = get_value_of  # type: ignore[method-assign]
+
+
+def _find_known_backends_by_identity() -> None:
+    """Answer moto's "is this backend map known?" by identity first.
+
+    Every lookup of a service's backends (``sqs_backends[account]``: each request moto
+    serves, and each of the lab's own reads) asks whether the map is in
+    ``BackendDict._instances``, a list of every service in use, with ``in``: a Python
+    ``__eq__`` and ``__len__`` for each entry before its own. When the account's backends
+    exist and the map is in the list as itself, that lookup would change nothing, and now
+    returns at once; in every other case moto's own method runs."""
+    from moto.core import base_backend
+
+    backends = base_backend.BackendDict
+    create = backends._create_account_specific_backend
+    if getattr(create, "_cached", False):
+        return
+
+    def _create_account_specific_backend(self: Any, account_id: str) -> None:
+        with base_backend.backend_lock:
+            if dict.__contains__(self, account_id) and any(
+                known is self for known in backends._instances
+            ):
+                return
+        create(self, account_id)
+
+    _create_account_specific_backend._cached = True  # type: ignore[attr-defined]
+    backends._create_account_specific_backend = _create_account_specific_backend  # type: ignore[method-assign]

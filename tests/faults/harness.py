@@ -273,6 +273,29 @@ def _what_it_does(handler: Any) -> Any:
     return handler.__code__, captured
 
 
+def unsigned(session: boto3.session.Session) -> boto3.session.Session:
+    """``session``, its clients' requests sent without a SigV4 signature (every client made
+    from it after this call).
+
+    Signing is a twelfth of a schedule's CPU (canonical request, payload hash, HMACs), and
+    nothing reads the signature: moto checks none (it reads only the access key from the
+    ``Authorization`` header, to pick the account; without the header it picks the same
+    default account, and SQS, DynamoDB and EventBridge answer the same), and the fault lab
+    tests what the step does with AWS's answers, not botocore's signing. Nor can it hide a
+    bug of ours from the real service: the step never signs, passes no credentials and
+    picks no signer (botocore signs with the Lambda role's credentials, for the region and
+    service the request is sent to, and the request's URL still carries both here, so a
+    wrong region still meets an empty moto backend). Only the lab's own sessions are
+    unsigned; every other test signs as in AWS."""
+    import botocore
+
+    def no_signature(**_: Any) -> Any:
+        return botocore.UNSIGNED
+
+    session.events.register("choose-signer", no_signature)
+    return session
+
+
 @dataclass
 class LabWorld:
     """One moto account, the two fake model APIs and the hooked session of a test module."""

@@ -95,6 +95,7 @@ class FaultLab:
         self.faults = 0
         self.actions: Counter[str] = Counter()
         self.unbounded: str | None = None
+        self._record_ids: dict[tuple[Scope, tuple[type, ...]], str | None] = {}
         self._create_queues()
         self.bus = (
             ResultBus.create(bus_kind, prefix, world.lab_client("events"), self.clock.now)
@@ -392,7 +393,16 @@ class FaultLab:
 
     # -- reading the step's state ---------------------------------------------------------------
     def record_id(self, scope: Scope) -> str | None:
-        """The record id the runtime keys ``scope`` under (None for a keyless scope)."""
+        """The record id the runtime keys ``scope`` under (None for a keyless scope), worked
+        out once per scope: the lab asks for it at every poll, write and send, and it is a
+        hash of the scope and the step's fixed settings. Kept with the types of the key's
+        parts: ``1`` and ``1.0`` make equal scopes, not always the same record id."""
+        kept = (scope, tuple(type(part) for part in scope.business_key))
+        if kept not in self._record_ids:
+            self._record_ids[kept] = self._work_out_record_id(scope)
+        return self._record_ids[kept]
+
+    def _work_out_record_id(self, scope: Scope) -> str | None:
         if any(part is None for part in scope.business_key):
             return None
         parts = self.step._components()

@@ -57,7 +57,7 @@ from tests.fakes import FakeBedrockRuntime, FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from . import invariants, sqs_rules, stats
-from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded, run_state_machine
+from .harness import TABLE, Fault, LabWorld, MovableClock, Unbounded, run_state_machine, unsigned
 from .hooks import installed_hooks
 from .lab import FaultLab, answer_request
 from .lab_settings import QueueSettings
@@ -184,12 +184,12 @@ def fault_world(
         with mock_aws(), FakeMessagesAPI() as api, FakeBedrockRuntime() as bedrock:
             os.environ["ANTHROPIC_BASE_URL"] = api.base_url
             os.environ["ANTHROPIC_BEDROCK_BASE_URL"] = bedrock.base_url
-            lab_session = boto3.session.Session(region_name="us-east-1")
+            lab_session = unsigned(boto3.session.Session(region_name="us-east-1"))
             create_stack_table(lab_session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
             world = LabWorld(
                 api=api,
                 bedrock=bedrock,
-                step_session=boto3.session.Session(region_name="us-east-1"),
+                step_session=unsigned(boto3.session.Session(region_name="us-east-1")),
                 lab_session=lab_session,
                 clock=MovableClock(stopped=True),
                 settings=settings_,
