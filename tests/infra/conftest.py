@@ -49,6 +49,20 @@ class Synthesized:
     def template(self, stack_name: str) -> assertions.Template:
         return assertions.Template.from_json(self.templates[stack_name])
 
+    def warnings(self, stack_name: str) -> dict[str, list[str]]:
+        """Each construct path's warnings in ``stack_name``'s metadata: what
+        ``assertions.Annotations.from_stack`` reads, without synthesizing again (it forces a
+        new synth of the whole app)."""
+        artifact = json.loads((self.outdir / "manifest.json").read_text())["artifacts"]
+        metadata = dict(artifact[stack_name].get("metadata", {}))
+        if "additionalMetadataFile" in artifact[stack_name]:
+            extra = self.outdir / artifact[stack_name]["additionalMetadataFile"]
+            metadata.update(json.loads(extra.read_text()))
+        return {
+            path: [str(e["data"]) for e in entries if e["type"] == "aws:cdk:warning"]
+            for path, entries in metadata.items()
+        }
+
 
 def synth(app: cdk.App) -> Synthesized:
     assembly = app.synth()
