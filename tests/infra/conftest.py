@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk import assertions
+from aws_cdk import assertions, cx_api
 from aws_cdk import aws_events as events
 from aws_cdk import aws_secretsmanager as secretsmanager
 
@@ -41,27 +42,20 @@ def cli_env() -> dict[str, str]:
 
 @dataclass
 class Synthesized:
-    """A synthesized app: its output directory and each stack's template."""
+    """A synthesized app: its output directory, its cloud assembly and each stack's
+    template."""
 
     outdir: Path
     templates: dict[str, dict]
+    assembly: cx_api.CloudAssembly
 
     def template(self, stack_name: str) -> assertions.Template:
         return assertions.Template.from_json(self.templates[stack_name])
 
-    def warnings(self, stack_name: str) -> dict[str, list[str]]:
-        """Each construct path's warnings in ``stack_name``'s metadata: what
-        ``assertions.Annotations.from_stack`` reads, without synthesizing again (it forces a
-        new synth of the whole app)."""
-        artifact = json.loads((self.outdir / "manifest.json").read_text())["artifacts"]
-        metadata = dict(artifact[stack_name].get("metadata", {}))
-        if "additionalMetadataFile" in artifact[stack_name]:
-            extra = self.outdir / artifact[stack_name]["additionalMetadataFile"]
-            metadata.update(json.loads(extra.read_text()))
-        return {
-            path: [str(e["data"]) for e in entries if e["type"] == "aws:cdk:warning"]
-            for path, entries in metadata.items()
-        }
+    def warnings(self, stack_name: str, pattern: str = "") -> list[tuple[str, str]]:
+        """:func:`messages` of level warning on ``stack_name``, from this synth."""
+        artifact = self.assembly.get_stack_artifact(stack_name)
+        return messages(artifact, cx_api.SynthesisMessageLevel.WARNING, pattern)
 
 
 def synth(app: cdk.App) -> Synthesized:
@@ -71,7 +65,36 @@ def synth(app: cdk.App) -> Synthesized:
         path.name.removesuffix(".template.json"): json.loads(path.read_text())
         for path in outdir.glob("*.template.json")
     }
-    return Synthesized(outdir, templates)
+    return Synthesized(outdir, templates, assembly)
+
+
+def messages(
+    artifact: cx_api.CloudFormationStackArtifact,
+    level: cx_api.SynthesisMessageLevel,
+    pattern: str = "",
+) -> list[tuple[str, str]]:
+    """``(construct path, text)`` of each ``level`` message of a synthesized stack whose text
+    matches ``pattern`` (a regular expression, searched; default: every message).
+
+    The messages ``assertions.Annotations.from_stack`` reads, from a synth already made:
+    ``Annotations`` forces a new synth of the whole app (aspects, cdk-nag, the built-in
+    CloudFormation validation) on every call, to see constructs added since; the tests
+    below read them once the app is complete."""
+    return [
+        (message.id, str(message.entry.data))
+        for message in artifact.messages
+        if message.level == level and re.search(pattern, str(message.entry.data))
+    ]
+
+
+def stack_messages(
+    stack: cdk.Stack, level: cx_api.SynthesisMessageLevel, pattern: str = ""
+) -> list[tuple[str, str]]:
+    """:func:`messages` of ``stack`` from its app's synth: the one already made, or a new
+    one. ``Stage.synth()`` raises if constructs were added since its last synth, so a stale
+    assembly is never read."""
+    assembly = cdk.Stage.of(stack).synth()
+    return messages(assembly.get_stack_artifact(stack.artifact_id), level, pattern)
 
 
 def new_app(tmp_path_factory: pytest.TempPathFactory, name: str) -> cdk.App:
