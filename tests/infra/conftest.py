@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 import pytest
@@ -97,8 +98,28 @@ def stack_messages(
     return messages(assembly.get_stack_artifact(stack.artifact_id), level, pattern)
 
 
-def new_app(tmp_path_factory: pytest.TempPathFactory, name: str) -> cdk.App:
-    return cdk.App(context=NO_BUNDLING, outdir=str(tmp_path_factory.mktemp(name)))
+def unvalidated_app(**props: Any) -> cdk.App:
+    """A ``cdk.App`` made with ``props``, without aws-cdk-lib's built-in CloudFormation
+    validation: for every test that reads no validation report.
+
+    That validation (a rules engine in WebAssembly) runs at each synth unless the App turns
+    it off, and its findings go only to ``validation-report.json``. The demo's and app.py's
+    synths keep it, and their tests read the report; for any other synth it was work nobody
+    read: about 4 CPU-s of Node to start the engine in each test process, then 0.2-0.4 s a
+    synth of the Prospect Uploader's size."""
+    return cdk.App(builtin_cloud_formation_validation=False, **props)
+
+
+def new_app(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *, validated: bool = False
+) -> cdk.App:
+    """An App without bundling, writing to a new temporary directory named after ``name``.
+    ``validated``: run the built-in CloudFormation validation (default: False; see
+    :func:`unvalidated_app`), for the synths whose tests read the validation report."""
+    outdir = str(tmp_path_factory.mktemp(name))
+    if validated:
+        return cdk.App(context=NO_BUNDLING, outdir=outdir)
+    return unvalidated_app(context=NO_BUNDLING, outdir=outdir)
 
 
 def step_props(stack: cdk.Stack, **overrides: object) -> dict:
@@ -123,7 +144,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The demo app (one step on a custom bus), synthesized with cdk-nag, without bundling."""
     from .demo_stack import build_app
 
-    return synth(build_app(new_app(tmp_path_factory, "demo")))
+    return synth(build_app(new_app(tmp_path_factory, "demo", validated=True)))
 
 
 @pytest.fixture(scope="session")
@@ -131,4 +152,4 @@ def prospect(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The repository's app.py (the Prospect Uploader), with cdk-nag, without bundling."""
     import app as app_module
 
-    return synth(app_module.build_app(new_app(tmp_path_factory, "prospect")))
+    return synth(app_module.build_app(new_app(tmp_path_factory, "prospect", validated=True)))

@@ -19,14 +19,14 @@ from constructs_lib.idempotent_model_step import ALARMS_WITHOUT_ACTION_WARNING
 from constructs_lib.prospect_uploader import ProspectUploaderStack
 from tests.adoption.markdown import code_blocks, section
 
-from .conftest import NO_BUNDLING, make_step, stack_messages
+from .conftest import NO_BUNDLING, make_step, stack_messages, unvalidated_app
 
 ACK = f"\\[ack: {ALARMS_WITHOUT_ACTION_WARNING}\\]"
 
 
 @pytest.fixture
 def stack() -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=NO_BUNDLING), "Alarms")
+    return cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Alarms")
 
 
 def silent_warnings(stack: cdk.Stack) -> list[tuple[str, str]]:
@@ -95,7 +95,7 @@ def test_acknowledging_on_the_stack_silences_every_step_before_or_after(stack):
 
 def test_the_prospect_uploader_warns_once_about_its_missing_subscription():
     # GIVEN the reference stack without -c alert_email
-    stack = ProspectUploaderStack(cdk.App(context=NO_BUNDLING), "NoEmail")
+    stack = ProspectUploaderStack(unvalidated_app(context=NO_BUNDLING), "NoEmail")
     # THEN its steps' alarms notify AlertTopic (no step warning); the stack's one warning
     # says the topic has no subscriber, and that it is the alarms that reach nobody
     assert silent_warnings(stack) == []

@@ -22,7 +22,7 @@ from constructs_lib import IdempotentModelStep, ModelProvider, Thinking
 from constructs_lib.bedrock_models import GEOGRAPHY_REGIONS
 from constructs_lib.model_fit import UNPUBLISHED_ID_WARNING
 
-from .conftest import new_app, stack_messages, synth
+from .conftest import new_app, stack_messages, synth, unvalidated_app
 
 ACCOUNT = "123456789012"
 MODEL = "anthropic.claude-haiku-5-5"
@@ -198,7 +198,7 @@ def prospect_bedrock(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     outdir = tmp_path_factory.mktemp("prospect-bedrock")
     context = {"aws:cdk:bundling-stacks": [], "model_provider": "bedrock"}
-    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    app_module.build_app(unvalidated_app(context=context, outdir=str(outdir))).synth()
     return json.loads((outdir / "ProspectUploader.template.json").read_text())
 
 
@@ -265,7 +265,7 @@ def test_the_reference_app_prices_the_bedrock_model_it_calls(tmp_path):
         "model_provider": "bedrock",
         "bedrock_model_id": "global.anthropic.claude-opus-4-5-20251101-v1:0",
     }
-    app_module.build_app(cdk.App(context=context, outdir=str(tmp_path))).synth()
+    app_module.build_app(unvalidated_app(context=context, outdir=str(tmp_path))).synth()
     template = json.loads((tmp_path / "ProspectUploader.template.json").read_text())
     variables = [
         r["Properties"]["Environment"]["Variables"]
@@ -282,7 +282,7 @@ def test_the_reference_app_takes_batch_delivery_on_bedrock(tmp_path):
     import app as app_module
 
     context = {"aws:cdk:bundling-stacks": [], "model_provider": "bedrock", "delivery": "batch"}
-    app_module.build_app(cdk.App(context=context, outdir=str(tmp_path))).synth()
+    app_module.build_app(unvalidated_app(context=context, outdir=str(tmp_path))).synth()
     template = json.loads((tmp_path / "ProspectUploader.template.json").read_text())
     roles = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"]
     assert [k for k in roles if k.startswith("ClassifyBatchBedrockBatchJobRole")]

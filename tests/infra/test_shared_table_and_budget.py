@@ -15,7 +15,7 @@ from aws_cdk.assertions import Annotations, Match
 from constructs_lib import RetryBudget
 from constructs_lib.defaults import dead_letter_queue_props, idempotency_table_props
 
-from .conftest import cdk_cli, cli_env, make_step, new_app, synth
+from .conftest import cdk_cli, cli_env, make_step, new_app, synth, unvalidated_app
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_steps_sharing_a_table_get_distinct_record_prefixes(shared):
 
 
 def _budget_stack(budget: int, attempts: int) -> cdk.Stack:
-    app = cdk.App(context={"aws:cdk:bundling-stacks": []})
+    app = unvalidated_app(context={"aws:cdk:bundling-stacks": []})
     stack = cdk.Stack(app, "Budget")
     make_step(stack, "Step", lambda_retry_attempts=attempts)
     cdk.Aspects.of(app).add(RetryBudget(max_model_requests_per_delivery=budget))
