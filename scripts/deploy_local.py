@@ -35,7 +35,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scripts.deployed_checks import FileDigests
 
 REPO = Path(__file__).resolve().parents[1]
 ACCOUNT = "123456789012"
@@ -270,9 +273,10 @@ def deploy_local(cdk_out: Path, log: Path | None = None) -> dict[str, Any]:
                 log,
             ),  # fmt: skip
         }
-        checked = deployed_checks.check_assembly(assembly, shims, env, KNOWN_PROPERTY_GAPS)
+        digests = deployed_checks.FileDigests()
+        checked = deployed_checks.check_assembly(assembly, shims, env, KNOWN_PROPERTY_GAPS, digests)
         if not checked["failures"]:
-            checked["self_test"] = self_test(assembly, shims, env)
+            checked["self_test"] = self_test(assembly, shims, env, digests)
             checked["failures"] += checked["self_test"]["missed"]
     return {
         "wall_seconds": time.perf_counter() - started,
@@ -282,11 +286,17 @@ def deploy_local(cdk_out: Path, log: Path | None = None) -> dict[str, Any]:
     }
 
 
-def self_test(assembly: Path, shims: dict[str, ShimReport], env: dict[str, str]) -> dict:
+def self_test(
+    assembly: Path,
+    shims: dict[str, ShimReport],
+    env: dict[str, str],
+    digests: FileDigests | None = None,
+) -> dict:
     """Break two deployed things the checks must catch, and check again.
 
     One function's environment variable is changed and one rule loses a target, through
     the AWS APIs; a check that then still passes proves nothing, so each miss is a failure.
+    ``digests``: the file CRCs the first check computed (default: none, read again).
     """
     import boto3
 
@@ -335,7 +345,7 @@ def self_test(assembly: Path, shims: dict[str, ShimReport], env: dict[str, str])
             events.remove_targets(Rule=rule, Ids=[props["Targets"][0]["Id"]], **kwargs)
             expected.append(f"Rule {row['LogicalResourceId']}: targets")
             break
-    again = deployed_checks.check_assembly(assembly, shims, env, KNOWN_PROPERTY_GAPS)
+    again = deployed_checks.check_assembly(assembly, shims, env, KNOWN_PROPERTY_GAPS, digests)
     caught = [e for e in expected if any(e in failure for failure in again["failures"])]
     missed = [f"self-test: breaking {e} went unnoticed" for e in expected if e not in caught]
     return {"broken": expected, "caught": caught, "missed": missed}

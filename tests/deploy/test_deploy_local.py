@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripts.deploy_local import MOTO_VERSION, moto_cloudformation_types, shim_template
-from scripts.deployed_checks import zip_matches_directory
+from scripts.deployed_checks import FileDigests, zip_matches_directory
 
 REPO = Path(__file__).resolve().parents[2]
 CDK_OUT = REPO / "cdk.out"
@@ -95,3 +95,19 @@ def test_code_check_tells_a_bundle_from_raw_source_published_under_its_key():
     assert zip_matches_directory(zipped(smallest), smallest) == []
     raw = zip_matches_directory(zipped(REPO / "lambda_src"), bundles[0])
     assert any(name.startswith("anthropic/") for name in raw)
+
+
+def test_digests_kept_for_a_run_read_a_zip_again_when_its_bytes_change(tmp_path):
+    # GIVEN a directory, its zip, and the CRCs kept for the run (one asset, two functions)
+    (tmp_path / "asset" / "pkg").mkdir(parents=True)
+    (tmp_path / "asset" / "pkg" / "handler.py").write_text("x = 1\n")
+    asset = tmp_path / "asset"
+    digests = FileDigests()
+    same = zipped(asset)
+    assert zip_matches_directory(same, asset, digests, "sha-of-same") == []
+    # WHEN another object is published (another sha256) THEN it is read, not remembered
+    (tmp_path / "raw" / "pkg").mkdir(parents=True)
+    (tmp_path / "raw" / "pkg" / "handler.py").write_text("x = 2\n")
+    other = zipped(tmp_path / "raw")
+    assert zip_matches_directory(other, asset, digests, "sha-of-other") == ["pkg/handler.py"]
+    assert zip_matches_directory(same, asset, digests, "sha-of-same") == []

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from aws_cdk import assertions
+from aws_cdk import assertions, cx_api
 from aws_cdk import aws_events as events
 from aws_cdk import aws_secretsmanager as secretsmanager
 
@@ -41,13 +43,20 @@ def cli_env() -> dict[str, str]:
 
 @dataclass
 class Synthesized:
-    """A synthesized app: its output directory and each stack's template."""
+    """A synthesized app: its output directory, its cloud assembly and each stack's
+    template."""
 
     outdir: Path
     templates: dict[str, dict]
+    assembly: cx_api.CloudAssembly
 
     def template(self, stack_name: str) -> assertions.Template:
         return assertions.Template.from_json(self.templates[stack_name])
+
+    def warnings(self, stack_name: str, pattern: str = "") -> list[tuple[str, str]]:
+        """:func:`messages` of level warning on ``stack_name``, from this synth."""
+        artifact = self.assembly.get_stack_artifact(stack_name)
+        return messages(artifact, cx_api.SynthesisMessageLevel.WARNING, pattern)
 
 
 def synth(app: cdk.App) -> Synthesized:
@@ -57,11 +66,60 @@ def synth(app: cdk.App) -> Synthesized:
         path.name.removesuffix(".template.json"): json.loads(path.read_text())
         for path in outdir.glob("*.template.json")
     }
-    return Synthesized(outdir, templates)
+    return Synthesized(outdir, templates, assembly)
 
 
-def new_app(tmp_path_factory: pytest.TempPathFactory, name: str) -> cdk.App:
-    return cdk.App(context=NO_BUNDLING, outdir=str(tmp_path_factory.mktemp(name)))
+def messages(
+    artifact: cx_api.CloudFormationStackArtifact,
+    level: cx_api.SynthesisMessageLevel,
+    pattern: str = "",
+) -> list[tuple[str, str]]:
+    """``(construct path, text)`` of each ``level`` message of a synthesized stack whose text
+    matches ``pattern`` (a regular expression, searched; default: every message).
+
+    The messages ``assertions.Annotations.from_stack`` reads, from a synth already made:
+    ``Annotations`` forces a new synth of the whole app (aspects, cdk-nag, the built-in
+    CloudFormation validation) on every call, to see constructs added since; the tests
+    below read them once the app is complete."""
+    return [
+        (message.id, str(message.entry.data))
+        for message in artifact.messages
+        if message.level == level and re.search(pattern, str(message.entry.data))
+    ]
+
+
+def stack_messages(
+    stack: cdk.Stack, level: cx_api.SynthesisMessageLevel, pattern: str = ""
+) -> list[tuple[str, str]]:
+    """:func:`messages` of ``stack`` from its app's synth: the one already made, or a new
+    one. ``Stage.synth()`` raises if constructs were added since its last synth, so a stale
+    assembly is never read."""
+    assembly = cdk.Stage.of(stack).synth()
+    return messages(assembly.get_stack_artifact(stack.artifact_id), level, pattern)
+
+
+def unvalidated_app(**props: Any) -> cdk.App:
+    """A ``cdk.App`` made with ``props``, without aws-cdk-lib's built-in CloudFormation
+    validation: for every test that reads no validation report.
+
+    That validation (a rules engine in WebAssembly) runs at each synth unless the App turns
+    it off, and its findings go only to ``validation-report.json``. The demo's and app.py's
+    synths keep it, and their tests read the report; for any other synth it was work nobody
+    read: about 4 CPU-s of Node to start the engine in each test process, then 0.2-0.4 s a
+    synth of the Prospect Uploader's size."""
+    return cdk.App(builtin_cloud_formation_validation=False, **props)
+
+
+def new_app(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *, validated: bool = False
+) -> cdk.App:
+    """An App without bundling, writing to a new temporary directory named after ``name``.
+    ``validated``: run the built-in CloudFormation validation (default: False; see
+    :func:`unvalidated_app`), for the synths whose tests read the validation report."""
+    outdir = str(tmp_path_factory.mktemp(name))
+    if validated:
+        return cdk.App(context=NO_BUNDLING, outdir=outdir)
+    return unvalidated_app(context=NO_BUNDLING, outdir=outdir)
 
 
 def step_props(stack: cdk.Stack, **overrides: object) -> dict:
@@ -86,7 +144,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The demo app (one step on a custom bus), synthesized with cdk-nag, without bundling."""
     from .demo_stack import build_app
 
-    return synth(build_app(new_app(tmp_path_factory, "demo")))
+    return synth(build_app(new_app(tmp_path_factory, "demo", validated=True)))
 
 
 @pytest.fixture(scope="session")
@@ -94,4 +152,4 @@ def prospect(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The repository's app.py (the Prospect Uploader), with cdk-nag, without bundling."""
     import app as app_module
 
-    return synth(app_module.build_app(new_app(tmp_path_factory, "prospect")))
+    return synth(app_module.build_app(new_app(tmp_path_factory, "prospect", validated=True)))

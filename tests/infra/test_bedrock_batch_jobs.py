@@ -25,7 +25,7 @@ from constructs_lib import (
     Thinking,
 )
 
-from .conftest import NO_BUNDLING, Synthesized, new_app, synth
+from .conftest import NO_BUNDLING, Synthesized, new_app, synth, unvalidated_app
 from .test_snapshot_and_compliance import lint
 
 ACCOUNT = "123456789012"
@@ -225,19 +225,19 @@ def test_the_function_learns_the_bucket_prefix_and_role(owned):
 def test_an_event_age_no_job_timeout_can_follow_is_refused_naming_the_prop():
     """A job's timeout follows max_event_age (24-168 h); the step allows at most a day, so
     every job runs 24 h, and a longer age is refused naming the prop."""
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "TooLong")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "TooLong")
     with pytest.raises(PropValidationError, match="max_event_age must be between"):
         bedrock_batch_step(stack, max_event_age=Duration.hours(169))
 
 
 def test_more_requests_than_a_job_holds_are_refused_naming_the_prop():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "TooMany")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "TooMany")
     with pytest.raises(PropValidationError, match=r"max_requests=\.\.\.\) must be at most 50,000"):
         bedrock_batch_step(stack, delivery=ModelDelivery.batch(max_requests=50_001))
 
 
 def test_a_batch_bucket_without_bedrock_batch_is_refused():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Stray")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Stray")
     bucket = s3.Bucket.from_bucket_name(stack, "Theirs", "their-batch-bucket")
     with pytest.raises(PropValidationError, match="batch_bucket is used only with"):
         bedrock_batch_step(stack, delivery=ModelDelivery.realtime(), batch_bucket=bucket)

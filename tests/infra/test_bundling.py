@@ -50,7 +50,7 @@ from constructs_lib.bundling.pip_failure import explain_pip_failure, explain_res
 from constructs_lib.bundling.synth_resolution import CACHE_DIR_ENV, resolve_at_synth
 from constructs_lib.python_function import python_function
 
-from .conftest import NO_BUNDLING, step_props
+from .conftest import NO_BUNDLING, step_props, unvalidated_app
 
 RUNTIME = lambda_src_root() / "model_step"
 REQS = [RUNTIME / "requirements.txt"]
@@ -283,7 +283,7 @@ def test_a_conflicting_custom_handler_fails_synth_with_both_versions(tmp_path, c
     handler = ModelStepHandler.from_package(
         package, handler="my_step.handler.handler", requirements=extra
     )
-    stack = cdk.Stack(cdk.App(context=context, outdir=str(tmp_path / "out")), "S")
+    stack = cdk.Stack(unvalidated_app(context=context, outdir=str(tmp_path / "out")), "S")
     # WHEN the step is built THEN synth stops with both versions, offline, before pip resolves
     with pytest.raises(RequirementsConflictError, match=r"asks ==3\.36\.0.*pins 3\.37\.0") as error:
         IdempotentModelStep(stack, "Step", **step_props(stack, handler=handler))
@@ -667,7 +667,7 @@ def synth_probe(
     outdir: Path, package: Path, requirements: list[Path], context: dict
 ) -> tuple[cdk.Stack, dict]:
     context = {"aws:cdk:enable-asset-metadata": True, **context}
-    app = cdk.App(context=context, outdir=str(outdir))
+    app = unvalidated_app(context=context, outdir=str(outdir))
     stack = cdk.Stack(app, "ResolveProbe")
     python_function(stack, "Fn", packages=[package], handler="my_step.handler.handler",
                     requirements=requirements, description="probe", environment={})  # fmt: skip
@@ -724,7 +724,7 @@ def test_a_conflict_found_by_pips_resolver_fails_synth_without_the_network_hint(
     handler = ModelStepHandler.from_package(
         package, handler="my_step.handler.handler", requirements=extra
     )
-    stack = cdk.Stack(cdk.App(outdir=str(tmp_path / "out")), "S")
+    stack = cdk.Stack(unvalidated_app(outdir=str(tmp_path / "out")), "S")
     # WHEN the step is built, bundling THEN synth stops, naming each side and its version
     with pytest.raises(RequirementsConflictError) as error:
         IdempotentModelStep(stack, "Step", **step_props(stack, handler=handler))
@@ -862,7 +862,7 @@ def test_bundle_ships_unchecked_hash_based_pyc(tmp_path, runtime_copy, python313
 def synth_function(tmp_path: Path, package: Path, context: dict) -> tuple[cdk.Stack, dict]:
     # Asset metadata (aws:asset:path) is what the CLI asks for too.
     context = {"aws:cdk:enable-asset-metadata": True, **context}
-    app = cdk.App(context=context, outdir=str(tmp_path / "cdk.out"))
+    app = unvalidated_app(context=context, outdir=str(tmp_path / "cdk.out"))
     stack = cdk.Stack(app, "BundlingProbe")
     python_function(
         stack,

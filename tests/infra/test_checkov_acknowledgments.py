@@ -15,7 +15,7 @@ from constructs import Construct
 
 from constructs_lib.checkov_acknowledgments import acknowledge_checkov
 
-from .conftest import NO_BUNDLING, make_step, new_app, synth
+from .conftest import NO_BUNDLING, make_step, new_app, synth, unvalidated_app
 
 ALL_FUNCTION_CHECKS = ["CKV_AWS_115", "CKV_AWS_116", "CKV_AWS_117", "CKV_AWS_173"]
 
@@ -87,7 +87,7 @@ def acknowledged(construct: Construct) -> list[dict]:
 
 
 def test_acknowledge_checkov_adds_replaces_and_asks_for_a_reason():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "S")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "S")
     queue = sqs.Queue(stack, "Queue")
     acknowledge_checkov(queue, "CKV_AWS_27", "the first reason, long enough to be specific")
     acknowledge_checkov(queue, "CKV_AWS_999", "another check, with its own specific reason")

@@ -12,7 +12,7 @@ from moto.iam.access_control import IAMPolicy
 
 from constructs_lib import EventBusV2, PropValidationError
 
-from .conftest import NO_BUNDLING, make_step
+from .conftest import NO_BUNDLING, make_step, unvalidated_app
 
 STACK = "IdempotentModelStepDemoV2"
 
@@ -229,7 +229,7 @@ def test_snap_start_is_off_by_default(demo):
 # ---------------------------------------------------------------- validation
 @pytest.fixture
 def stack() -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=NO_BUNDLING), "V2")
+    return cdk.Stack(unvalidated_app(context=NO_BUNDLING), "V2")
 
 
 def test_v2_step_still_checks_the_retry_ranges_the_v2_api_allows(stack):

@@ -17,7 +17,7 @@ from aws_cdk.assertions import Match
 
 from constructs_lib import IdempotentModelStep
 
-from .conftest import make_step, new_app, synth
+from .conftest import make_step, new_app, synth, unvalidated_app
 
 STACK = "IdempotentModelStepDemo"
 
@@ -589,7 +589,7 @@ def test_two_stacks_with_steps_synthesize_side_by_side(tmp_path_factory):
 def test_attributes_and_retry_arithmetic(demo):
     from .demo_stack import DemoStack
 
-    app = cdk.App(context={"aws:cdk:bundling-stacks": []})
+    app = unvalidated_app(context={"aws:cdk:bundling-stacks": []})
     step = DemoStack(app, "Attrs").step
     assert isinstance(step.function, lambda_.Function)
     assert isinstance(step.rule, events.Rule)
@@ -603,13 +603,13 @@ def test_attributes_and_retry_arithmetic(demo):
 
 @pytest.mark.parametrize("attempts, expected", [(0, 1), (1, 2), (2, 3)])
 def test_max_model_requests_per_delivery_follows_lambda_retries(attempts, expected):
-    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "S")
+    stack = cdk.Stack(unvalidated_app(context={"aws:cdk:bundling-stacks": []}), "S")
     step = make_step(stack, lambda_retry_attempts=attempts)
     assert step.max_model_requests_per_delivery == expected
 
 
 def test_step_is_a_construct_with_stable_child_ids():
-    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "S")
+    stack = cdk.Stack(unvalidated_app(context={"aws:cdk:bundling-stacks": []}), "S")
     step = make_step(stack)
     assert isinstance(step, IdempotentModelStep)
     assert {c.node.id for c in step.node.children} >= {
@@ -823,7 +823,7 @@ def test_record_prefix_is_the_construct_path_not_the_function_name(variants):
 def demo_step():
     from .demo_stack import DemoStack
 
-    return DemoStack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "Metrics").step
+    return DemoStack(unvalidated_app(context={"aws:cdk:bundling-stacks": []}), "Metrics").step
 
 
 def test_metric_rate_limited_is_the_runtime_emf_metric_of_this_step(demo_step):
@@ -870,7 +870,7 @@ def test_metric_buffer_age_is_the_oldest_buffered_message(demo_step):
 def test_cap_of_one_warns_at_synth():
     from aws_cdk.assertions import Annotations
 
-    stack = cdk.Stack(cdk.App(context={"aws:cdk:bundling-stacks": []}), "Warn")
+    stack = cdk.Stack(unvalidated_app(context={"aws:cdk:bundling-stacks": []}), "Warn")
     make_step(stack, max_concurrency=1)
     Annotations.from_stack(stack).has_warning(
         "/Warn/Step", Match.string_like_regexp("max_concurrency=1 reserves 1 of the account")

@@ -12,12 +12,12 @@ from aws_cdk import Duration, assertions
 
 from constructs_lib import ModelDelivery, ModelProvider, PropValidationError
 
-from .conftest import NO_BUNDLING, make_step
+from .conftest import NO_BUNDLING, make_step, unvalidated_app
 
 
 @pytest.fixture(scope="module")
 def batch_template() -> assertions.Template:
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Batch")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Batch")
     make_step(
         stack, delivery=ModelDelivery.batch(max_wait=Duration.minutes(10), max_requests=50_000)
     )
@@ -26,14 +26,14 @@ def batch_template() -> assertions.Template:
 
 @pytest.fixture(scope="module")
 def small_batch_template() -> assertions.Template:
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "SmallBatch")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "SmallBatch")
     make_step(stack, delivery=ModelDelivery.batch(max_wait=Duration.seconds(30), max_requests=200))
     return assertions.Template.from_stack(stack)
 
 
 @pytest.fixture(scope="module")
 def realtime_template() -> assertions.Template:
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Realtime")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Realtime")
     make_step(stack)
     return assertions.Template.from_stack(stack)
 
@@ -212,7 +212,7 @@ def test_the_edges_of_both_ranges_are_accepted(max_wait, max_requests):
 
 def test_bedrock_with_batch_delivery_is_no_longer_refused():
     """Issue 37: Bedrock batch inference (tests/infra/test_bedrock_batch_jobs.py)."""
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "BedrockBatch")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "BedrockBatch")
     step = make_step(
         stack,
         api_key_secret=None,

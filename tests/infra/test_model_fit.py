@@ -17,13 +17,13 @@ from aws_cdk import assertions
 from constructs_lib import Effort, ModelProvider, PropValidationError, Thinking
 from constructs_lib.model_fit import UNKNOWN_MODEL_WARNING
 
-from .conftest import NO_BUNDLING, make_step
+from .conftest import NO_BUNDLING, make_step, unvalidated_app
 
 
 @pytest.fixture
 def app() -> cdk.App:
     """An app per test: each test synthesizes (or refuses) one stack of its own."""
-    return cdk.App(context=NO_BUNDLING)
+    return unvalidated_app(context=NO_BUNDLING)
 
 
 def _stack(app: cdk.App) -> cdk.Stack:

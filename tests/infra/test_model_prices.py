@@ -15,7 +15,7 @@ from constructs_lib import PropValidationError
 from constructs_lib.model_prices import NEW_MODEL_FIELDS, PRICE_TABLE, price_table, upload_cost
 from constructs_lib.prospect_uploader.stack import ProspectUploaderStack
 
-from .conftest import NO_BUNDLING
+from .conftest import NO_BUNDLING, unvalidated_app
 
 
 def _variable(stack: cdk.Stack, name: str, of_functions_with: str) -> set[str | None]:
@@ -105,7 +105,7 @@ def test_an_unknown_model_has_no_cost_never_a_guess():
 
 
 def test_the_stack_gives_every_reporting_function_the_classify_models_price():
-    stack = ProspectUploaderStack(cdk.App(context=NO_BUNDLING), "Priced")
+    stack = ProspectUploaderStack(unvalidated_app(context=NO_BUNDLING), "Priced")
 
     [price] = _model_prices(stack)
     assert json.loads(price) == {
@@ -118,7 +118,9 @@ def test_the_stack_gives_every_reporting_function_the_classify_models_price():
 
 
 def test_context_overrides_the_prop_and_the_prop_the_table():
-    app = cdk.App(context={**NO_BUNDLING, "model_prices": '{"claude-haiku-5-5": {"output": 7}}'})
+    app = unvalidated_app(
+        context={**NO_BUNDLING, "model_prices": '{"claude-haiku-5-5": {"output": 7}}'}
+    )
     stack = ProspectUploaderStack(
         app, "Overridden", model_prices={"claude-haiku-5-5": {"input": 3, "output": 6}}
     )
@@ -132,7 +134,7 @@ def test_context_overrides_the_prop_and_the_prop_the_table():
 
 def test_a_model_without_a_price_reports_none_to_its_functions():
     # null removes a row: a price known to be wrong is better unknown than reported.
-    app = cdk.App(context={**NO_BUNDLING, "model_prices": '{"claude-haiku-5-5": null}'})
+    app = unvalidated_app(context={**NO_BUNDLING, "model_prices": '{"claude-haiku-5-5": null}'})
     stack = ProspectUploaderStack(app, "Unpriced")
 
     assert "claude-haiku-5-5" not in stack.model_prices
@@ -141,7 +143,7 @@ def test_a_model_without_a_price_reports_none_to_its_functions():
 
 
 def test_context_model_prices_must_be_json():
-    app = cdk.App(context={**NO_BUNDLING, "model_prices": "{not json"})
+    app = unvalidated_app(context={**NO_BUNDLING, "model_prices": "{not json"})
     with pytest.raises(PropValidationError, match=r"context model_prices must be JSON"):
         ProspectUploaderStack(app, "BadPrices")
 

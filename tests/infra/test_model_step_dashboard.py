@@ -43,7 +43,7 @@ from constructs_lib.model_step_dashboard import (
     cost_expression,
 )
 
-from .conftest import NO_BUNDLING, REPO, make_step, new_app, synth
+from .conftest import NO_BUNDLING, REPO, make_step, new_app, synth, unvalidated_app
 
 DELIVERY_LOG = REPO / "lambda_src" / "model_step" / "delivery_log.py"
 #: The batch tick emits its two metrics here (names in module constants).
@@ -378,20 +378,20 @@ def test_the_prospect_dashboard_shows_the_step_and_the_uploads(prospect):
 
 
 def test_a_dashboard_of_no_steps_fails_at_synth_naming_the_prop():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Empty")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Empty")
     with pytest.raises(PropValidationError, match=r"'Empty/Dash': steps must name at least"):
         ModelStepDashboard(stack, "Dash", steps=[])
 
 
 def test_a_period_out_of_range_fails_at_synth_naming_the_prop():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Period")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Period")
     step = make_step(stack)
     with pytest.raises(PropValidationError, match=r"period must be between 1 minute and 1 day"):
         ModelStepDashboard(stack, "Dash", steps=[step], period=cdk.Duration.seconds(10))
 
 
 def test_dashboard_prop_must_be_a_bool():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Bool")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Bool")
     with pytest.raises(PropValidationError, match=r"dashboard must be True or False, got 'yes'"):
         make_step(stack, dashboard="yes")
 
@@ -566,7 +566,7 @@ def test_the_dashboards_are_in_the_template(batched):
 
 @pytest.mark.parametrize("bad", ["ftp://example.com/docs", "docs/", "", 42])
 def test_a_bad_docs_url_fails_at_synth_naming_the_prop(bad):
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Docs")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Docs")
     step = make_step(stack)
     with pytest.raises(PropValidationError, match=r"'Docs/Dash': docs_url must be None or the"):
         ModelStepDashboard(stack, "Dash", steps=[step], docs_url=bad)

@@ -13,11 +13,11 @@ from aws_cdk.assertions import Annotations, Match, Template
 from constructs_lib import PropValidationError, ResultFields
 from constructs_lib.defaults import idempotency_table_props
 
-from .conftest import NO_BUNDLING, make_step
+from .conftest import NO_BUNDLING, make_step, unvalidated_app
 
 
 def _stack(name: str = "Leads") -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=NO_BUNDLING), name)
+    return cdk.Stack(unvalidated_app(context=NO_BUNDLING), name)
 
 
 def _environment(step) -> dict:
@@ -128,7 +128,7 @@ def test_a_shared_table_keeps_its_own_backups():
 def test_backups_off_are_acknowledged_to_cdk_nag_and_checkov_with_the_reason():
     from cdk_nag import AwsSolutionsChecks
 
-    app = cdk.App(context=NO_BUNDLING)
+    app = unvalidated_app(context=NO_BUNDLING)
     stack = cdk.Stack(app, "NoBackups")
     make_step(stack, "Classify", point_in_time_recovery=False)
     # The test's own secret (an API key cannot be rotated by Lambda); not the step's finding.

@@ -15,12 +15,12 @@ from constructs_lib import (
     RetryBudget,
 )
 
-from .conftest import NO_BUNDLING, make_step, step_props
+from .conftest import NO_BUNDLING, make_step, step_props, unvalidated_app
 
 
 @pytest.fixture
 def stack() -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=NO_BUNDLING), "Validation")
+    return cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Validation")
 
 
 @pytest.mark.parametrize(

@@ -23,14 +23,14 @@ from constructs_lib import (
 )
 from constructs_lib.result_event_loop import own_results_matched
 
-from .conftest import NO_BUNDLING, make_step
+from .conftest import NO_BUNDLING, make_step, unvalidated_app
 
 BOTH = (RESULT_COMPLETED, RESULT_DEAD_LETTERED)
 
 
 @pytest.fixture
 def stack() -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=NO_BUNDLING), "Loop")
+    return cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Loop")
 
 
 def test_a_pattern_on_the_result_detail_type_alone_is_refused_naming_both_props(stack):

@@ -14,7 +14,7 @@ from constructs_lib.idempotent_model_step import (
     RESULT_DETAIL_TYPES,
 )
 
-from .conftest import NO_BUNDLING, REPO, make_step, new_app, synth
+from .conftest import NO_BUNDLING, REPO, make_step, new_app, synth, unvalidated_app
 
 
 @pytest.fixture(scope="module")
@@ -112,20 +112,20 @@ def test_the_detail_types_are_the_runtimes():
 
 
 def test_a_result_bus_of_the_wrong_type_fails_naming_the_prop():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Bad")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Bad")
     with pytest.raises(PropValidationError, match=r"result_bus must be an events.IEventBus"):
         make_step(stack, result_bus="my-bus")
 
 
 def test_result_event_pattern_without_a_result_bus_fails():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "NoBus")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "NoBus")
     step = make_step(stack)
     with pytest.raises(PropValidationError, match=r"result_event_pattern needs a result_bus"):
         step.result_event_pattern()
 
 
 def test_result_event_pattern_refuses_an_unknown_detail_type():
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Unknown")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Unknown")
     step = make_step(stack, result_bus=events.EventBus(stack, "Bus"))
     with pytest.raises(PropValidationError, match=r"detail_types must be some of"):
         step.result_event_pattern(detail_types=["Model Step Done"])

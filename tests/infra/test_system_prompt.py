@@ -14,13 +14,13 @@ from constructs_lib._paths import lambda_src_root
 from constructs_lib.bundling.local_pip import LocalPipBundling
 from constructs_lib.system_prompt_asset import PROMPTS_DIRECTORY, SYSTEM_PROMPT_DIRECTORY
 
-from .conftest import NO_BUNDLING, make_step
+from .conftest import NO_BUNDLING, make_step, unvalidated_app
 
 RUBRIC = "Score the lead against this rubric.\n" + "Worked example: hot.\n" * 5_000
 
 
 def _stack(tmp_path: Path, name: str = "Prompt") -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=NO_BUNDLING, outdir=str(tmp_path / name)), name)
+    return cdk.Stack(unvalidated_app(context=NO_BUNDLING, outdir=str(tmp_path / name)), name)
 
 
 def _function(stack: cdk.Stack) -> dict:

@@ -6,7 +6,7 @@ import aws_cdk as cdk
 import pytest
 from cdk_nag import AwsSolutionsChecks
 
-from .conftest import NO_BUNDLING, make_step, new_app, synth
+from .conftest import NO_BUNDLING, make_step, new_app, synth, unvalidated_app
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_tracing_is_off_by_default(templates):
 def test_tracing_must_be_a_bool():
     from constructs_lib import PropValidationError
 
-    stack = cdk.Stack(cdk.App(context=NO_BUNDLING), "Bad")
+    stack = cdk.Stack(unvalidated_app(context=NO_BUNDLING), "Bad")
     with pytest.raises(PropValidationError, match=r"tracing must be True or False, got 1"):
         make_step(stack, tracing=1)
 
