@@ -13,10 +13,9 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
-from tests import stack_tables
+from tests import moto_per_module, stack_tables
 from tests.fixture_clients import fixture_client, fixture_table, fresh_moto_account
 
 REGION = "us-east-1"
@@ -184,12 +183,8 @@ def _create_resources() -> str:
     return queue_url
 
 
-@pytest.fixture(scope="module")
-def moto_patching() -> Iterator[None]:
-    """moto, started once for the module: each test empties the account
-    (``tests.fixture_clients.fresh_moto_account``)."""
-    with mock_aws():
-        yield
+#: moto, started once for the module (tests/moto_per_module.py).
+moto_patching = moto_per_module.moto_patching
 
 
 @pytest.fixture

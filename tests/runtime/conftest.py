@@ -18,11 +18,11 @@ from io import StringIO
 import boto3
 import pytest
 from model_step import ModelStep
-from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
+from tests import moto_per_module
 from tests.fakes import FakeMessagesAPI
 from tests.fixture_clients import fixture_client, fresh_moto_account
 
@@ -164,12 +164,8 @@ def atomic_moto_put_item():
         yield
 
 
-@pytest.fixture(scope="module")
-def moto_patching() -> Iterator[None]:
-    """moto, started once for the module: each test empties the account
-    (``tests.fixture_clients.fresh_moto_account``)."""
-    with mock_aws():
-        yield
+#: moto, started once for the module (tests/moto_per_module.py).
+moto_patching = moto_per_module.moto_patching
 
 
 @pytest.fixture
