@@ -144,17 +144,26 @@ def aws_env(monkeypatch):
 
 
 def create_resources() -> Aws:
-    """Create the idempotency table, DLQ, secret and prospects table (moto must be active)."""
+    """Create the idempotency table, DLQ and secret (moto must be active). The prospects
+    table, which only the classifier writes, is its tests' own (``create_prospects_table``)."""
     from tests import stack_tables  # laid out as the stacks define them
 
     dynamodb = fixture_client("dynamodb")
     stack_tables.create_stack_table_with(dynamodb, stack_tables.MODEL_STEP_TABLE, TABLE)
-    stack_tables.create_stack_table_with(dynamodb, stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE)
     sqs = fixture_client("sqs")
     queue_url = sqs.create_queue(QueueName="model-step-dlq")["QueueUrl"]
     secrets = fixture_client("secretsmanager")
     secret_arn = secrets.create_secret(Name=SECRET_NAME, SecretString=SECRET_VALUE)["ARN"]
     return Aws(dynamodb=dynamodb, sqs=sqs, queue_url=queue_url, secret_arn=secret_arn)
+
+
+def create_prospects_table() -> None:
+    """Create the prospects table the classifier writes labels to, as ``PROSPECTS_TABLE``."""
+    from tests import stack_tables
+
+    stack_tables.create_stack_table_with(
+        fixture_client("dynamodb"), stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE
+    )
 
 
 @pytest.fixture
