@@ -5,6 +5,7 @@ Everything runs in-process against moto; nothing leaves the machine.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests import moto_per_module, stack_tables
@@ -79,7 +81,7 @@ class ProspectAws:
         ``size=-1`` uses the real size; ``None`` omits it; anything else is sent as is.
         """
         body = data.encode("utf-8") if isinstance(data, str) else data
-        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)["ETag"].strip('"')
+        etag = _uploader().put_object(Bucket=BUCKET, Key=key, Body=body)["ETag"].strip('"')
         return s3_event(BUCKET, key, etag, len(body) if size == -1 else size)
 
     def drain_published(self) -> list[dict[str, Any]]:
@@ -121,6 +123,19 @@ class ProspectAws:
             KeyConditionExpression=boto3.dynamodb.conditions.Key("upload_id").eq(upload_id)
         )["Items"]
         return {item["failure_id"]: item for item in items}
+
+
+@functools.cache
+def _uploader() -> Any:
+    """The uploads' S3 client: one for the run, sending a body as it is.
+
+    botocore's default (``request_checksum_calculation="when_supported"``) sends every
+    PutObject body ``aws-chunked`` with a CRC32 trailer, framed in Python, and moto unframes
+    it in Python too: for the 50 MiB uploads of the limits tests, most of their CPU. PutObject
+    requires no checksum, so ``when_required`` sends the plain body (a client or a browser
+    may); the object stored, its ETag and the event are the same."""
+    session = boto3.session.Session(region_name=REGION)
+    return session.client("s3", config=Config(request_checksum_calculation="when_required"))
 
 
 def s3_event(
