@@ -15,11 +15,9 @@ from .batch_rows import (
     assert_every_key_ends_once,
     custom_id_for,
     memory_for_requests,
-    outcome_in,
     rows,
     sqs_batch,
     stored,
-    stored_by_key,
     tick,
 )
 from .conftest import TABLE, FakeLambdaContext, ShiftedClock, boto3_session
@@ -44,9 +42,8 @@ def test_rows_go_as_one_batch_and_the_tick_stores_each_answer(
     assert summary["model_step_batch"]["results"] == 5
     assert_every_key_ends_once(batch_env, step, fake_api, events, outcomes)
     [batch_id] = fake_api.batches.batches
-    stored_now = stored_by_key(batch_env, step)
     for event in events:
-        outcome = outcome_in(stored_now, event)
+        outcome = stored(batch_env, step, event)
         assert (outcome.status, outcome.delivery, outcome.batch_id) == (
             "completed",
             "batch",
