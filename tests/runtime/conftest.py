@@ -11,7 +11,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from io import StringIO
 
@@ -209,15 +209,33 @@ def model_env(aws, fake_api, monkeypatch) -> Aws:
 
 
 @pytest.fixture
-def make_step(model_env):
+def make_step(model_env) -> Iterator[Callable[..., ModelStep]]:
     """Build a fresh ``ModelStep`` from the current environment (Powertools objects are
-    created per step, so env changes made before the call take effect)."""
+    created per step, so env changes made before the call take effect). The SDK clients of
+    the steps it made are closed when the test ends (``close_model_clients``)."""
+    made: list[ModelStep] = []
 
     def make(**kwargs) -> ModelStep:
         kwargs.setdefault("boto3_session", boto3_session())
-        return ModelStep.from_environment(**kwargs)
+        step = ModelStep.from_environment(**kwargs)
+        made.append(step)
+        return step
 
-    return make
+    yield make
+    close_model_clients(made)
+
+
+def close_model_clients(steps: list[ModelStep]) -> None:
+    """Close the model SDK client each of ``steps`` opened, if any.
+
+    A Lambda container keeps its client for its whole life; a test's steps end with the
+    test, and their keep-alive sockets to the fake API were left to the garbage collector,
+    which warned (``ResourceWarning: unclosed <socket.socket ...>``)."""
+    for step in steps:
+        parts = step._parts
+        client = parts.model_call._clients._client if parts is not None else None
+        if client is not None:
+            client.close()
 
 
 @pytest.fixture
