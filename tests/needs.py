@@ -348,10 +348,67 @@ def _fixtures(path: Path) -> dict[str, tuple[Path, ast.FunctionDef]]:
         folder = folder.parent
     for source in sources:
         for name, function in _module_functions(source).items():
-            if name not in found and any(
-                "fixture" in ast.unparse(d) for d in function.decorator_list
-            ):
+            if name not in found and _is_fixture(function):
                 found[name] = (source, function)
+        for name, defined in _fixtures_bound_elsewhere(source).items():
+            found.setdefault(name, defined)
+    return found
+
+
+def _is_fixture(function: ast.FunctionDef) -> bool:
+    return any("fixture" in ast.unparse(d) for d in function.decorator_list)
+
+
+#: Modules whose bindings are being followed (an import cycle adds nothing).
+_BINDING_IN_PROGRESS: set[Path] = set()
+
+
+@functools.cache
+def _fixtures_bound_elsewhere(path: Path) -> dict[str, tuple[Path, ast.FunctionDef]]:
+    """Fixtures that ``path`` binds at its top level but defines in another repository
+    module: ``from m import f [as g]``, or ``g = m.f`` after ``import m`` or
+    ``from package import m``; each followed to the ``def`` (through further such bindings)."""
+    tree = _parse(path)
+    if tree is None:
+        return {}
+    modules: dict[str, str] = {}  # local name -> dotted module
+    bound: dict[str, tuple[str, str]] = {}  # local name -> (dotted module, name there)
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    modules[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(node, path)
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if _module_file(f"{module}.{alias.name}") is not None:
+                    modules[local] = f"{module}.{alias.name}"
+                else:
+                    bound[local] = (module, alias.name)
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id in modules
+        ):
+            bound[node.targets[0].id] = (modules[node.value.value.id], node.value.attr)
+    found: dict[str, tuple[Path, ast.FunctionDef]] = {}
+    _BINDING_IN_PROGRESS.add(path)
+    try:
+        for local, (module, name) in bound.items():
+            source = _module_file(module)
+            if source is None or source in _BINDING_IN_PROGRESS:
+                continue
+            function = _module_functions(source).get(name)
+            if function is not None and _is_fixture(function):
+                found[local] = (source, function)
+            elif name in _fixtures_bound_elsewhere(source):
+                found[local] = _fixtures_bound_elsewhere(source)[name]
+    finally:
+        _BINDING_IN_PROGRESS.discard(path)
     return found
 
 

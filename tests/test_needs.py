@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from tests.needs import ROOT, callable_needs, import_needs, module_needs
+from tests.needs import ROOT, _fixtures, callable_needs, import_needs, module_needs, static_needs
 
 
 def _module(tmp_path: Path, source: str) -> Path:
@@ -64,3 +64,24 @@ def test_names_in_a_function_and_its_module_helpers_are_needs():
     assert callable_needs(with_moto) == {"moto"}
     assert callable_needs(asks_for_the_assembly) == {"cdk_out"}
     assert callable_needs(test_importorskip_is_an_import) == set()
+
+
+def test_a_fixture_a_conftest_binds_from_another_module_is_followed_to_its_def():
+    # tests/prospect/conftest.py binds moto_patching from tests/moto_per_module.py, where its
+    # def enters mock_aws; test_rows.py imports nothing that needs moto.
+    path = ROOT / "tests/prospect/test_rows.py"
+    assert "moto" in static_needs(path, "test_an_expired_row_is_absent_to_get_and_get_many")
+
+
+def test_from_imports_and_module_attributes_both_bind_a_fixture(tmp_path):
+    source = """
+    from tests import moto_per_module
+    from tests.moto_per_module import moto_patching as imported
+    assigned = moto_per_module.moto_patching
+    not_a_fixture = moto_per_module.mock_aws
+    """
+    fixtures = _fixtures(_module(tmp_path, source))
+    shared = ROOT / "tests/moto_per_module.py"
+    assert fixtures["imported"][0] == fixtures["assigned"][0] == shared
+    assert fixtures["assigned"][1].name == "moto_patching"
+    assert "not_a_fixture" not in fixtures

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,6 +105,20 @@ def _request_handler(app: LambdaHandler, guard: _Guard) -> type[BaseHTTPRequestH
     return _Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` that lets a client hang up quietly.
+
+    A browser drops a connection it no longer needs (a page navigated away, a prefetch, a
+    second keep-alive socket), and writing the answer then raises ``BrokenPipeError`` or
+    ``ConnectionResetError``; ``socketserver`` printed each as a traceback. Nothing is lost:
+    the client is gone. Every other error is printed as before."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 @dataclass
 class _Guard:
     port: int
@@ -153,7 +168,7 @@ def serve(
     """
     guard = _Guard(port=0, token=token or new_token())
     handler_class = _request_handler(app or lambda_handler.handler, guard)
-    httpd = ThreadingHTTPServer((host, port), handler_class)
+    httpd = _Server((host, port), handler_class)
     guard.port = httpd.server_address[1]
     httpd.daemon_threads = True
     thread = threading.Thread(

@@ -5,6 +5,7 @@ Everything runs in-process against moto; nothing leaves the machine.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -13,10 +14,10 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from botocore.config import Config
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
-from tests import stack_tables
+from tests import moto_per_module, stack_tables
 from tests.fixture_clients import fixture_client, fixture_table, fresh_moto_account
 
 REGION = "us-east-1"
@@ -80,7 +81,7 @@ class ProspectAws:
         ``size=-1`` uses the real size; ``None`` omits it; anything else is sent as is.
         """
         body = data.encode("utf-8") if isinstance(data, str) else data
-        etag = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)["ETag"].strip('"')
+        etag = _uploader().put_object(Bucket=BUCKET, Key=key, Body=body)["ETag"].strip('"')
         return s3_event(BUCKET, key, etag, len(body) if size == -1 else size)
 
     def drain_published(self) -> list[dict[str, Any]]:
@@ -122,6 +123,19 @@ class ProspectAws:
             KeyConditionExpression=boto3.dynamodb.conditions.Key("upload_id").eq(upload_id)
         )["Items"]
         return {item["failure_id"]: item for item in items}
+
+
+@functools.cache
+def _uploader() -> Any:
+    """The uploads' S3 client: one for the run, sending a body as it is.
+
+    botocore's default (``request_checksum_calculation="when_supported"``) sends every
+    PutObject body ``aws-chunked`` with a CRC32 trailer, framed in Python, and moto unframes
+    it in Python too: for the 50 MiB uploads of the limits tests, most of their CPU. PutObject
+    requires no checksum, so ``when_required`` sends the plain body (a client or a browser
+    may); the object stored, its ETag and the event are the same."""
+    session = boto3.session.Session(region_name=REGION)
+    return session.client("s3", config=Config(request_checksum_calculation="when_required"))
 
 
 def s3_event(
@@ -184,12 +198,8 @@ def _create_resources() -> str:
     return queue_url
 
 
-@pytest.fixture(scope="module")
-def moto_patching() -> Iterator[None]:
-    """moto, started once for the module: each test empties the account
-    (``tests.fixture_clients.fresh_moto_account``)."""
-    with mock_aws():
-        yield
+#: moto, started once for the module (tests/moto_per_module.py).
+moto_patching = moto_per_module.moto_patching
 
 
 @pytest.fixture

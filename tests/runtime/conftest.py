@@ -11,18 +11,18 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from io import StringIO
 
 import boto3
 import pytest
 from model_step import ModelStep
-from moto import mock_aws
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
+from tests import moto_per_module
 from tests.fakes import FakeMessagesAPI
 from tests.fixture_clients import fixture_client, fresh_moto_account
 
@@ -144,17 +144,26 @@ def aws_env(monkeypatch):
 
 
 def create_resources() -> Aws:
-    """Create the idempotency table, DLQ, secret and prospects table (moto must be active)."""
+    """Create the idempotency table, DLQ and secret (moto must be active). The prospects
+    table, which only the classifier writes, is its tests' own (``create_prospects_table``)."""
     from tests import stack_tables  # laid out as the stacks define them
 
     dynamodb = fixture_client("dynamodb")
     stack_tables.create_stack_table_with(dynamodb, stack_tables.MODEL_STEP_TABLE, TABLE)
-    stack_tables.create_stack_table_with(dynamodb, stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE)
     sqs = fixture_client("sqs")
     queue_url = sqs.create_queue(QueueName="model-step-dlq")["QueueUrl"]
     secrets = fixture_client("secretsmanager")
     secret_arn = secrets.create_secret(Name=SECRET_NAME, SecretString=SECRET_VALUE)["ARN"]
     return Aws(dynamodb=dynamodb, sqs=sqs, queue_url=queue_url, secret_arn=secret_arn)
+
+
+def create_prospects_table() -> None:
+    """Create the prospects table the classifier writes labels to, as ``PROSPECTS_TABLE``."""
+    from tests import stack_tables
+
+    stack_tables.create_stack_table_with(
+        fixture_client("dynamodb"), stack_tables.PROSPECTS_TABLE, PROSPECTS_TABLE
+    )
 
 
 @pytest.fixture
@@ -164,12 +173,8 @@ def atomic_moto_put_item():
         yield
 
 
-@pytest.fixture(scope="module")
-def moto_patching() -> Iterator[None]:
-    """moto, started once for the module: each test empties the account
-    (``tests.fixture_clients.fresh_moto_account``)."""
-    with mock_aws():
-        yield
+#: moto, started once for the module (tests/moto_per_module.py).
+moto_patching = moto_per_module.moto_patching
 
 
 @pytest.fixture
@@ -204,15 +209,33 @@ def model_env(aws, fake_api, monkeypatch) -> Aws:
 
 
 @pytest.fixture
-def make_step(model_env):
+def make_step(model_env) -> Iterator[Callable[..., ModelStep]]:
     """Build a fresh ``ModelStep`` from the current environment (Powertools objects are
-    created per step, so env changes made before the call take effect)."""
+    created per step, so env changes made before the call take effect). The SDK clients of
+    the steps it made are closed when the test ends (``close_model_clients``)."""
+    made: list[ModelStep] = []
 
     def make(**kwargs) -> ModelStep:
         kwargs.setdefault("boto3_session", boto3_session())
-        return ModelStep.from_environment(**kwargs)
+        step = ModelStep.from_environment(**kwargs)
+        made.append(step)
+        return step
 
-    return make
+    yield make
+    close_model_clients(made)
+
+
+def close_model_clients(steps: list[ModelStep]) -> None:
+    """Close the model SDK client each of ``steps`` opened, if any.
+
+    A Lambda container keeps its client for its whole life; a test's steps end with the
+    test, and their keep-alive sockets to the fake API were left to the garbage collector,
+    which warned (``ResourceWarning: unclosed <socket.socket ...>``)."""
+    for step in steps:
+        parts = step._parts
+        client = parts.model_call._clients._client if parts is not None else None
+        if client is not None:
+            client.close()
 
 
 @pytest.fixture

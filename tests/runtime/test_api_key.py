@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-import time
 
 import pytest
 from model_step import ConfigurationError
@@ -24,6 +24,21 @@ def _sent_key(fake_api) -> str:
     if "x-api-key" in headers:
         return headers["x-api-key"]
     return headers["authorization"].removeprefix("Bearer ")
+
+
+class StoppedDatetime(dt.datetime):
+    """``datetime`` whose ``now()`` stands still until :meth:`advance` moves it (the clock
+    of Powertools' parameter cache, so its expiry does not depend on the machine's speed)."""
+
+    at = dt.datetime.now()
+
+    @classmethod
+    def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:  # type: ignore[override]
+        return cls.at if tz is None else cls.at.astimezone(tz)
+
+    @classmethod
+    def advance(cls, seconds: float) -> None:
+        cls.at += dt.timedelta(seconds=seconds)
 
 
 def test_api_key_is_read_from_secrets_manager(make_step, fake_api):
@@ -56,13 +71,19 @@ def test_secret_is_cached_for_its_max_age(make_step, fake_api, model_env, monkey
 def test_a_warm_container_picks_up_a_rotated_key_after_max_age(
     make_step, fake_api, model_env, monkeypatch
 ):
+    import aws_lambda_powertools.utilities.parameters.base as parameters_base
+
+    class Clock(StoppedDatetime):
+        at = dt.datetime.now()
+
+    monkeypatch.setattr(parameters_base, "datetime", Clock)
     monkeypatch.setenv("API_KEY_MAX_AGE_SECONDS", "1")
     step = make_step()
     step.handle(make_event(), FakeLambdaContext())
     fixture_client("secretsmanager").put_secret_value(
         SecretId=model_env.secret_arn, SecretString="sk-rotated"
     )
-    time.sleep(1.2)
+    Clock.advance(1.2)  # past the key's max age, on the clock Powertools' cache reads
     step.handle(make_event(prospect_detail(row_number=2)), FakeLambdaContext())
     assert _sent_key(fake_api) == "sk-rotated"
 

@@ -16,7 +16,17 @@ from constructs_lib.model_prices import PRICE_TABLE
 from tests.fakes import FakeBedrockRuntime
 from tests.fixture_clients import fixture_client
 
-from .batch_rows import PAST_GRACE, LambdaKilled, custom_id_for, rows, sqs_batch, stored, tick
+from .batch_rows import (
+    PAST_GRACE,
+    LambdaKilled,
+    custom_id_for,
+    outcome_in,
+    rows,
+    sqs_batch,
+    stored,
+    stored_by_key,
+    tick,
+)
 from .conftest import FakeLambdaContext, ShiftedClock
 
 BUCKET = "step-batch-bucket"
@@ -90,8 +100,9 @@ def assert_each_key_ends_once(aws, step, jobs, events, outcomes) -> None:
     letter, one terminal on_outcome; and the outcomes' model_requests are the billed ones."""
     billed = jobs.billed_by_record
     assert all(count <= 1 for count in billed.values()), billed
+    stored_now = stored_by_key(aws, step)
     for event in events:
-        outcome = stored(aws, step, event)
+        outcome = outcome_in(stored_now, event)
         assert outcome.status in ("completed", "dead_lettered"), (event["detail"], outcome)
     terminal = Counter(
         e["detail"]["row_number"]
@@ -130,8 +141,9 @@ def test_rows_go_as_one_job_and_the_tick_stores_each_answer_by_record_id(
     clock.shift(61)
     assert tick(step)["model_step_batch"]["results"] == 5
     assert_each_key_ends_once(model_env, step, jobs, events, outcomes)
+    stored_now = stored_by_key(model_env, step)
     for event in events:
-        outcome = stored(model_env, step, event)
+        outcome = outcome_in(stored_now, event)
         assert (outcome.status, outcome.delivery, outcome.batch_id) == (
             "completed",
             "batch",
@@ -215,7 +227,8 @@ def test_each_terminal_state_ends_every_row_once(
     assert first.status == state
     assert len(jobs.jobs) == (1 if state == "Completed" else 2)
     assert_each_key_ends_once(model_env, step, jobs, events, outcomes)
-    assert all(stored(model_env, step, e).status == "completed" for e in events)
+    stored_now = stored_by_key(model_env, step)
+    assert all(outcome_in(stored_now, e).status == "completed" for e in events)
 
 
 def test_a_job_stuck_open_past_its_timeout_is_stopped_and_its_rows_go_again(

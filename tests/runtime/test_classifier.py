@@ -22,6 +22,7 @@ from .conftest import (
     PROSPECTS_TABLE,
     FakeLambdaContext,
     boto3_session,
+    create_prospects_table,
     make_event,
     prospect_detail,
 )
@@ -48,6 +49,7 @@ def classifier(model_env, monkeypatch):
     monkeypatch.setenv("ALLOWED_LABELS", "hot,warm,cold")
     monkeypatch.setenv("PROSPECTS_TABLE_NAME", PROSPECTS_TABLE)
     monkeypatch.setenv("ROWS_TABLE_NAME", ROWS_TABLE)
+    create_prospects_table()
     stack_tables.create_stack_table(boto3_session(), stack_tables.ROWS_TABLE, ROWS_TABLE)
     _store_row(model_env, prospect_detail())
     monkeypatch.setattr(prompt, "rows", prompt._Rows())  # a new container's reader

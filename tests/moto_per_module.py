@@ -1,0 +1,19 @@
+"""moto started once per test module, for the fixtures of tests/runtime and tests/prospect.
+
+A conftest imports :func:`moto_patching` by name; ``tests/needs.py`` follows that import
+here, so the tests that ask for it are marked ``moto`` before their module is imported."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from moto import mock_aws
+
+
+@pytest.fixture(scope="module")
+def moto_patching() -> Iterator[None]:
+    """moto, started once for the module: each test empties the account
+    (``tests.fixture_clients.fresh_moto_account``)."""
+    with mock_aws():
+        yield
