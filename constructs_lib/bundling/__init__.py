@@ -3,6 +3,7 @@
 - :mod:`.local_pip`: :func:`python_lambda_code` and :class:`LocalPipBundling`, the asset
   built with pip on this machine, its hash and its bytecode;
 - :mod:`.bytecode`: the CPython of the Lambda's version that compiles the shipped ``.pyc``;
+- :mod:`.installed_locks`: each lock installed and compiled once a process, for every bundle;
 - :mod:`.dependency_lock`: the locks: read, checked and combined;
 - :mod:`.lock_requirements`: writes them (``python -m constructs_lib.lock_requirements``);
 - :mod:`.synth_resolution`: a custom handler's unlocked requirements, resolved at synth;

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,18 +49,24 @@ class BytecodeCompiler:
         """What goes into the asset hash: bytecode flavour and the compiler that wrote it."""
         return f"pyc-unchecked-hash:CPython-{self.version}:magic-{self.magic}"
 
-    def compile(self, root: Path) -> None:
+    def compile(self, root: Path, only: Sequence[Path] | None = None) -> None:
         """Write unchecked hash-based ``.pyc`` for every ``.py`` under ``root``.
+
+        :param only: the directories under ``root`` to compile instead, their files named
+            under :data:`LAMBDA_TASK_ROOT` all the same; default None, all of ``root``.
 
         ``-I`` ignores ``PYTHONPYCACHEPREFIX`` and friends, which would send the
         ``.pyc`` elsewhere. A file that does not compile under this Python could not
         be imported on Lambda either; it is left without bytecode and named on stderr.
         """
+        targets = [str(root)] if only is None else [str(path) for path in only]
+        if not targets:
+            return
         command = [
             self.executable, "-I", "-m", "compileall", "-q", "-j", "0",
             "--invalidation-mode", "unchecked-hash",
             "-s", str(root), "-p", LAMBDA_TASK_ROOT,
-            str(root),
+            *targets,
         ]  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:

@@ -23,15 +23,18 @@ pip's cache holds. A custom handler's requirements file without a current lock i
 resolved while the function is constructed (:mod:`constructs_lib.bundling.synth_resolution`), so
 the hash covers what it resolved to, and synth warns that the file is not locked. Two
 functions with the same inputs share one asset; an arm64 and an x86_64 build never do,
-nor a build with and one without bytecode. A synth that skips bundling (``cdk ls``,
-``cdk bootstrap``, context ``aws:cdk:bundling-stacks = []``) stages the raw source
-folder: its hash is salted with that mode, so it can never be published under a bundled
-asset's key, and it resolves nothing.
+nor a build with and one without bytecode. The bundles of one process that install the same
+lock for the same target and bytecode mode run pip and compile its bytecode once: the later
+ones hard-link the first one's installed files (:mod:`constructs_lib.bundling.installed_locks`).
+A synth that skips bundling (``cdk ls``, ``cdk bootstrap``, context
+``aws:cdk:bundling-stacks = []``) stages the raw source folder: its hash is salted with that
+mode, so it can never be published under a bundled asset's key, and it resolves nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -58,6 +61,7 @@ from .dependency_lock import (
     resolve_locks,
 )
 from .errors import LocalBundlingError
+from .installed_locks import INSTALLED_LOCKS, InstalledLocks, LockKey
 from .pip_failure import explain_pip_failure
 from .synth_resolution import resolution_cache_dir, resolve_at_synth, skip_resolution
 
@@ -180,6 +184,10 @@ class LocalPipBundling:
         :func:`~constructs_lib.bundling.synth_resolution.resolve_at_synth` (pip, cached; what
         :func:`python_lambda_code` passes when the synth bundles). Default None: such a
         file raises ``RequirementsNotLockedError``, and construction stays offline.
+    :param installed_locks: where this process's bundles find a lock another bundle already
+        installed for the same target and bytecode mode, to hard-link it instead of running
+        pip and compiling it again (:mod:`~constructs_lib.bundling.installed_locks`; what
+        :func:`python_lambda_code` passes). Default None: every bundle installs its own.
     """
 
     def __init__(
@@ -190,12 +198,15 @@ class LocalPipBundling:
         python_version: str = LAMBDA_PYTHON_VERSION,
         compiler: BytecodeCompiler | None = None,
         resolve_unlocked: UnlockedResolver | None = None,
+        installed_locks: InstalledLocks | None = None,
     ) -> None:
         self.packages = list(packages)
         self.requirements = [Path(r) for r in requirements]
         self.platform = platform
         self.python_version = python_version
         self.compiler = compiler
+        #: Where an installed lock is shared with this process's other bundles; None: not.
+        self.installed_locks = installed_locks
         target = LockTarget(python_version, platform)
         #: What the asset installs: every requirements file's lock (or resolution), combined.
         self.lock: DependencyLock | None = (
@@ -210,8 +221,45 @@ class LocalPipBundling:
         return True
 
     def bundle(self, output_dir: Path) -> None:
-        """Install the lock, copy the packages, compile bytecode into ``output_dir``."""
+        """Install the lock, copy the packages, compile bytecode into ``output_dir``.
+
+        With ``installed_locks``, a lock that another bundle of this process installed for
+        the same target and bytecode mode is hard-linked from that bundle's asset, and only
+        the packages are compiled here; the first bundle of a lock is remembered for the
+        next.
+        """
         output_dir.mkdir(parents=True, exist_ok=True)
+        key = self._lock_key()
+        shared = self.installed_locks
+        linked = key is not None and shared is not None and shared.link(key, output_dir)
+        installed: list[str] = []
+        if not linked:
+            was_empty = not any(output_dir.iterdir())
+            self._install(output_dir)
+            installed = sorted(os.listdir(output_dir)) if was_empty else []
+        for package in self.packages:
+            shutil.copytree(
+                package, output_dir / package.name, ignore=_copy_ignore, dirs_exist_ok=True
+            )
+        if self.compiler is not None:
+            root = output_dir.resolve()
+            self.compiler.compile(root, [root / p.name for p in self.packages] if linked else None)
+        names = {p.name for p in self.packages}
+        if key is not None and shared is not None and installed and not names & set(installed):
+            if (output_dir / "__pycache__").is_dir():
+                # compileall's bytecode of the lock's top-level modules (packages are folders)
+                installed.append("__pycache__")
+            shared.remember(key, output_dir, installed)
+
+    def _lock_key(self) -> LockKey | None:
+        """What decides the installed lock's bytes, or None when nothing is installed."""
+        if self.lock is None or not self.lock.packages:
+            return None
+        mode = self.compiler.mode if self.compiler is not None else NO_BYTECODE
+        return (self.lock.canonical_text(), self.platform, self.python_version, mode)
+
+    def _install(self, output_dir: Path) -> None:
+        """Install the lock into ``output_dir``, keep only what ships, and check it."""
         if self.lock is not None and self.lock.packages:
             self._pip_install(self.lock, output_dir)
         shutil.rmtree(output_dir / "bin", ignore_errors=True)
@@ -224,12 +272,6 @@ class LocalPipBundling:
         _drop_unshipped_records(output_dir)
         if self.lock is not None and self.lock.packages:
             check_installed(output_dir, self.lock)
-        for package in self.packages:
-            shutil.copytree(
-                package, output_dir / package.name, ignore=_copy_ignore, dirs_exist_ok=True
-            )
-        if self.compiler is not None:
-            self.compiler.compile(output_dir.resolve())
 
     def _pip_install(self, lock: DependencyLock, output_dir: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="pip-lock-") as work:
@@ -299,7 +341,12 @@ def python_lambda_code(
                 f"or `pyenv install {LAMBDA_PYTHON_VERSION}`) and synthesize again.",
             )
     local = LocalPipBundling(
-        packages, requirements, platform, compiler=compiler, resolve_unlocked=resolver
+        packages,
+        requirements,
+        platform,
+        compiler=compiler,
+        resolve_unlocked=resolver,
+        installed_locks=INSTALLED_LOCKS,
     )
     if local.lock is not None:
         _warn_unlocked(scope, local.lock)

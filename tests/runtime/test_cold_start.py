@@ -156,6 +156,10 @@ def test_snapstart_init_primes_the_sdk_without_credentials(module, init_type, pr
         "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
         "AWS_EC2_METADATA_DISABLED": "true",
         "HOME": "/nonexistent-home-for-tests",
+        # The bytecode this run's own imports cached, as a deployed asset ships its .pyc:
+        # without it the child compiles the SDKs afresh and writes into the venv and
+        # lambda_src. Where the bytecode is read from does not change what is imported.
+        **({"PYTHONPYCACHEPREFIX": sys.pycache_prefix} if sys.pycache_prefix else {}),
     }
     assert f"IMPORTED {primed}" in _python([PRIME_CHILD.format(module=module)], env)
 
