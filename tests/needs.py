@@ -268,7 +268,10 @@ def _names(node: ast.AST) -> set[str]:
         elif isinstance(child, ast.arg):
             names.add(child.arg)
         elif isinstance(child, ast.alias):
-            names.update((child.asname or child.name).split("."))
+            # `import aws_cdk as cdk` uses aws_cdk, and binds cdk
+            names.update(child.name.split("."))
+            if child.asname:
+                names.add(child.asname)
     return names
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,21 +41,35 @@ def assembly(cdk_out: Path) -> CloudAssembly:
     return load_assembly(cdk_out, "ProspectUploader")
 
 
+def local_run_app(outdir: Path, **context: object) -> Any:
+    """A ``cdk.App`` for a local run's in-process synth into ``outdir``, with ``context`` on
+    top of: no stack bundled (the local run reads the template and runs the handlers from
+    lambda_src) and path metadata on (the engine names resources by construct path).
+
+    aws-cdk-lib's built-in CloudFormation validation is off: its findings go only to
+    ``validation-report.json``, which no local run reads (tests/infra reads app.py's), and
+    starting its rules engine cost about 4 CPU-s of Node in each test process."""
+    import aws_cdk as cdk
+
+    return cdk.App(
+        context={
+            "aws:cdk:bundling-stacks": [],
+            "aws:cdk:enable-path-metadata": True,
+            **context,
+        },
+        outdir=str(outdir),
+        builtin_cloud_formation_validation=False,
+    )
+
+
 @pytest.fixture(scope="session")
 def classic_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The stack synthesized with ``-c event_bus=classic`` (in-process, without bundling:
     the local run reads the template and runs the handlers from lambda_src)."""
-    import aws_cdk as cdk
-
     import app as app_module
 
     outdir = tmp_path_factory.mktemp("cdk.out.classic")
-    context = {
-        "aws:cdk:bundling-stacks": [],
-        "aws:cdk:enable-path-metadata": True,
-        "event_bus": "classic",
-    }
-    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    app_module.build_app(local_run_app(outdir, event_bus="classic")).synth()
     return outdir
 
 
@@ -62,17 +77,10 @@ def classic_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def bedrock_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The stack synthesized with ``-c model_provider=bedrock`` (in-process, without
     bundling): its classify step calls Claude on Bedrock through the US inference profile."""
-    import aws_cdk
-
     import app as app_module
 
     outdir = tmp_path_factory.mktemp("cdk.out.bedrock")
-    context = {
-        "aws:cdk:bundling-stacks": [],
-        "aws:cdk:enable-path-metadata": True,
-        "model_provider": "bedrock",
-    }
-    app_module.build_app(aws_cdk.App(context=context, outdir=str(outdir))).synth()
+    app_module.build_app(local_run_app(outdir, model_provider="bedrock")).synth()
     return outdir
 
 
@@ -85,15 +93,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def realtime_cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The stack synthesized with ``-c delivery=realtime`` (no Message Batches step)."""
-    import aws_cdk as cdk
-
     import app as app_module
 
     outdir = tmp_path_factory.mktemp("cdk.out.realtime")
-    context = {
-        "aws:cdk:bundling-stacks": [],
-        "aws:cdk:enable-path-metadata": True,
-        "delivery": "realtime",
-    }
-    app_module.build_app(cdk.App(context=context, outdir=str(outdir))).synth()
+    app_module.build_app(local_run_app(outdir, delivery="realtime")).synth()
     return outdir

@@ -26,6 +26,7 @@ from constructs_lib.local_engine.local_model import LocalMessagesAPI
 from tests.adoption.markdown import code_blocks, section
 
 from .billing import assert_billed, late_attempts
+from .conftest import local_run_app
 
 ROWS = 12
 LABELS = ["hot", "warm", "cold"]
@@ -42,8 +43,7 @@ def two_steps_class() -> type[cdk.Stack]:
 @pytest.fixture(scope="module")
 def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outdir = tmp_path_factory.mktemp("two-steps")
-    context = {"aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True}
-    app = cdk.App(context=context, outdir=str(outdir))
+    app = local_run_app(outdir)
     two_steps_class()(app, "TwoSteps")
     app.synth()
     return outdir
@@ -143,8 +143,7 @@ class TwoStepsOnV2(cdk.Stack):
 
 
 def test_on_a_v2_bus_the_steps_chain_and_every_result_is_published_once(tmp_path):
-    context = {"aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True}
-    app = cdk.App(context=context, outdir=str(tmp_path))
+    app = local_run_app(tmp_path)
     TwoStepsOnV2(app, "TwoStepsV2")
     app.synth()
     assembly = load_assembly(tmp_path, "TwoStepsV2")
