@@ -22,6 +22,7 @@ from .conftest import (
     PROSPECTS_TABLE,
     FakeLambdaContext,
     boto3_session,
+    close_model_clients,
     create_prospects_table,
     make_event,
     prospect_detail,
@@ -55,7 +56,9 @@ def classifier(model_env, monkeypatch):
     monkeypatch.setattr(prompt, "rows", prompt._Rows())  # a new container's reader
     import prospect_classifier.handler as module
 
-    return importlib.reload(module)
+    module = importlib.reload(module)
+    yield module
+    close_model_clients([module.step])
 
 
 def _row(aws, row_number: int = 1) -> dict:
