@@ -21,6 +21,11 @@ would have built:
 - ``jsonpath_ng.ext.parse`` keeps one parsed path per path text (a ``JSONPath`` is not
   changed by ``find``).
 
+Later, the same rule for more of what moto redoes per request (each described where it is
+installed): the update validator's class tests and its first three passes, condition trees,
+each backend's URL map, the keys a response serializer reads from a ``dict``, and the
+lookup of a service's backend map.
+
 An expression moto rejects raises as before, every time (nothing is cached for it).
 :func:`install` patches only the moto modules already imported: a run that needs no moto
 never imports it.

@@ -277,7 +277,7 @@ def unsigned(session: boto3.session.Session) -> boto3.session.Session:
     """``session``, its clients' requests sent without a SigV4 signature (every client made
     from it after this call).
 
-    Signing is a twelfth of a schedule's CPU (canonical request, payload hash, HMACs), and
+    Signing was about 6 % of a schedule's CPU (canonical request, payload hash, HMACs), and
     nothing reads the signature: moto checks none (it reads only the access key from the
     ``Authorization`` header, to pick the account; without the header it picks the same
     default account, and SQS, DynamoDB and EventBridge answer the same), and the fault lab
