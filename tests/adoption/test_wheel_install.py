@@ -1,4 +1,4 @@
-"""The library as a user gets it: the wheel installed into fresh virtualenvs outside the
+"""The library as a user gets it: the wheel installed into a fresh virtualenv outside the
 repository, and the docs' examples run from their Markdown text.
 
 - README "Install": its pip commands, with the wheel this test builds in place of the path.
@@ -7,7 +7,8 @@ repository, and the docs' examples run from their Markdown text.
   normalize_template must give the same template.
 - `prospect-uploader` and `constructs_lib.testing` without the `local` extra.
 - README "Snapshot-test your stack" and "Test your handler", and docs/construct.md
-  "Custom handlers", verbatim.
+  "Custom handlers", verbatim; "Test your handler"'s pip install goes into the same venv, as
+  a user adds it to the app they synthesize (:class:`AppVenv`).
 
 Marked ``bundling``: it bundles the Lambda asset with pip, as the other tests of that mark do.
 uv installs from its shared cache (the one `make setup` fills) and resolves every install as
@@ -145,36 +146,80 @@ def new_venv(path: Path, installs: list[list[str]], stage: str) -> Path:
                 {**os.environ},
             )
         )
-        for args in installs:
-            check(
-                run(
-                    [UV, "pip", "install", "-q", "--python", path / "bin" / "python", *args],
-                    path.parent,
-                    {**os.environ},
-                )
-            )
+        pip_install(path, installs)
     return path
 
 
+def pip_install(venv: Path, installs: list[list[str]]) -> None:
+    """The README's ``pip install`` commands, run in ``venv``."""
+    for args in installs:
+        check(
+            run(
+                [UV, "pip", "install", "-q", "--python", venv / "bin" / "python", *args],
+                venv.parent,
+                {**os.environ},
+            )
+        )
+
+
+class AppVenv:
+    """The venv of the user's app, filled as the README fills it: "Install" (the wheel and
+    cdk-nag) first, then "Test your handler" (the local extra, pytest, syrupy) into the same
+    venv, as a user adds test tools to the app they already synthesize. The tests that need
+    it without the local extra come first in this file; one that runs after the extra went in
+    gets a venv of its own, so it never sees moto whatever the order."""
+
+    def __init__(self, wheel: Path, factory: pytest.TempPathFactory) -> None:
+        self.wheel = wheel
+        self.factory = factory
+        self.venv: Path | None = None
+        self.has_local_extra = False
+        self.base_only: Path | None = None
+
+    def base(self) -> Path:
+        """A venv with what README "Install" installs: the wheel and cdk-nag, no extra."""
+        installs = readme_installs("Install", self.wheel)
+        if self.venv is None:
+            self.venv = new_venv(
+                self.factory.mktemp("app") / ".venv", installs, "venv + install (wheel, cdk-nag)"
+            )
+        if not self.has_local_extra:
+            return self.venv
+        if self.base_only is None:
+            self.base_only = new_venv(
+                self.factory.mktemp("base") / ".venv",
+                installs,
+                "another venv + install (wheel, cdk-nag), the app's has the local extra",
+            )
+        return self.base_only
+
+    def local(self) -> Path:
+        """The app venv with what README "Test your handler" installs added."""
+        if not self.has_local_extra:
+            venv = self.base()
+            with timed("install (local extra, pytest, syrupy) into the app venv"):
+                pip_install(venv, readme_installs("Test your handler", self.wheel))
+            self.has_local_extra = True
+        assert self.venv is not None
+        return self.venv
+
+
 @pytest.fixture(scope="module")
-def base_venv(wheel, tmp_path_factory) -> Path:
+def app_venv(wheel, tmp_path_factory) -> AppVenv:
+    return AppVenv(wheel, tmp_path_factory)
+
+
+@pytest.fixture
+def base_venv(app_venv) -> Path:
     """A venv with what README "Install" installs: the wheel and cdk-nag, no extra."""
-    return new_venv(
-        tmp_path_factory.mktemp("base") / ".venv",
-        readme_installs("Install", wheel),
-        "venv + install (wheel, cdk-nag)",
-    )
+    return app_venv.base()
 
 
-@pytest.fixture(scope="module")
-def local_venv(wheel, tmp_path_factory) -> Path:
-    """A venv with what README "Test your handler" installs: the wheel's local extra, pytest."""
-    installs = readme_installs("Install", wheel) + readme_installs("Test your handler", wheel)
-    return new_venv(
-        tmp_path_factory.mktemp("local") / ".venv",
-        installs,
-        "venv + install (local extra, pytest, syrupy)",
-    )
+@pytest.fixture
+def local_venv(app_venv) -> Path:
+    """A venv with what README "Install" and "Test your handler" install: the wheel's local
+    extra, pytest, syrupy."""
+    return app_venv.local()
 
 
 @dataclass
@@ -202,10 +247,10 @@ def cdk_synth(app: Path, venv: Path, output: str, **env: str) -> Synth:
 
 
 @pytest.fixture(scope="module")
-def synthesized(base_venv, tmp_path_factory) -> Synth:
+def synthesized(app_venv, tmp_path_factory) -> Synth:
     app = readme_app(tmp_path_factory.mktemp("user") / "leads-app")
     with timed("cdk synth (bundling, bytecode if CPython 3.13 is found)"):
-        return cdk_synth(app, base_venv, "cdk.out")
+        return cdk_synth(app, app_venv.base(), "cdk.out")
 
 
 def test_the_readme_install_names_every_package_its_example_imports():
