@@ -15,8 +15,10 @@ visible messages a delivery, deleted unless reported as failures; a killed deliv
 them to come back after the visibility timeout), the schedule tick (:meth:`BatchLab.tick`),
 and kills (:class:`~.harness.LambdaKilled`, a ``BaseException``) at a chosen point of an
 invocation: before the n-th DynamoDB call or before or after the n-th batch API call. Time
-is :class:`~.harness.MovableClock` (moto's SQS, Powertools' locks and expiries, the runtime
-and the emulator all read it).
+is a stopped :class:`~.harness.MovableClock` (:func:`stopped_clock`): moto's SQS,
+Powertools' locks and expiries, the runtime, a create's total deadline and the emulator all
+read it, and it moves only when the schedule moves it, so a schedule ends the same way on
+every run, on an idle machine or a loaded one.
 
 The lab observes what the invariants need: every outcome reported to ``on_outcome``, every
 DLQ message, and the emulator's billed requests per custom_id.
@@ -351,3 +353,19 @@ def installed_hooks(lab_of: Any, session: boto3.session.Session) -> Iterator[Non
     finally:
         httpx2.HTTPTransport.handle_request = real  # type: ignore[method-assign]
         session.events.unregister("before-call.dynamodb", before)
+
+
+def stopped_clock() -> MovableClock:
+    """The lab's clock: stopped (it moves only when the schedule or the lab moves it), and
+    started on a whole second.
+
+    Every move of a schedule is whole seconds, so every reading is one too, and so is each
+    millisecond time moto's SQS stamps (``SentTimestamp``, truncated to the millisecond).
+    Started at a fraction of a second, a row's age read from such a stamp came out a hair
+    over or under a bound it met exactly (``MAX_EVENT_AGE_SECONDS`` after the row was
+    first seen, in a derandomized schedule), by the fraction the run happened to start
+    at: the same schedule ended dead-lettered on one run and answered on the next."""
+    clock = MovableClock(stopped=True)
+    assert clock.stopped_at is not None
+    clock.stopped_at = float(int(clock.stopped_at))
+    return clock

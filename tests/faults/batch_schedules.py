@@ -48,8 +48,8 @@ from constructs_lib.local_engine.message_batches import ERROR_TYPES, OPERATIONS
 from tests.fakes import FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
-from .batch_lab import BatchLab, BatchSettings, installed_hooks
-from .harness import REGION, TABLE, ClientPool, MovableClock, run_state_machine
+from .batch_lab import BatchLab, BatchSettings, installed_hooks, stopped_clock
+from .harness import REGION, TABLE, ClientPool, run_state_machine
 
 API_KEY = "sk-ant-batch-lab"
 HOUR = 3600
@@ -92,9 +92,10 @@ def batch_world(lab_settings: BatchSettings) -> Iterator[None]:
         step_session = boto3.session.Session(region_name=REGION)
         lab_session = boto3.session.Session(region_name=REGION)
         create_stack_table(lab_session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
-        clock = MovableClock()
+        clock = stopped_clock()
         current: dict[str, BatchLab | None] = {"lab": None}
-        with clock.installed(), installed_hooks(lambda: current["lab"], step_session):
+        hooks = installed_hooks(lambda: current["lab"], step_session)
+        with clock.installed(), clock.deadlines_installed(), hooks:
             steps = ClientPool(step_session)  # each schedule's step: the module's clients
             BatchSchedule.world = (api, steps, lab_session, clock, current, lab_settings)
             yield

@@ -40,9 +40,9 @@ from constructs_lib.local_engine.bedrock_batch_jobs import LocalBedrockBatchJobs
 from constructs_lib.local_engine.environment import patched_environ
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
-from .batch_lab import BatchLab, BatchSettings
+from .batch_lab import BatchLab, BatchSettings, stopped_clock
 from .batch_schedules import check_invariants
-from .harness import ACCOUNT, REGION, TABLE, ClientPool, MovableClock, run_state_machine
+from .harness import ACCOUNT, REGION, TABLE, ClientPool, run_state_machine
 
 HOUR = 3600
 HORIZON_SECONDS = 96 * HOUR
@@ -135,7 +135,7 @@ def bedrock_batch_world(lab_settings: BatchSettings) -> Iterator[None]:
         "AWS_REGION": REGION,
     }
     minimum = model_step.batch_limits.BEDROCK_MIN_REQUESTS
-    clock = MovableClock()
+    clock = stopped_clock()
     with patched_environ(env, remove=["ANTHROPIC_BASE_URL"]), mock_aws():
         lab_session = boto3.session.Session(region_name=REGION)
         create_stack_table(lab_session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
