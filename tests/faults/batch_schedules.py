@@ -49,7 +49,7 @@ from tests.fakes import FakeMessagesAPI
 from tests.stack_tables import PROSPECT_IDEMPOTENCY_TABLE, create_stack_table
 
 from .batch_lab import BatchLab, BatchSettings, installed_hooks, stopped_clock
-from .harness import REGION, TABLE, ClientPool, run_state_machine
+from .harness import REGION, TABLE, ClientPool, run_state_machine, unsigned
 
 API_KEY = "sk-ant-batch-lab"
 HOUR = 3600
@@ -89,8 +89,9 @@ def batch_world(lab_settings: BatchSettings) -> Iterator[None]:
     }
     with patched_environ(env, remove=["ANTHROPIC_BASE_URL"]), mock_aws(), FakeMessagesAPI() as api:
         os.environ["ANTHROPIC_BASE_URL"] = api.base_url
-        step_session = boto3.session.Session(region_name=REGION)
-        lab_session = boto3.session.Session(region_name=REGION)
+        # Unsigned, as the realtime lab's (harness.unsigned says why that hides nothing).
+        step_session = unsigned(boto3.session.Session(region_name=REGION))
+        lab_session = unsigned(boto3.session.Session(region_name=REGION))
         create_stack_table(lab_session, PROSPECT_IDEMPOTENCY_TABLE, TABLE)
         clock = stopped_clock()
         current: dict[str, BatchLab | None] = {"lab": None}
