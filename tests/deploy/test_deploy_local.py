@@ -1,6 +1,6 @@
 """`make deploy-local` deploys cdk.out into moto; these check its parts that need no deploy.
 
-The deploy itself runs in CI beside `make test` (over a minute: `.ci/run`).
+The deploy itself is tests/deploy/test_real_deploy.py, one of `make test`'s long tests.
 """
 
 from __future__ import annotations
