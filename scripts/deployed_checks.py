@@ -400,13 +400,11 @@ def zip_matches_directory(
 ) -> list[str]:
     """Files that differ between a zip and a directory (names and CRC-32 of contents).
 
-    :param digests: where the CRCs of this run are kept (default: none; both are read).
+    :param digests: where the CRCs of this run are kept (default: a new, empty one).
     :param sha256: the zip's sha256, which keys it in ``digests`` (needed with ``digests``).
     """
-    if digests is None:
-        in_zip, on_disk = zip_crcs(body), directory_crcs(directory)
-    else:
-        in_zip, on_disk = digests.of_zip(body, sha256), digests.of_directory(directory)
+    digests = digests or FileDigests()
+    in_zip, on_disk = digests.of_zip(body, sha256), digests.of_directory(directory)
     names = set(in_zip) | set(on_disk)
     return sorted(n for n in names if in_zip.get(n) != on_disk.get(n))
 
