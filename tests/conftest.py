@@ -167,6 +167,10 @@ LONG_FOLDERS = ("faults", "bench")
 def _long_files_first(items: list[pytest.Item]) -> None:
     """Put the files with a long test first, each file's tests in their order.
 
+    A long test is marked so by hand (:data:`LONG_MARKERS`), never only by
+    :func:`item_needs`: every pytest-xdist worker must sort alike, and only the first reads
+    the needs when nothing is deselected (:func:`_reads_needs`).
+
     ``make test`` hands whole files to its workers (``--dist loadfile``) in this order
     (``--no-loadscope-reorder``: pytest-xdist would otherwise sort them by test count). A
     long file started last keeps one worker busy after the others have finished; started
@@ -189,7 +193,20 @@ def _checks_static_needs() -> bool:
     return os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
 
 
+def _reads_needs(config: pytest.Config) -> bool:
+    """Whether this process marks each test with its needs: when ``-m`` (or ``--unit``)
+    may deselect by them, and in the process that checks them (:func:`_checks_static_needs`).
+
+    Nothing else reads the needs markers. In a run that deselects nothing, the other
+    pytest-xdist workers would parse every test module and every module it imports only to
+    add markers nobody reads: about 3 CPU-s a worker."""
+    return bool(config.getoption("markexpr")) or _checks_static_needs()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _long_files_first(items)
+    if not _reads_needs(config):
+        return
     disagree = []
     check = _checks_static_needs()
     for item in items:
@@ -209,7 +226,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests/needs.py's static reading finds needs the collected tests lack:\n"
             + "\n".join(disagree)
         )
-    _long_files_first(items)
 
 
 def _memoize_moto_name_helpers() -> None:
