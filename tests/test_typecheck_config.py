@@ -6,6 +6,9 @@ modules under ``TYPE_CHECKING``, and following them all made a cold ``make typec
 107 CPU-s instead of 23. A module missing from the list would be ``Any`` to mypy, and calls
 into it unchecked; a module listed but no longer imported costs time for nothing. Both fail
 here, without importing aws-cdk-lib.
+
+The anthropic SDK's modules the runtime never calls (Vertex, Bedrock, beta...) are skipped
+the same way; the runtime must import none of them.
 """
 
 from __future__ import annotations
@@ -68,3 +71,38 @@ def test_no_aws_cdk_module_is_followed_for_nothing():
     needed = _with_parents(_imported_cdk_modules(ROOT / "constructs_lib")) | {"aws_cdk._jsii"}
     stale = {m for m in followed if m.split(".")[0] == "aws_cdk"} - needed
     assert not stale, f"{sorted(stale)} are followed by mypy but no longer imported"
+
+
+def _imported_modules(folder: Path, package: str) -> set[str]:
+    """Every ``package`` module a file under ``folder`` imports, at any depth, with the
+    modules named by ``from package.x import y`` (``package.x.y``, which may be a module)."""
+    found: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == package)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                if node.module.split(".")[0] == package:
+                    found.add(node.module)
+                    found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def _skipped_by(pattern: str, module: str) -> bool:
+    """mypy's reading of an override's module pattern: ``a.b.*`` is ``a.b`` and below."""
+    if pattern.endswith(".*"):
+        base = pattern[:-2]
+        return module == base or module.startswith(f"{base}.")
+    return module == pattern
+
+
+def test_the_runtime_calls_no_anthropic_module_mypy_skips():
+    # The SDK's Vertex, Bedrock, tools, beta and organization modules are skipped (Any): the
+    # runtime must import none of them, so every SDK call it makes is checked.
+    _, skipped = _followed_and_skipped()
+    patterns = {p for p in skipped if p.split(".")[0] == "anthropic"}
+    assert patterns, "pyproject.toml no longer skips part of the anthropic SDK"
+    imported = _imported_modules(ROOT / "lambda_src", "anthropic")
+    assert "anthropic" in imported
+    unchecked = {m for m in imported for p in patterns if _skipped_by(p, m)}
+    assert not unchecked, f"mypy skips {sorted(unchecked)}, which lambda_src imports"
