@@ -287,13 +287,26 @@ def unsigned(session: boto3.session.Session) -> boto3.session.Session:
     service the request is sent to, and the request's URL still carries both here, so a
     wrong region still meets an empty moto backend). Only the lab's own sessions are
     unsigned; every other test signs as in AWS."""
+    session.events.register("choose-signer", _no_signature)
+    return session
+
+
+@contextlib.contextmanager
+def unsigned_while(session: boto3.session.Session) -> Iterator[None]:
+    """``session``'s clients made inside the block send unsigned requests (see
+    :func:`unsigned`); the session signs again after it (clients made inside keep the
+    choice: a client copies the session's hooks when it is made)."""
+    session.events.register("choose-signer", _no_signature)
+    try:
+        yield
+    finally:
+        session.events.unregister("choose-signer", _no_signature)
+
+
+def _no_signature(**_: Any) -> Any:
     import botocore
 
-    def no_signature(**_: Any) -> Any:
-        return botocore.UNSIGNED
-
-    session.events.register("choose-signer", no_signature)
-    return session
+    return botocore.UNSIGNED
 
 
 @dataclass

@@ -24,6 +24,8 @@ import random
 
 import pytest
 
+from tests.faults.harness import unsigned_while
+
 from .batch_rows import (
     PAST_GRACE,
     LambdaKilled,
@@ -40,6 +42,16 @@ from .conftest import TABLE, FakeLambdaContext, ShiftedClock, boto3_session
 pytestmark = pytest.mark.long
 
 SEEDS = range(40)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def unsigned_requests():
+    """The steps' requests go unsigned, as the fault labs' do (``tests.faults.harness.
+    unsigned`` says why that hides nothing): signing was about 6 % of this module's CPU.
+    Only the clients the module's steps make are unsigned; the shared session signs again
+    after the module."""
+    with unsigned_while(boto3_session()):
+        yield
 
 
 @pytest.fixture
