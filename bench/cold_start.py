@@ -26,8 +26,8 @@ managed runtime ships them compiled. Ratios are against the naive bundle's bare
 ``--quick`` (a smoke run) skips the copies: the staged asset is run in place with ``-B``, and
 the naive bundle's bare import runs with ``-X pycache_prefix=<empty dir>``, so it finds no
 ``.pyc`` either. It runs each kind once: the bare import from the naive bundle (the baseline),
-the two events from the shipped ``.pyc``. Without a 3.13 or a staged asset, the source tree is measured instead (the
-venv's Python, ``lambda_src`` with no ``.pyc``) and the output says so.
+the two events from the shipped ``.pyc``. Without a 3.13 or a staged asset, the source tree
+is measured instead (the venv's Python, ``lambda_src`` with no ``.pyc``) and the output says so.
 
 Asset size: the model step functions' assets (resource Metadata ``aws:asset:path``) are
 measured unzipped and zipped (zipfile, DEFLATED), as Lambda limits them (250 MB unzipped,
