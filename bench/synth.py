@@ -15,6 +15,10 @@ limit. 40 steps do NOT fit one stack (CDK itself refuses: TooManyResourcesInStac
 so every app is split into stacks of at most 20 steps (one shared secret each), in both
 variants alike.
 
+``--quick`` (a smoke run, ``tests/bench``) synthesizes one step of each variant in one
+subprocess, one app after the other: the same child, apps and counts, with one Python and jsii
+start-up instead of two (its wall figures are then not comparable between the variants).
+
 Run: ``python -m bench.synth [--quick]``.
 """
 
@@ -40,58 +44,72 @@ STEPS_PER_STACK = 20
 VARIANTS = ("IdempotentModelStep", "plain L2s")
 
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 start = time.perf_counter()
-variant, count, per_stack, outdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+variants, count, per_stack = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3])
+outdir = sys.argv[4]
 import aws_cdk as cdk
 from aws_cdk import aws_events as events
 from aws_cdk import aws_secretsmanager as secretsmanager
 imported = time.perf_counter()
 
-app = cdk.App(outdir=outdir, context={
-    "aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True,
-})
-if variant == "IdempotentModelStep":
-    from constructs_lib import IdempotentModelStep
-else:
-    from bench.baselines import add_plain_l2_step
-stacks = []
-for i in range(count):
-    if i % per_stack == 0:
-        stack = cdk.Stack(app, f"Bench{len(stacks)}")
-        secret = secretsmanager.Secret(stack, "ApiKey")
-        stacks.append(stack)
+def synth(variant):
+    app = cdk.App(outdir=os.path.join(outdir, variant.replace(" ", "-")), context={
+        "aws:cdk:bundling-stacks": [], "aws:cdk:enable-path-metadata": True,
+    })
     if variant == "IdempotentModelStep":
-        IdempotentModelStep(
-            stack, f"Step{i}",
-            event_pattern=events.EventPattern(source=[f"bench.step{i}"]),
-            idempotency_key="[upload_id, row_number]",
-            prompt_version="v1",
-            system_prompt="Answer hot, warm or cold.",
-            api_key_secret=secret,
-        )
+        from constructs_lib import IdempotentModelStep
     else:
-        add_plain_l2_step(stack, f"Step{i}", secret=secret, code_dir="lambda_src/model_step")
-built = time.perf_counter()
-assembly = app.synth()
-done = time.perf_counter()
-paths = []
-for stack in stacks:
-    with open(f"{assembly.directory}/{stack.stack_name}.template.json") as f:
-        resources = json.load(f)["Resources"].values()
-    paths += [r.get("Metadata", {}).get("aws:cdk:path", "") for r in resources]
-print("RESULT " + json.dumps({
-    "import_seconds": imported - start,
-    "construct_seconds": built - imported,
-    "synth_seconds": done - built,
-    "stacks": len(stacks),
-    "resources": len(paths),
-    "step0_resources": sum(p.startswith("Bench0/Step0/") for p in paths),
-}))
+        from bench.baselines import add_plain_l2_step
+    stacks = []
+    for i in range(count):
+        if i % per_stack == 0:
+            stack = cdk.Stack(app, f"Bench{len(stacks)}")
+            secret = secretsmanager.Secret(stack, "ApiKey")
+            stacks.append(stack)
+        if variant == "IdempotentModelStep":
+            IdempotentModelStep(
+                stack, f"Step{i}",
+                event_pattern=events.EventPattern(source=[f"bench.step{i}"]),
+                idempotency_key="[upload_id, row_number]",
+                prompt_version="v1",
+                system_prompt="Answer hot, warm or cold.",
+                api_key_secret=secret,
+            )
+        else:
+            add_plain_l2_step(stack, f"Step{i}", secret=secret, code_dir="lambda_src/model_step")
+    built = time.perf_counter()
+    assembly = app.synth()
+    done = time.perf_counter()
+    paths = []
+    for stack in stacks:
+        with open(f"{assembly.directory}/{stack.stack_name}.template.json") as f:
+            resources = json.load(f)["Resources"].values()
+        paths += [r.get("Metadata", {}).get("aws:cdk:path", "") for r in resources]
+    return built, done, {
+        "variant": variant,
+        "stacks": len(stacks),
+        "resources": len(paths),
+        "step0_resources": sum(p.startswith("Bench0/Step0/") for p in paths),
+    }
+
+# One variant a process when measuring; --quick runs both, one app after the other (the
+# second's import_seconds is then 0: the first paid for the imports).
+for variant in variants:
+    built, done, counted = synth(variant)
+    print("RESULT " + json.dumps({
+        "import_seconds": imported - start,
+        "construct_seconds": built - imported,
+        "synth_seconds": done - built,
+        **counted,
+    }))
+    start = imported = time.perf_counter()
 """
 
 
-def synth_once(variant: str, count: int) -> dict[str, Any]:
+def synth_in_one_process(variants: Sequence[str], count: int) -> list[dict[str, Any]]:
+    """One sample of each of ``variants`` at ``count`` steps, all synthesized in one new
+    subprocess (one app after the other), which is timed from outside as a whole."""
     env = dict(os.environ)
     env.update(
         PYTHONPATH=str(REPO),
@@ -102,10 +120,11 @@ def synth_once(variant: str, count: int) -> dict[str, Any]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # Node 24 from the venv first, so jsii never prints the end-of-life banner.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    argv = [",".join(variants), str(count), str(STEPS_PER_STACK)]
     with tempfile.TemporaryDirectory() as outdir:
         started = time.perf_counter()
         child = subprocess.run(
-            [sys.executable, "-c", CHILD, variant, str(count), str(STEPS_PER_STACK), outdir],
+            [sys.executable, "-c", CHILD, *argv, outdir],
             capture_output=True,
             text=True,
             env=env,
@@ -115,13 +134,22 @@ def synth_once(variant: str, count: int) -> dict[str, Any]:
         )
         wall = time.perf_counter() - started
     if child.returncode != 0:
-        raise RuntimeError(f"synth child {variant} x{count} failed:\n{child.stderr[-3000:]}")
-    line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
-    return {"wall_seconds": wall, **json.loads(line.removeprefix("RESULT "))}
+        raise RuntimeError(f"synth child {variants} x{count} failed:\n{child.stderr[-3000:]}")
+    lines = [x for x in child.stdout.splitlines() if x.startswith("RESULT ")]
+    return [{"wall_seconds": wall, **json.loads(x.removeprefix("RESULT "))} for x in lines]
+
+
+def synth_once(variant: str, count: int) -> dict[str, Any]:
+    """One sample: ``variant`` at ``count`` steps, alone in a new subprocess."""
+    [sample] = synth_in_one_process([variant], count)
+    return sample
 
 
 def measure(variant: str, count: int, repeats: int) -> dict[str, Any]:
-    samples = [synth_once(variant, count) for _ in range(repeats)]
+    return summarise(variant, count, [synth_once(variant, count) for _ in range(repeats)])
+
+
+def summarise(variant: str, count: int, samples: list[dict[str, Any]]) -> dict[str, Any]:
     first = samples[0]
     per_step = first["step0_resources"]
     # What is not a step's (one API key secret per stack) is paid once per stack.
@@ -129,7 +157,7 @@ def measure(variant: str, count: int, repeats: int) -> dict[str, Any]:
     return {
         "variant": variant,
         "steps": count,
-        "repeats": repeats,
+        "repeats": len(samples),
         "median_wall_seconds": median([s["wall_seconds"] for s in samples]),
         "median_in_process_synth_seconds": median(
             [s["construct_seconds"] + s["synth_seconds"] for s in samples]
@@ -146,9 +174,12 @@ def measure(variant: str, count: int, repeats: int) -> dict[str, Any]:
 
 
 def run(*, quick: bool = False, out_dir: Path | None = None) -> dict:
-    sizes = (1,) if quick else (1, 10, 40)
-    repeats = 1 if quick else 3
-    rows = [measure(v, n, repeats if n < 40 else 1) for n in sizes for v in VARIANTS]
+    if quick:
+        # A smoke run: both variants' one-step apps in one process (one jsii start-up).
+        rows = [summarise(s["variant"], 1, [s]) for s in synth_in_one_process(VARIANTS, 1)]
+    else:
+        repeats = 3
+        rows = [measure(v, n, repeats if n < 40 else 1) for n in (1, 10, 40) for v in VARIANTS]
     by_key = {(r["variant"], r["steps"]): r for r in rows}
     table = []
     for row in rows:
