@@ -228,38 +228,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
-def _memoize_moto_name_helpers() -> None:
-    """Cache two of moto's pure helpers that it recomputes on every request it serves.
-
-    For each request, moto's ``BaseResponse.call_action`` lists its response class's methods
-    (``method_names_from_class``, an ``inspect.getmembers``), and SQS's ``Queue.attributes``
-    converts every attribute name from CamelCase (``camelcase_to_underscores``, a loop over
-    the characters): in a fault-schedule module, 13,865 listings and 134,912 conversions, 11 s
-    of its 168 s profile. Both are functions of their argument alone (a class, a string), so a
-    cache returns what they would: the same names, a tuple where a list was (only ``in`` reads
-    it). Modules moto imports later bind the cached ones, as they import them by name."""
-    import functools
-
-    utils = sys.modules.get("moto.core.utils")
-    if utils is None or hasattr(utils.camelcase_to_underscores, "cache_info"):
-        return
-    listing = utils.method_names_from_class
-    cached = {
-        "camelcase_to_underscores": functools.lru_cache(maxsize=4096)(
-            utils.camelcase_to_underscores
-        ),
-        "method_names_from_class": functools.lru_cache(maxsize=None)(
-            lambda clazz: tuple(listing(clazz))
-        ),
-    }
-    originals = {attribute: getattr(utils, attribute) for attribute in cached}
-    for name, module in list(sys.modules.items()):
-        if name == "moto" or name.startswith("moto."):
-            for attribute, function in cached.items():
-                if getattr(module, attribute, None) is originals[attribute]:
-                    setattr(module, attribute, function)
-
-
 #: Allocations between two young collections, against CPython's 700 (see :func:`pytest_collection`).
 YOUNG_COLLECTION_THRESHOLD = 7000
 
@@ -296,11 +264,12 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # The test modules are imported: moto is loaded if any test of this run needs it.
-    _memoize_moto_name_helpers()
-    from tests.moto_speedups import install as cache_moto_parses
+    # The test modules are imported: moto is loaded if any test of this run needs it. A run
+    # that needs no moto never imports it (the caches import the moto modules they patch).
+    if "moto.core" in sys.modules:
+        from constructs_lib.local_engine.moto_speedups import install as cache_moto_parses
 
-    cache_moto_parses()
+        cache_moto_parses()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import botocore
+import botocore.handlers
 
 from .assembly import CloudAssembly, ResourceSpec
 from .intrinsics import LOCAL_ACCOUNT, LOCAL_REGION, PhysicalResource, Resolver
 from .moto_fixes import atomic_dynamodb_writes
+from .moto_speedups import install as cache_moto_parses
 from .service_models import shared_service_models
 
 # The template property that names each resource type, when the stack sets one.
@@ -156,6 +159,44 @@ def _placeholder(spec: ResourceSpec, name: str) -> PhysicalResource:
     return PhysicalResource(spec.logical_id, kind, name, {"Arn": arn})
 
 
+#: The signing names of the services whose requests moto answers the same unsigned. Every
+#: other request is signed as before: S3's (an unsigned request is anonymous to moto's S3,
+#: as to S3, and a private object's GetObject is refused 403) and the local Bedrock
+#: servers' (they check the SigV4 signature, as Bedrock does).
+MOTO_SIGNING_NAMES = frozenset({"dynamodb", "events", "secretsmanager", "sns", "sqs"})
+
+
+@contextmanager
+def unsigned_moto_requests(*sessions: boto3.session.Session) -> Iterator[None]:
+    """While open, requests to :data:`MOTO_SIGNING_NAMES` go without a SigV4 signature, from
+    every session created meanwhile, boto3's default session and ``sessions``.
+
+    Signing was about 5 % of a local run's CPU (canonical request, payload hash, HMACs), and
+    nothing reads the signature: in-process moto checks none (it reads only the access key
+    from the ``Authorization`` header, to pick the account, and, for a URL without one, the
+    region; without the header it picks its default account and region, which are the
+    run's :data:`LOCAL_ACCOUNT` and :data:`LOCAL_REGION`). Nor can it hide a bug of the
+    handlers from AWS: they never sign or pick a signer themselves (botocore signs with the
+    Lambda role's credentials, for the region and service of the request's URL, and the URL
+    still carries both here). Registered first, ahead of botocore's own choice per operation.
+    """
+
+    def no_signature(signing_name: str = "", **_: Any) -> Any:
+        return botocore.UNSIGNED if signing_name in MOTO_SIGNING_NAMES else None
+
+    entry = ("choose-signer", no_signature, botocore.handlers.REGISTER_FIRST)
+    botocore.handlers.BUILTIN_HANDLERS.append(entry)
+    existing = [s for s in (boto3.DEFAULT_SESSION, *sessions) if s is not None]
+    for session in existing:
+        session.events.register_first("choose-signer", no_signature)
+    try:
+        yield
+    finally:
+        botocore.handlers.BUILTIN_HANDLERS.remove(entry)
+        for session in existing:
+            session.events.unregister("choose-signer", no_signature)
+
+
 CREATED_TYPES = frozenset(
     {
         "AWS::S3::Bucket",
@@ -173,11 +214,14 @@ def local_aws(assembly: CloudAssembly, region: str = LOCAL_REGION) -> Iterator[L
     the names. Everything is discarded when the context closes."""
     from moto import mock_aws  # Imported here: moto is a local-run dependency only.
 
+    # moto's per-request parses, done once a process: the same answers, a fifth of the CPU.
+    cache_moto_parses()
     with ExitStack() as stack:
         # Every session of the run (its own, the handlers') parses the service models once.
         stack.enter_context(shared_service_models())
         stack.enter_context(mock_aws())
         stack.enter_context(atomic_dynamodb_writes())
+        stack.enter_context(unsigned_moto_requests())
         session = boto3.session.Session(region_name=region)
         # Made before any hook is installed on the session, and used for the creates alone.
         creating = _Clients(session)
