@@ -94,7 +94,7 @@ cdk.out/manifest.json: $(SYNTH_INPUTS) | setup
 
 # mypy --strict, configured in pyproject.toml ([tool.mypy]; lambda_src is on its path).
 # mypy follows only the aws-cdk-lib modules constructs_lib imports (pyproject.toml): a cold
-# run takes about 23 s of CPU here (107 s when it followed all of them), a warm one (from
+# run takes about 15 s of CPU here (107 s when it followed all of them), a warm one (from
 # .mypy_cache) about 2 s. `make typecheck-runtime` checks the runtime, lambda_src/model_step;
 # it is part of `make typecheck`, `make lint` and `make test` (TYPECHECK_RUNTIME=0 leaves it out).
 TYPECHECK_RUNTIME ?= 1

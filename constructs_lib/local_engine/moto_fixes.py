@@ -105,11 +105,11 @@ def _item_level_transaction_rollback() -> Iterator[None]:
     # The backend module's own name for the copy module (it does `import copy`).
     copy_module = getattr(backend_module, "copy")  # noqa: B009
     setattr(backend_module, "copy", _CopyWithoutTables(Table))  # noqa: B010
-    DynamoDBBackend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+    DynamoDBBackend.transact_write_items = transact_write_items
     try:
         yield
     finally:
-        DynamoDBBackend.transact_write_items = original  # type: ignore[method-assign]
+        DynamoDBBackend.transact_write_items = original
         setattr(backend_module, "copy", copy_module)  # noqa: B010
 
 
