@@ -18,7 +18,7 @@ from botocore.config import Config
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests import moto_per_module, stack_tables
-from tests.fixture_clients import fixture_client, fixture_table, fresh_moto_account
+from tests.fixture_clients import fixture_client, fixture_table, fresh_moto_account, restored
 
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
@@ -204,7 +204,8 @@ moto_patching = moto_per_module.moto_patching
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch, moto_patching: None) -> Iterator[ProspectAws]:
-    """Fresh moto account with the stack's resources and the Lambda env vars set."""
+    """Fresh moto account with the stack's resources (``_create_resources``, made once and
+    restored for each test: ``tests.fixture_clients.restored``) and the Lambda env vars set."""
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -228,7 +229,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, moto_patching: None) -> Iterator[Prospe
     ):
         monkeypatch.delenv(name, raising=False)
     with fresh_moto_account(), atomic_dynamodb_writes():
-        yield ProspectAws(capture_queue_url=_create_resources())
+        yield ProspectAws(capture_queue_url=restored(_create_resources))
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
 from tests import moto_per_module
 from tests.fakes import FakeMessagesAPI
-from tests.fixture_clients import fixture_client, fresh_moto_account
+from tests.fixture_clients import fixture_client, fresh_moto_account, restored
 
 from .prompts import shipped
 
@@ -177,11 +177,25 @@ def atomic_moto_put_item():
 moto_patching = moto_per_module.moto_patching
 
 
+def _resource_names() -> tuple[str, str]:
+    """``create_resources()``'s queue URL and secret ARN."""
+    made = create_resources()
+    return made.queue_url, made.secret_arn
+
+
 @pytest.fixture
 def aws(aws_env, atomic_moto_put_item, moto_patching) -> Iterator[Aws]:
-    """An empty moto account with the step's resources, emptied again after the test."""
+    """An empty moto account with the step's resources (``create_resources``, made once and
+    restored for each test: ``tests.fixture_clients.restored``), emptied again after the
+    test."""
     with fresh_moto_account():
-        yield create_resources()
+        queue_url, secret_arn = restored(_resource_names)
+        yield Aws(
+            dynamodb=fixture_client("dynamodb"),
+            sqs=fixture_client("sqs"),
+            queue_url=queue_url,
+            secret_arn=secret_arn,
+        )
 
 
 @pytest.fixture
