@@ -19,17 +19,15 @@ from moto import mock_aws
 @pytest.fixture(scope="module")
 def moto_patching() -> Iterator[None]:
     """moto, started once for the module: each test empties the account
-    (``tests.fixture_clients.fresh_moto_account``), with ``tests.moto_speedups`` installed.
+    (``tests.fixture_clients.fresh_moto_account``), with the local engine's moto caches
+    installed (``constructs_lib.local_engine.moto_speedups``).
 
-    ``tests/conftest.py`` installs the speedups once collection is done, on the moto modules
-    imported by then. In ``make test`` every worker collects ``tests/faults``, which imports
-    moto's DynamoDB; a run of these folders alone imports it only on its first request, so
-    it was served without them (the same file took about a third more CPU than in
-    ``make test``). Every module using this fixture talks to DynamoDB: its models are
-    imported here, and the speedups installed on them (idempotent)."""
-    import moto.dynamodb.models  # noqa: F401  (its parsers, for install() to find)
-
-    from tests.moto_speedups import install
+    ``tests/conftest.py`` installs them once collection is done if collection imported moto,
+    as ``make test``'s always does; a run of these folders alone imports it only here, and
+    without this its requests were served uncached (the same file took about a third more CPU
+    than in ``make test``). ``install()`` imports the moto modules it patches and is
+    idempotent."""
+    from constructs_lib.local_engine.moto_speedups import install
 
     install()
     with mock_aws():
