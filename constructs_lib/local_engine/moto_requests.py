@@ -47,9 +47,11 @@ _NEWLINE = re.compile(r"[\r\n]")
 
 
 def install() -> None:
-    """Build moto's request objects without werkzeug's test builder (idempotent; imports
-    ``moto.core.request``: call it only where moto is used)."""
+    """Build moto's request objects without werkzeug's test builder, and look each URL's
+    services up once (idempotent; imports ``moto.core.request`` and
+    ``moto.core.botocore_stubber``: call it only where moto is used)."""
     _build_environ_directly()
+    _match_services_once_per_url()
 
 
 def _moto(name: str) -> Any:
@@ -163,3 +165,83 @@ def _build_environ_directly() -> None:
     from_primitives.__dict__["_cached"] = True
     from_primitives.__dict__["__wrapped__"] = build
     request_type.from_primitives = classmethod(from_primitives)
+
+
+def _match_services_once_per_url() -> None:
+    stubber = _moto("core.botocore_stubber")
+
+    stubber_type = stubber.BotocoreStubber
+    if getattr(stubber_type.process_request, "_cached", False):
+        return
+    original = stubber_type.process_request
+    DEFAULT_ACCOUNT_ID = _moto("core").DEFAULT_ACCOUNT_ID
+    HTTPException = _moto("core.exceptions").HTTPException
+    not_implemented = re.compile(r"https?://.+\.amazonaws.com/.*")
+    matches: dict[tuple[str, int, int], tuple[tuple[str, Any], ...]] = {}
+
+    def services_matching(clean_url: str) -> tuple[tuple[str, Any], ...]:
+        """The (service, pattern) pairs of moto's index that match, in the index's order."""
+        patterns = stubber.backend_index.backend_url_patterns
+        key = (clean_url, id(patterns), len(patterns))
+        found = matches.get(key)
+        if found is None:
+            found = tuple((name, pattern) for name, pattern in patterns if pattern.match(clean_url))
+            if len(matches) < MAX_CACHED:
+                matches[key] = found
+        return found
+
+    # moto 5.2.5's BotocoreStubber.process_request, with its loop over every service's
+    # pattern replaced by the patterns that match (the module's names are read at each call,
+    # as moto's function reads its globals).
+    def process_request(self: Any, request: Any) -> Any:
+        parsed_url, _ = stubber.get_equivalent_url_in_aws_domain(request.url)
+        clean_url = f"{parsed_url.scheme}://{parsed_url.netloc}{parsed_url.path}"
+
+        if stubber.passthrough_url(clean_url):
+            return None
+
+        for service, _pattern in services_matching(clean_url):
+            if stubber.passthrough_service(service):
+                return None
+
+            if not stubber.service_whitelisted(service):
+                raise stubber.ServiceNotWhitelisted(service)
+
+            backends = _moto("backends")
+            backend_dict = backends.get_backend(service)
+
+            if isinstance(backend_dict, stubber.BackendDict):
+                if "us-east-1" in backend_dict[DEFAULT_ACCOUNT_ID]:
+                    backend = backend_dict[DEFAULT_ACCOUNT_ID]["us-east-1"]
+                else:
+                    backend = backend_dict[DEFAULT_ACCOUNT_ID]["aws"]
+            else:
+                backend = backend_dict["global"]
+
+            for url, method_to_execute in backend.urls.items():
+                if re.compile(url).match(clean_url):
+                    from moto.moto_api import recorder
+
+                    normalized_request = stubber.normalize_request(request)
+                    try:
+                        recorder._record_request(normalized_request)
+                        status, headers, body = method_to_execute(
+                            normalized_request,
+                            normalized_request.raw_url,
+                            normalized_request.headers,
+                        )
+                    except HTTPException as e:
+                        status = e.code
+                        headers = e.get_headers()
+                        body = e.get_body()
+
+                    return status, headers, body
+
+        if not_implemented.match(clean_url):
+            return 404, {}, "Not yet implemented"
+
+        return None
+
+    process_request.__dict__["_cached"] = True
+    process_request.__dict__["__wrapped__"] = original
+    stubber_type.process_request = process_request

@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSPreparedRequest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import mock_aws
@@ -56,11 +57,15 @@ def _mask(raw: bytes) -> bytes:
     return _IDS.sub(b"<id>", _TIMES.sub(b"<time>", raw))
 
 
-@pytest.fixture
-def responses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
-    """Every response moto gives while the fixture is open, as (status, headers, body)."""
-    seen: list[tuple[Any, ...]] = []
-    process = botocore_stubber.BotocoreStubber.process_request
+def _stubber_pair() -> tuple[Any, Any]:
+    """The installed ``process_request`` and moto's own."""
+    install()
+    fast = botocore_stubber.BotocoreStubber.__dict__["process_request"]
+    return fast, fast.__wrapped__
+
+
+def _recording(process: Any, seen: list[tuple[Any, ...]]) -> Any:
+    """``process`` (a ``process_request``), keeping each response it gives in ``seen``."""
 
     def recorded(self: Any, request: Any) -> Any:
         response = process(self, request)
@@ -68,8 +73,7 @@ def responses(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]
             seen.append(_comparable(response))
         return response
 
-    monkeypatch.setattr(botocore_stubber.BotocoreStubber, "process_request", recorded)
-    yield seen
+    return recorded
 
 
 def _calls(session: boto3.session.Session) -> Iterator[Callable[[], Any]]:
@@ -157,9 +161,21 @@ def _calls(session: boto3.session.Session) -> Iterator[Callable[[], Any]]:
             yield lambda: s3.get_object(Bucket="no-such-bucket", Key="k")
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, from_primitives: Any) -> list[str]:
-    """The script's outcomes (the error code of each rejected call) under ``from_primitives``."""
+def _run(
+    monkeypatch: pytest.MonkeyPatch,
+    from_primitives: Any,
+    process_request: Any,
+    seen: list[tuple[Any, ...]] | None = None,
+) -> list[str]:
+    """The script's outcomes (the error code of each rejected call) under ``from_primitives``
+    and ``process_request``, each response kept in ``seen``. Nothing installs while it
+    runs: each test takes both pairs first."""
     monkeypatch.setattr(moto_request.Request, "from_primitives", from_primitives)
+    monkeypatch.setattr(
+        botocore_stubber.BotocoreStubber,
+        "process_request",
+        _recording(process_request, [] if seen is None else seen),
+    )
     mock_random.seed(35)
     outcomes: list[str] = []
     with mock_aws():
@@ -174,17 +190,19 @@ def _run(monkeypatch: pytest.MonkeyPatch, from_primitives: Any) -> list[str]:
 
 
 def test_the_script_gets_the_same_responses_with_the_plumbing_as_without(
-    monkeypatch: pytest.MonkeyPatch, responses: list[tuple[Any, ...]]
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # GIVEN moto's own request building and the local engine's
+    # GIVEN moto's own request building and service lookup, and the local engine's
     fast, original = _fast_and_original()
+    fast_lookup, moto_lookup = _stubber_pair()
     # WHEN the script runs under each
-    before = _run(monkeypatch, original)
-    moto_answers, responses[:] = list(responses), []
-    after = _run(monkeypatch, fast)
+    moto_answers: list[tuple[Any, ...]] = []
+    answers: list[tuple[Any, ...]] = []
+    before = _run(monkeypatch, original, moto_lookup, moto_answers)
+    after = _run(monkeypatch, fast, fast_lookup, answers)
     # THEN every call has the same outcome, and every response the same status, headers, body
     assert after == before
-    assert responses == moto_answers
+    assert answers == moto_answers
     # AND the script is a few hundred calls, a third of them rejected
     rejected = sum(outcome != "ok" for outcome in before)
     assert len(before) > 300 and 0.25 < rejected / len(before) < 0.45
@@ -201,6 +219,7 @@ def _environ(request: Any) -> list[tuple[str, Any]]:
 def test_each_request_gets_the_environ_werkzeug_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN both builders, checked side by side for every request of the script
     fast, original = _fast_and_original()
+    fast_lookup, _ = _stubber_pair()
     compared: list[str] = []
 
     def both(cls: Any, method: str, url: str, headers: Any, body: Any = None) -> Any:
@@ -215,7 +234,7 @@ def test_each_request_gets_the_environ_werkzeug_builds(monkeypatch: pytest.Monke
         return built
 
     # WHEN the script runs
-    _run(monkeypatch, classmethod(both))
+    _run(monkeypatch, classmethod(both), fast_lookup)
     assert len(compared) > 300
 
 
@@ -255,3 +274,26 @@ def test_an_unusual_request_gets_what_moto_builds(url: str, headers: Any, body: 
 
     # WHEN each builds it THEN both agree (or both refuse it the same way)
     assert outcome(fast) == outcome(original)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://no-such-service.us-east-1.amazonaws.com/x",  # moto's 404
+        "http://localhost:1/x",  # not AWS: passed on (None)
+        "https://sqs.us-east-1.amazonaws.com/123456789012/missing?Action=GetQueueUrl",
+    ],
+)
+def test_a_url_gets_what_moto_answers_for_it(url: str) -> None:
+    # GIVEN a request for a URL no service or an unknown resource answers
+    fast, moto_lookup = _stubber_pair()
+    request = AWSPreparedRequest("GET", url, {}, None, stream_output=False)
+    stubber = botocore_stubber.BotocoreStubber()
+    # WHEN both look it up THEN both answer the same, twice (the second from the cache)
+    answers = []
+    with mock_aws():
+        for lookup in (moto_lookup, fast, fast):
+            mock_random.seed(35)  # the same request id for each
+            answer = lookup(stubber, request)
+            answers.append(None if answer is None else _comparable(answer))
+    assert answers[1:] == answers[:1] * 2
