@@ -65,6 +65,7 @@ def install() -> None:
     _cache_backend_urls()
     _cache_possible_keys()
     _find_known_backends_by_identity()
+    importlib.import_module(".moto_requests", __package__).install()  # requests built directly
 
 
 def _moto(name: str) -> Any:
