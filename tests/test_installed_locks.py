@@ -96,6 +96,9 @@ def test_a_tree_that_cannot_be_linked_whole_is_forgotten_and_nothing_is_left(tmp
     assert not locks.link(KEY, second)
 
 
+# local_pip imports jsii and aws_cdk (it is a jsii ILocalBundling); tests/needs.py does not
+# read imports made inside a test function, so the need is marked here.
+@pytest.mark.synth
 def test_bundles_of_one_lock_run_pip_once_and_each_ships_its_own_package(tmp_path, monkeypatch):
     from constructs_lib.bundling.local_pip import LocalPipBundling
 
