@@ -291,18 +291,6 @@ def unsigned(session: boto3.session.Session) -> boto3.session.Session:
     return session
 
 
-@contextlib.contextmanager
-def unsigned_while(session: boto3.session.Session) -> Iterator[None]:
-    """``session``'s clients made inside the block send unsigned requests (see
-    :func:`unsigned`); the session signs again after it (clients made inside keep the
-    choice: a client copies the session's hooks when it is made)."""
-    session.events.register("choose-signer", _no_signature)
-    try:
-        yield
-    finally:
-        session.events.unregister("choose-signer", _no_signature)
-
-
 def _no_signature(**_: Any) -> Any:
     import botocore
 

@@ -24,7 +24,7 @@ import random
 
 import pytest
 
-from tests.faults.harness import unsigned_while
+from constructs_lib.local_engine.local_aws import unsigned_moto_requests
 
 from .batch_rows import (
     PAST_GRACE,
@@ -46,11 +46,11 @@ SEEDS = range(40)
 
 @pytest.fixture(scope="module", autouse=True)
 def unsigned_requests():
-    """The steps' requests go unsigned, as the fault labs' do (``tests.faults.harness.
-    unsigned`` says why that hides nothing): signing was about 6 % of this module's CPU.
-    Only the clients the module's steps make are unsigned; the shared session signs again
+    """The steps' requests to moto go unsigned, as a local run's do
+    (``constructs_lib.local_engine.local_aws.unsigned_moto_requests`` says why that hides
+    nothing): signing was about 6 % of this module's CPU. The run's sessions sign again
     after the module."""
-    with unsigned_while(boto3_session()):
+    with unsigned_moto_requests(boto3_session()):
         yield
 
 
