@@ -34,21 +34,26 @@ def _followed_and_skipped() -> tuple[set[str], set[str]]:
     return followed, skipped
 
 
-def _imported_cdk_modules(folder: Path) -> set[str]:
-    """Every ``aws_cdk`` module a file under ``folder`` imports, at any depth (inside
-    functions and ``TYPE_CHECKING`` too). In aws-cdk-lib, a lower-case name imported from a
-    package is a submodule; its classes and constants are capitalized."""
+def _imported_modules(folder: Path, package: str) -> set[str]:
+    """Every ``package`` module a file under ``folder`` imports, at any depth (inside
+    functions and ``TYPE_CHECKING`` too). A lower-case name imported from a module is taken
+    for a submodule (in aws-cdk-lib it is; classes and constants are capitalized)."""
     found: set[str] = set()
     for path in folder.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.split(".")[0] == "aws_cdk")
+                found.update(a.name for a in node.names if a.name.split(".")[0] == package)
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                if node.module.split(".")[0] != "aws_cdk":
+                if node.module.split(".")[0] != package:
                     continue
                 found.add(node.module)
                 found.update(f"{node.module}.{a.name}" for a in node.names if a.name.islower())
     return found
+
+
+def _imported_cdk_modules(folder: Path) -> set[str]:
+    """Every ``aws_cdk`` module a file under ``folder`` imports."""
+    return _imported_modules(folder, "aws_cdk")
 
 
 def _with_parents(modules: set[str]) -> set[str]:
@@ -71,21 +76,6 @@ def test_no_aws_cdk_module_is_followed_for_nothing():
     needed = _with_parents(_imported_cdk_modules(ROOT / "constructs_lib")) | {"aws_cdk._jsii"}
     stale = {m for m in followed if m.split(".")[0] == "aws_cdk"} - needed
     assert not stale, f"{sorted(stale)} are followed by mypy but no longer imported"
-
-
-def _imported_modules(folder: Path, package: str) -> set[str]:
-    """Every ``package`` module a file under ``folder`` imports, at any depth, with the
-    modules named by ``from package.x import y`` (``package.x.y``, which may be a module)."""
-    found: set[str] = set()
-    for path in folder.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.split(".")[0] == package)
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                if node.module.split(".")[0] == package:
-                    found.add(node.module)
-                    found.update(f"{node.module}.{a.name}" for a in node.names)
-    return found
 
 
 def _skipped_by(pattern: str, module: str) -> bool:
