@@ -54,9 +54,22 @@ CHECKOV := BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=TRUE \
 setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 
 # uv alone, in .venv: enough for `make dist`, which needs none of the dev packages.
+# The venv is made without pip, and uv is installed by running pip straight from the wheel
+# CPython bundles (ensurepip's), which pip supports; then uv puts that same pip wheel into
+# the venv (local bundling runs `python -m pip`). `python -m venv` with pip, then `pip install
+# uv`, took about 9 CPU-s here, at the head of every fresh `make synth` and `make test`; this
+# takes about 4. A Python without ensurepip's wheel falls back to the old way.
+PIP_WHEEL = $(shell $(PYTHON) -c "import ensurepip, glob, os; \
+	print(next(iter(glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl'))), ''))" 2>/dev/null)
 $(UV_STAMP):
+ifneq ($(PIP_WHEEL),)
+	test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
+	$(BIN)/python $(PIP_WHEEL)/pip install -q --disable-pip-version-check "uv==$(UV_VERSION)" 2>/dev/null
+	$(BIN)/uv pip install -q --python $(BIN)/python $(PIP_WHEEL)
+else
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null
+endif
 	touch $@
 
 $(PY_STAMP): pyproject.toml requirements-dev.lock $(UV_STAMP)
@@ -107,18 +120,27 @@ typecheck: setup
 typecheck-runtime: setup
 	$(BIN)/mypy --strict -p model_step
 
-# The tests read the real cloud assembly (cfn-lint on every template, the
-# bundled handler imported under the Lambda's Python), so it is built first.
-# mypy starts first, in the background: synth keeps one core busy (Python and jsii's Node in
-# turn), and a cold mypy would otherwise add its 20-odd seconds. Its output follows pytest's;
-# either failing fails. The real deploy into moto (`make deploy-local`) is one of the suite's
-# long tests (tests/deploy/test_real_deploy.py), beside the others.
+# The tests read the real cloud assembly (cfn-lint on every template, the bundled handler
+# imported under the Lambda's Python), so no test starts before `make synth` has built it. But
+# pytest's workers collect meanwhile: synth (Python and jsii's Node in turn, about one core
+# for half a minute) and mypy run in the background while the four workers import every test
+# module, and tests/conftest.py's pytest_runtestloop holds the first test until synth has
+# written its exit status into $$MAKE_SYNTH_STATUS (a failed synth stops the run there). The
+# outputs of synth and mypy follow pytest's; any of the three failing fails. The real deploy
+# into moto (`make deploy-local`) is one of the suite's long tests
+# (tests/deploy/test_real_deploy.py), beside the others.
 test: setup
-	@log=$$(mktemp); ( $(MYPY) ) >$$log 2>&1 & mypy=$$!; status=0; \
-	$(MAKE) --no-print-directory cdk.out/manifest.json && $(BIN)/ruff check . && \
+	@log=$$(mktemp); synth_log=$$(mktemp); synth_status=$$(mktemp -u); status=0; \
+	( $(MYPY) ) >$$log 2>&1 & mypy=$$!; \
+	( $(MAKE) --no-print-directory cdk.out/manifest.json >$$synth_log 2>&1; \
+	  echo $$? >$$synth_status.part; mv $$synth_status.part $$synth_status ) & synth=$$!; \
+	$(BIN)/ruff check . && \
+	MAKE_SYNTH_STATUS=$$synth_status MAKE_SYNTH_PID=$$synth \
 	$(BYTECODE_CACHE) $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) \
 		|| status=$$?; \
-	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; rm -f $$log; exit $$status
+	wait $$synth; cat $$synth_log; [ "$$(cat $$synth_status 2>/dev/null)" = 0 ] || status=1; \
+	wait $$mypy || status=1; echo '$(MYPY)'; cat $$log; \
+	rm -f $$log $$synth_log $$synth_status; exit $$status
 
 # `make test` with two CPU hogs beside it: no test may depend on the machine's speed (issue
 # 35). Each hog is a busy loop of this venv's Python; both stop when the tests end, pass or

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -294,7 +295,69 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         cache_moto_parses()
 
 
+#: Set by `make test`: the file its background `make synth` writes its exit status to, and
+#: that job's process id (see the Makefile's ``test`` target).
+SYNTH_STATUS_ENV, SYNTH_PID_ENV = "MAKE_SYNTH_STATUS", "MAKE_SYNTH_PID"
+#: Seconds between two looks at the synth's status file.
+SYNTH_POLL_SECONDS = 0.2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Under `make test`, no test runs before ``make synth`` has built cdk.out/.
+
+    `make test` starts the synth in the background, so pytest's workers collect (about 13
+    CPU-s each) while it runs, instead of after it. This hook runs in the controller and in
+    each worker before the first test: it waits for the synth's exit status, however long the
+    synth takes (no wall-clock bound, so a loaded machine only waits longer), and stops the
+    run if the synth failed or its job vanished without a status. The tests that read
+    cdk.out/ then see it complete, as when synth ran first."""
+    status_path = os.environ.get(SYNTH_STATUS_ENV)
+    if not status_path or session.config.option.collectonly:
+        return
+    status_file = Path(status_path)
+    pid = int(os.environ.get(SYNTH_PID_ENV, "0"))
+    while not status_file.exists():
+        if pid and not _alive(pid) and not status_file.exists():
+            raise pytest.UsageError(f"`make synth` (process {pid}) ended without a status")
+        time.sleep(SYNTH_POLL_SECONDS)
+    status = status_file.read_text().strip()
+    if status != "0":
+        pytest.exit(f"`make synth` failed (exit {status}): its output follows", returncode=1)
+
+
+#: Tests skipped for a missing cdk.out/ under `make test` (whose synth must have built it).
+_SKIPPED_WITHOUT_CDK_OUT: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if (
+        report.skipped
+        and os.environ.get(SYNTH_STATUS_ENV)
+        and any(says in str(report.longrepr) for says in ("cdk.out/", "no cdk.out"))
+        and any(says in str(report.longrepr) for says in ("missing", "no cdk.out"))
+    ):
+        _SKIPPED_WITHOUT_CDK_OUT.append(report.nodeid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SKIPPED_WITHOUT_CDK_OUT:
+        session.config.get_terminal_writer().line(
+            "\n`make test` built cdk.out/, yet these tests skipped for want of it: "
+            + ", ".join(_SKIPPED_WITHOUT_CDK_OUT),
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not session.config.getoption("markexpr") or not session.testscollected:
         return
     for need, modules in _MODULES_OF_NEED.items():
