@@ -9,6 +9,11 @@ BIN := $(CURDIR)/$(VENV)/bin
 # machine's end-of-life Node and never print its banner.
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_VERSION_CHECK := 1
+# No CLI telemetry: after each command (`make synth`'s `cdk synth` too, cdk.json's
+# versionReporting=false notwithstanding) the CLI leaves a detached Node process posting it
+# to AWS, which nothing waits for. The CLI's documented opt-out; tests/infra and
+# scripts/deploy_local.py set it for their own CLI runs as well.
+export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 # No stack trace on construct metadata: in a Python app its one frame CDK prints under each
 # warning is a line of jsii's kernel (/tmp/tmpXXXX/lib/program.js:1:55913), never the app.

@@ -85,8 +85,8 @@ def quiet_moto_server() -> Iterator[str]:
 
 
 def aws_env(endpoint: str) -> dict[str, str]:
-    """Fake credentials and moto's endpoint (``http://127.0.0.1:<port>``) for the CLI and
-    for boto3."""
+    """Fake credentials, moto's endpoint (``http://127.0.0.1:<port>``) and no CLI telemetry,
+    for the CLI and for boto3."""
     port = endpoint.rsplit(":", 1)[1]
     env = {
         k: v
@@ -104,6 +104,9 @@ def aws_env(endpoint: str) -> dict[str, str]:
         AWS_ENDPOINT_URL_S3_FOR_CLOUDFORMATION=f"http://localhost:{port}",
         AWS_EC2_METADATA_DISABLED="true",
         CDK_DISABLE_VERSION_CHECK="1",
+        # No CLI telemetry: a deploy into a local emulator is no use of AWS to report, and
+        # the CLI ran a sender process (a Node start, TLS, DNS) after each command to post it.
+        CDK_DISABLE_CLI_TELEMETRY="true",
     )
     return env
 

@@ -39,9 +39,15 @@ def cdk_cli() -> str:
 
 
 def cli_env() -> dict[str, str]:
-    """An environment for the CDK CLI: quiet, offline, and the repo importable."""
+    """An environment for the CDK CLI: quiet, offline, and the repo importable.
+
+    Offline includes the CLI's telemetry (CDK_DISABLE_CLI_TELEMETRY, its documented opt-out):
+    otherwise each command leaves a detached Node process behind that posts it to AWS, which
+    no test reaps or waits for, even in a directory whose cdk.json sets versionReporting."""
     env = dict(os.environ)
-    env.update(CDK_DISABLE_VERSION_CHECK="1", PYTHONPATH=str(REPO))
+    env.update(
+        CDK_DISABLE_VERSION_CHECK="1", CDK_DISABLE_CLI_TELEMETRY="true", PYTHONPATH=str(REPO)
+    )
     return env
 
 
