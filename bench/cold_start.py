@@ -31,7 +31,9 @@ is measured instead (the venv's Python, ``lambda_src`` with no ``.pyc``) and the
 
 Asset size: the model step functions' assets (resource Metadata ``aws:asset:path``) are
 measured unzipped and zipped (zipfile, DEFLATED), as Lambda limits them (250 MB unzipped,
-50 MB zipped for direct upload), with and without their ``.pyc``.
+50 MB zipped for direct upload), with and without their ``.pyc``. ``--quick`` counts files and
+unzipped bytes only: deflating the 60 MB asset cost 3 CPU-s, more than the rest of the smoke
+run in this process (the zip figures are tested on a small asset: ``tests/bench``).
 
 Run: ``python -m bench.cold_start [--quick]``.
 """
@@ -361,14 +363,25 @@ def model_step_assets(cdk_out: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def asset_sizes(asset_dir: Path) -> dict[str, Any]:
+def asset_sizes(asset_dir: Path, zipped: bool = True) -> dict[str, Any]:
     """Files, unzipped and zipped bytes of ``asset_dir``, and the same without its ``.pyc``.
 
     A zip deflates each member on its own, so the archive without the ``.pyc`` holds the
     other members' compressed bytes, each with its local header and directory entry: every
     file is compressed once, for both figures (:func:`zipped_bytes`).
+
+    :param zipped: False counts files and unzipped bytes only (no ``zipped_bytes``: nothing is
+        deflated); default True.
     """
     files = [p for p in sorted(asset_dir.rglob("*")) if p.is_file()]
+    if not zipped:
+        sizes = [(p, p.stat().st_size) for p in files]
+        source = [size for p, size in sizes if "__pycache__" not in p.parts]
+        return {
+            "files": len(files),
+            "unzipped_bytes": sum(size for _, size in sizes),
+            "without_pyc": {"files": len(source), "unzipped_bytes": sum(source)},
+        }
     with tempfile.TemporaryFile() as buffer:
         with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
             for path in files:
@@ -401,7 +414,9 @@ def zipped_bytes(members: Sequence[zipfile.ZipInfo]) -> int:
     return size
 
 
-def measure_assets(cdk_out: Path) -> dict[str, Any]:
+def measure_assets(cdk_out: Path, zipped: bool = True) -> dict[str, Any]:
+    """Sizes of the model step assets staged in ``cdk_out`` (:func:`asset_sizes`, ``zipped``
+    as there: default True), or why they were skipped."""
     if not cdk_out.is_dir():
         return {"skipped": f"{cdk_out} does not exist; run `make synth` first"}
     assets: dict[str, Any] = {}
@@ -411,7 +426,7 @@ def measure_assets(cdk_out: Path) -> dict[str, Any]:
             assets[name] = {"skipped": f"asset {asset_dir.name} not staged (bundling skipped)"}
             continue
         if asset_dir not in seen:
-            seen[asset_dir] = asset_sizes(asset_dir)
+            seen[asset_dir] = asset_sizes(asset_dir, zipped)
         assets[name] = {"asset": asset_dir.name, **seen[asset_dir]}
     if not assets:
         return {"skipped": "no model step function in cdk.out"}
@@ -471,7 +486,7 @@ def run(*, quick: bool = False, out_dir: Path | None = None, cdk_out: Path | Non
             for r in rows
         ],
     )
-    assets = measure_assets(cdk_out)
+    assets = measure_assets(cdk_out, zipped=not quick)
     if "assets" in assets:
         print_table(
             "Model step Lambda asset (cdk.out)",
@@ -484,7 +499,11 @@ def run(*, quick: bool = False, out_dir: Path | None = None, cdk_out: Path | Non
                     a["unzipped_bytes"] / 1e6 if "unzipped_bytes" in a else None,
                     a["zipped_bytes"] / 1e6 if "zipped_bytes" in a else None,
                     f"{a['without_pyc']['unzipped_bytes'] / 1e6:.2f} / "
-                    f"{a['without_pyc']['zipped_bytes'] / 1e6:.2f}"
+                    + (
+                        f"{a['without_pyc']['zipped_bytes'] / 1e6:.2f}"
+                        if "zipped_bytes" in a["without_pyc"]
+                        else "-"
+                    )
                     if "without_pyc" in a
                     else "-",
                 ]

@@ -138,6 +138,13 @@ def test_asset_sizes_without_pyc_are_those_of_an_archive_without_them(tmp_path):
         "zipped_bytes": (tmp_path / "source.zip").stat().st_size,
     }
     assert sizes["files"] == 3 and sizes["zipped_bytes"] > sizes["without_pyc"]["zipped_bytes"]
+    # ... and measured without zipping (--quick), the same counts, with no zipped figure
+    unzipped = cold_start.asset_sizes(asset, zipped=False)
+    assert unzipped == {
+        "files": 3,
+        "unzipped_bytes": sizes["unzipped_bytes"],
+        "without_pyc": {k: v for k, v in sizes["without_pyc"].items() if k != "zipped_bytes"},
+    }
 
 
 @pytest.mark.synth
