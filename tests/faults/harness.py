@@ -110,8 +110,7 @@ class MovableClock:
         class _Datetime(dt.datetime):
             @classmethod
             def now(cls, tz: dt.tzinfo | None = None) -> _Datetime:  # type: ignore[override]
-                moment = dt.datetime.fromtimestamp(clock.now(), tz)
-                return cls(*moment.timetuple()[:6], moment.microsecond, moment.tzinfo)
+                return cls.fromtimestamp(clock.now(), tz)  # a _Datetime, made once
 
         shim = types.SimpleNamespace(datetime=_Datetime, timedelta=dt.timedelta, UTC=dt.UTC)
         patches: list[tuple[Any, str, Any]] = [
