@@ -46,6 +46,23 @@ def fixture_table(name: str) -> Any:
 
 
 @contextmanager
+def unsigned_moto_requests(*sessions: boto3.session.Session) -> Iterator[None]:
+    """While open, requests to moto's services go unsigned from the fixtures' session,
+    ``sessions``, boto3's default session and every session created meanwhile: the local
+    engine's ``unsigned_moto_requests``, which says why that hides nothing (in-process moto
+    checks no signature; the handlers never sign themselves; S3 and Bedrock stay signed).
+    Signing was about 5 % of the runtime's and the Prospect's test CPU.
+
+    A session created inside the block keeps the choice after it: pass every session that
+    must sign again afterwards (the runtime conftest's shared one). The fixtures' clients
+    made inside it keep it too; they only ever talk to moto."""
+    from constructs_lib.local_engine.local_aws import unsigned_moto_requests as unsigned
+
+    with unsigned(_session(), *sessions):
+        yield
+
+
+@contextmanager
 def fresh_moto_account() -> Iterator[None]:
     """An empty moto account for one test, emptied again when it ends, as starting and
     stopping ``mock_aws`` would (every backend reset, boto3's default session dropped),

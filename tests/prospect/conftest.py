@@ -18,7 +18,13 @@ from botocore.config import Config
 
 from constructs_lib.local_engine.moto_fixes import atomic_dynamodb_writes
 from tests import moto_per_module, stack_tables
-from tests.fixture_clients import fixture_client, fixture_table, fresh_moto_account, restored
+from tests.fixture_clients import (
+    fixture_client,
+    fixture_table,
+    fresh_moto_account,
+    restored,
+    unsigned_moto_requests,
+)
 
 REGION = "us-east-1"
 BUCKET = "prospect-uploads"
@@ -202,8 +208,19 @@ def _create_resources() -> str:
 moto_patching = moto_per_module.moto_patching
 
 
+@pytest.fixture(scope="module")
+def unsigned_moto(moto_patching: None) -> Iterator[None]:
+    """Requests to moto go unsigned for the module (``tests.fixture_clients.
+    unsigned_moto_requests``): the tests' sessions and the handlers' are all made inside it,
+    and the uploads' S3 client signs as before."""
+    with unsigned_moto_requests():
+        yield
+
+
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, moto_patching: None) -> Iterator[ProspectAws]:
+def aws(
+    monkeypatch: pytest.MonkeyPatch, moto_patching: None, unsigned_moto: None
+) -> Iterator[ProspectAws]:
     """Fresh moto account with the stack's resources (``_create_resources``, made once and
     restored for each test: ``tests.fixture_clients.restored``) and the Lambda env vars set."""
     for name, value in {

@@ -24,7 +24,12 @@ from constructs_lib.model_prices import PRICE_TABLE
 from constructs_lib.testing import FakeLambdaContext
 from tests import moto_per_module
 from tests.fakes import FakeMessagesAPI
-from tests.fixture_clients import fixture_client, fresh_moto_account, restored
+from tests.fixture_clients import (
+    fixture_client,
+    fresh_moto_account,
+    restored,
+    unsigned_moto_requests,
+)
 
 from .prompts import shipped
 
@@ -183,8 +188,16 @@ def _resource_names() -> tuple[str, str]:
     return made.queue_url, made.secret_arn
 
 
+@pytest.fixture(scope="module")
+def unsigned_moto(moto_patching) -> Iterator[None]:
+    """Requests to moto go unsigned for the module (``tests.fixture_clients.
+    unsigned_moto_requests``); the shared session signs again after it."""
+    with unsigned_moto_requests(boto3_session()):
+        yield
+
+
 @pytest.fixture
-def aws(aws_env, atomic_moto_put_item, moto_patching) -> Iterator[Aws]:
+def aws(aws_env, atomic_moto_put_item, moto_patching, unsigned_moto) -> Iterator[Aws]:
     """An empty moto account with the step's resources (``create_resources``, made once and
     restored for each test: ``tests.fixture_clients.restored``), emptied again after the
     test."""

@@ -159,6 +159,11 @@ def test_prompt_fences_untrusted_notes():
 # Any tag-like spelling of the fence: what a model might read as one.
 FENCE_TAG = re.compile(r"<\s*/?\s*untrusted_notes\s*>", re.IGNORECASE)
 FRAGMENTS = ["<", ">", "/", " ", "\n", "untrusted_notes", "UNTRUSTED_NOTES", "</untrusted_"]
+#: ``st.text(max_size=3)``: its own alphabet (every code point UTF-8 can encode: all but the
+#: surrogates), the same characters drawn the same way, named without ``codec="utf-8"``:
+#: Hypothesis finds a codec's characters by encoding all 1.1 million code points (2 s of CPU)
+#: when its cache (.hypothesis/, absent from a fresh clone) does not hold them yet.
+SHORT_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=3)
 
 
 @pytest.mark.parametrize(
@@ -183,7 +188,7 @@ def test_no_row_value_can_open_or_close_the_fence(notes):
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     values=st.lists(
-        st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3), max_size=12).map("".join),
+        st.lists(st.sampled_from(FRAGMENTS) | SHORT_TEXT, max_size=12).map("".join),
         min_size=7,
         max_size=7,
     )
