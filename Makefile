@@ -63,18 +63,20 @@ setup: $(PY_STAMP) $(NODE_STAMP) $(CHECKOV_STAMP)
 # CPython bundles (ensurepip's), which pip supports; then uv puts that same pip wheel into
 # the venv (local bundling runs `python -m pip`). `python -m venv` with pip, then `pip install
 # uv`, took about 9 CPU-s here, at the head of every fresh `make synth` and `make test`; this
-# takes about 4. A Python without ensurepip's wheel falls back to the old way.
-PIP_WHEEL = $(shell $(PYTHON) -c "import ensurepip, glob, os; \
-	print(next(iter(glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl'))), ''))" 2>/dev/null)
+# takes about 4. A Python without ensurepip's wheel falls back to the old way. The wheel is
+# looked up when the stamp is made, not each time make reads this file.
+FIND_PIP_WHEEL := import ensurepip, glob, os; \
+	print(next(iter(glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), '_bundled', 'pip-*.whl'))), ''))
 $(UV_STAMP):
-ifneq ($(PIP_WHEEL),)
-	test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV)
-	$(BIN)/python $(PIP_WHEEL)/pip install -q --disable-pip-version-check "uv==$(UV_VERSION)" 2>/dev/null
-	$(BIN)/uv pip install -q --python $(BIN)/python $(PIP_WHEEL)
-else
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null
-endif
+	@wheel=$$($(PYTHON) -c "$(FIND_PIP_WHEEL)" 2>/dev/null); set -ex; \
+	if [ -n "$$wheel" ]; then \
+	  test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV); \
+	  $(BIN)/python $$wheel/pip install -q --disable-pip-version-check "uv==$(UV_VERSION)" 2>/dev/null; \
+	  $(BIN)/uv pip install -q --python $(BIN)/python $$wheel; \
+	else \
+	  test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+	  $(BIN)/python -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null; \
+	fi
 	touch $@
 
 $(PY_STAMP): pyproject.toml requirements-dev.lock $(UV_STAMP)
