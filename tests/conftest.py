@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.cdk_out import SYNTH_PID_ENV, SYNTH_STATUS_ENV
 from tests.needs import (
     NEEDS,
     NEEDS_BY_NAME,
@@ -295,9 +296,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         cache_moto_parses()
 
 
-#: Set by `make test`: the file its background `make synth` writes its exit status to, and
-#: that job's process id (see the Makefile's ``test`` target).
-SYNTH_STATUS_ENV, SYNTH_PID_ENV = "MAKE_SYNTH_STATUS", "MAKE_SYNTH_PID"
 #: Seconds between two looks at the synth's status file.
 SYNTH_POLL_SECONDS = 0.2
 
@@ -311,7 +309,8 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     each worker before the first test: it waits for the synth's exit status, however long the
     synth takes (no wall-clock bound, so a loaded machine only waits longer), and stops the
     run if the synth failed or its job vanished without a status. The tests that read
-    cdk.out/ then see it complete, as when synth ran first."""
+    cdk.out/ then see it complete, as when synth ran first (``tests.cdk_out.built`` fails a
+    test that finds a file of it missing)."""
     status_path = os.environ.get(SYNTH_STATUS_ENV)
     if not status_path or session.config.option.collectonly:
         return
@@ -326,20 +325,6 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         pytest.exit(f"`make synth` failed (exit {status}): its output follows", returncode=1)
 
 
-#: Tests skipped for a missing cdk.out/ under `make test` (whose synth must have built it).
-_SKIPPED_WITHOUT_CDK_OUT: list[str] = []
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if (
-        report.skipped
-        and os.environ.get(SYNTH_STATUS_ENV)
-        and any(says in str(report.longrepr) for says in ("cdk.out/", "no cdk.out"))
-        and any(says in str(report.longrepr) for says in ("missing", "no cdk.out"))
-    ):
-        _SKIPPED_WITHOUT_CDK_OUT.append(report.nodeid)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -351,13 +336,6 @@ def _alive(pid: int) -> bool:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _SKIPPED_WITHOUT_CDK_OUT:
-        session.config.get_terminal_writer().line(
-            "\n`make test` built cdk.out/, yet these tests skipped for want of it: "
-            + ", ".join(_SKIPPED_WITHOUT_CDK_OUT),
-            red=True,
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not session.config.getoption("markexpr") or not session.testscollected:
         return
     for need, modules in _MODULES_OF_NEED.items():

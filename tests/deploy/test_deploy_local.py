@@ -15,16 +15,14 @@ import pytest
 
 from scripts.deploy_local import MOTO_VERSION, moto_cloudformation_types, shim_template
 from scripts.deployed_checks import FileDigests, zip_matches_directory
+from tests.cdk_out import CDK_OUT, built
 
 REPO = Path(__file__).resolve().parents[2]
-CDK_OUT = REPO / "cdk.out"
 
 
 def templates() -> list[dict]:
-    found = [json.loads(p.read_text()) for p in sorted(CDK_OUT.glob("*.template.json"))]
-    if not found:
-        pytest.skip("cdk.out/ is missing: `make test` builds it with `make synth` first")
-    return found
+    built("ProspectUploader.template.json")
+    return [json.loads(p.read_text()) for p in sorted(CDK_OUT.glob("*.template.json"))]
 
 
 def references(node: object) -> set[str]:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.cdk_out import CDK_OUT, built
+
 REPO = Path(__file__).resolve().parents[2]
-CDK_OUT = REPO / "cdk.out"
 #: Seconds the deploy may take before the test gives up: it takes about 25 on a quiet 2-core
 #: machine, and over a minute beside the rest of the suite and two CPU hogs.
 DEPLOY_TIMEOUT_SECONDS = 900
@@ -27,8 +28,7 @@ DEPLOY_TIMEOUT_SECONDS = 900
 @pytest.mark.cli
 @pytest.mark.moto
 def test_cdk_out_deploys_into_moto_as_it_says_and_the_checks_catch_what_the_self_test_breaks():
-    if not (CDK_OUT / "manifest.json").exists():
-        pytest.skip("cdk.out/ is missing: `make test` builds it with `make synth` first")
+    built()
     result = subprocess.run(
         [sys.executable, "-m", "scripts.deploy_local", "--cdk-out", str(CDK_OUT), "--json"],
         cwd=REPO,

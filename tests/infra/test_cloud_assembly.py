@@ -12,21 +12,20 @@ import pytest
 
 from constructs_lib.bundling.bytecode import find_bytecode_python
 from constructs_lib.bundling.dependency_lock import RUNTIME_PROVIDED, LockTarget, resolve_locks
+from tests.cdk_out import CDK_OUT, built
 
 from .conftest import REPO, Synthesized
 from .test_snapshot_and_compliance import lint
 
-CDK_OUT = REPO / "cdk.out"
 LAMBDA_PYTHON = "3.13"
 
 
 @pytest.fixture(autouse=True)
 def _cdk_out_is_built() -> None:
-    """Skip when cdk.out/ is missing, looked at when a test starts: `make test` collects while
-    its `make synth` runs, and holds the first test until that synth is done (a mark's
-    condition would be read at import, before the assembly exists)."""
-    if not (CDK_OUT / "manifest.json").exists():
-        pytest.skip("cdk.out/ is missing: `make test` builds it with `make synth` first")
+    """cdk.out/ is looked for when a test starts (``tests.cdk_out.built``): `make test`
+    collects while its `make synth` runs, and holds the first test until that synth is done
+    (a mark's condition would be read at import, before the assembly exists)."""
+    built()
 
 
 def find_python(version: str) -> str | None:

@@ -10,9 +10,9 @@ import pytest
 
 from constructs_lib.local_engine.assembly import CloudAssembly, load_assembly
 from constructs_lib.local_engine.scheduling import Scheduler, WorkTracker
+from tests.cdk_out import CDK_OUT, built
 
 REPO = Path(__file__).resolve().parents[2]
-CDK_OUT = REPO / "cdk.out"
 SAMPLE = REPO / "data" / "prospects-sample.csv"
 #: A run-minute of 0.25 s (``seconds_per_minute``; the CLI's default is 1 s) for the runs
 #: that mostly wait out visibility timeouts, backoffs and batch ticks on the run's clock:
@@ -31,8 +31,7 @@ def clock() -> Iterator[tuple[Scheduler, WorkTracker]]:
 
 @pytest.fixture(scope="session")
 def cdk_out() -> Path:
-    if not (CDK_OUT / "ProspectUploader.template.json").is_file():
-        pytest.skip("cdk.out/ProspectUploader.template.json is missing: run `make synth`")
+    built("ProspectUploader.template.json")
     return CDK_OUT
 
 
