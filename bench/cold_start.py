@@ -374,31 +374,22 @@ def asset_sizes(asset_dir: Path, zipped: bool = True) -> dict[str, Any]:
         deflated); default True.
     """
     files = [p for p in sorted(asset_dir.rglob("*")) if p.is_file()]
-    if not zipped:
-        sizes = [(p, p.stat().st_size) for p in files]
-        source = [size for p, size in sizes if "__pycache__" not in p.parts]
-        return {
-            "files": len(files),
-            "unzipped_bytes": sum(size for _, size in sizes),
-            "without_pyc": {"files": len(source), "unzipped_bytes": sum(source)},
-        }
-    with tempfile.TemporaryFile() as buffer:
-        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for path in files:
-                archive.write(path, path.relative_to(asset_dir))
-            members = archive.infolist()
-        zipped = buffer.tell()
-    source = [(p, m) for p, m in zip(files, members, strict=True) if "__pycache__" not in p.parts]
-    return {
-        "files": len(files),
-        "unzipped_bytes": sum(m.file_size for m in members),
-        "zipped_bytes": zipped,
-        "without_pyc": {
-            "files": len(source),
-            "unzipped_bytes": sum(m.file_size for _, m in source),
-            "zipped_bytes": zipped_bytes([m for _, m in source]),
-        },
+    sizes = [p.stat().st_size for p in files]
+    source = [i for i, p in enumerate(files) if "__pycache__" not in p.parts]
+    report: dict[str, Any] = {"files": len(files), "unzipped_bytes": sum(sizes)}
+    without_pyc: dict[str, Any] = {
+        "files": len(source),
+        "unzipped_bytes": sum(sizes[i] for i in source),
     }
+    if zipped:
+        with tempfile.TemporaryFile() as buffer:
+            with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for path in files:
+                    archive.write(path, path.relative_to(asset_dir))
+                members = archive.infolist()
+            report["zipped_bytes"] = buffer.tell()
+        without_pyc["zipped_bytes"] = zipped_bytes([members[i] for i in source])
+    return {**report, "without_pyc": without_pyc}
 
 
 def zipped_bytes(members: Sequence[zipfile.ZipInfo]) -> int:
