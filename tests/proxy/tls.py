@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import ipaddress
+import shutil
 import ssl
 import threading
 from collections.abc import Callable
@@ -23,7 +25,8 @@ Answer = Callable[[str, str, dict[str, str], bytes], tuple[int, dict[str, str], 
 
 @lru_cache(maxsize=1)
 def certificate() -> tuple[Path, Path]:
-    """PEM paths of a self-signed certificate for 127.0.0.1 and localhost (one per session)."""
+    """PEM paths of a self-signed certificate for 127.0.0.1 and localhost (one per session,
+    in a folder removed when the process exits)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
@@ -45,6 +48,7 @@ def certificate() -> tuple[Path, Path]:
         .sign(key, hashes.SHA256())
     )
     folder = Path(mkdtemp(prefix="viewer-tls-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(

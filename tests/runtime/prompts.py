@@ -7,11 +7,16 @@ runtime tests ship theirs in one directory on ``sys.path``, as the asset root is
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 PROMPT_ROOT = Path(tempfile.mkdtemp(prefix="runtime-test-prompts-"))
+# Removed when the process exits: every test process that imported this made one, and they
+# were left in the temporary directory.
+atexit.register(shutil.rmtree, PROMPT_ROOT, ignore_errors=True)
 sys.path.append(str(PROMPT_ROOT))
 
 
