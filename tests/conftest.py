@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -256,6 +257,64 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 YOUNG_COLLECTION_THRESHOLD = 7000
 
 
+#: Wall seconds a pytest-xdist worker waits for the first worker's collection before it
+#: collects anyway (it then compiles what it imports itself, as every worker used to).
+FIRST_COLLECTION_WAIT_SECONDS = 120.0
+#: Seconds between two looks for the first worker's flag.
+FIRST_COLLECTION_POLL_SECONDS = 0.1
+
+
+def _bytecode_marker() -> Path | None:
+    """A file in the bytecode cache that says a collection has filled it, when bytecode goes
+    to one (``PYTHONPYCACHEPREFIX``, as ``make test`` sets it)."""
+    prefix = sys.pycache_prefix
+    return Path(prefix) / ".collected" if prefix else None
+
+
+def _first_collection_flag(config: pytest.Config) -> Path | None:
+    """The flag the first pytest-xdist worker (gw0) writes when its collection ends; None
+    outside a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return None
+    return Path(tempfile.gettempdir()) / f"pytest-collected-{workerinput['testrunuid']}"
+
+
+def _worker_id(config: pytest.Config) -> str:
+    return str(getattr(config, "workerinput", {}).get("workerid", ""))
+
+
+def _wait_for_the_first_collection(config: pytest.Config) -> None:
+    """With a cold bytecode cache, every worker but gw0 collects after gw0 has.
+
+    In a fresh clone nothing is compiled yet, and the four workers imported the same modules
+    (the SDKs, moto, aws-cdk-lib, every test module) at the same time, each compiling what
+    it found uncompiled: about 16 CPU-s a worker, against 6.5 once the cache is warm. Now
+    gw0 compiles them alone, beside the synth on the other core, and the others import its
+    bytecode. Only an optimization: a worker that waited
+    :data:`FIRST_COLLECTION_WAIT_SECONDS` collects anyway, and with a warm cache (the
+    marker gw0 leaves, :func:`_bytecode_marker`) nobody waits."""
+    flag, marker = _first_collection_flag(config), _bytecode_marker()
+    if flag is None or marker is None or marker.exists():
+        return
+    if _worker_id(config) == "gw0":
+        return
+    deadline = time.monotonic() + FIRST_COLLECTION_WAIT_SECONDS
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(FIRST_COLLECTION_POLL_SECONDS)
+
+
+def _first_collection_done(config: pytest.Config) -> None:
+    """gw0's collection ended (passed or not): flag it, and mark the bytecode cache filled."""
+    flag, marker = _first_collection_flag(config), _bytecode_marker()
+    if flag is None or _worker_id(config) != "gw0":
+        return
+    flag.touch()
+    if marker is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
     """Collect without the cyclic garbage collector, then keep what collection imported out
@@ -273,13 +332,18 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
     object alive to a permanent generation that no collection visits (the standard remedy for
     a long-lived heap), and a larger first threshold makes young collections ten times rarer.
     The collector still finds every cycle a test makes, only later: 2.9 CPU-s on the same
-    files."""
+    files.
+
+    With a cold bytecode cache, a pytest-xdist worker other than gw0 first waits for gw0's
+    collection (:func:`_wait_for_the_first_collection`)."""
     import gc
 
+    _wait_for_the_first_collection(session.config)
     gc.disable()
     try:
         yield
     finally:
+        _first_collection_done(session.config)
         gc.collect()
         gc.freeze()
         _, older, oldest = gc.get_threshold()
@@ -336,6 +400,10 @@ def _alive(pid: int) -> bool:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every worker's collection ended before any test ran: the flag has done its work.
+    flag = _first_collection_flag(session.config)
+    if flag is not None:
+        flag.unlink(missing_ok=True)
     if not session.config.getoption("markexpr") or not session.testscollected:
         return
     for need, modules in _MODULES_OF_NEED.items():
