@@ -80,10 +80,28 @@ def _result(out: str) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
+#: Put before each child's code. Nothing a child reports depends on the cyclic collector, and
+#: it traverses every object the SDK's import makes (its pydantic classes): 0.28 CPU-s of a
+#: plain ``import anthropic`` here (the worker's collector is tuned the same way, for the same
+#: heap: tests/conftest.py's ``pytest_collection``).
+CHILD_START = "import gc\ngc.disable()\n"
+#: Put after each child's code, once it has printed what it found: tearing down the
+#: interpreter (thousands of modules, the SDK's classes) was 0.49 CPU-s of a plain ``import
+#: anthropic`` here, and no Lambda container runs it between invocations either. A child that
+#: raises never gets here, and exits 1 as before.
+CHILD_EXIT = "\nimport os as _os, sys as _sys\n_sys.stdout.flush()\n_os._exit(0)\n"
+
+
 def _python(argv: list[str], env: dict[str, str], stdin: str | None = None) -> str:
     """``python -c *argv`` in a new process: its standard output (it must exit 0)."""
+    code, *args = argv
     run = {"capture_output": True, "text": True, "timeout": 60, "check": False}
-    child = subprocess.run([sys.executable, "-c", *argv], input=stdin, env=env, **run)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD_START + code + CHILD_EXIT, *args],
+        input=stdin,
+        env=env,
+        **run,
+    )
     assert child.returncode == 0, child.stderr
     return child.stdout
 
