@@ -32,11 +32,11 @@ from constructs_lib.prospect_uploader.local_run import RunOptions
 from constructs_lib.prospect_uploader.local_run.invariants import check_invariants
 from constructs_lib.prospect_uploader.local_run.pipeline import LocalPipeline
 from constructs_lib.prospect_uploader.local_run.report import render_table, to_json
+from tests.headless_chromium import CHROMIUM, launch
 
 from .billing import assert_billed, late_attempts
 from .conftest import SAMPLE
 
-CHROMIUM = Path("/usr/bin/chromium")
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 WIDTHS = (1280, 1920)
 #: The raw-row column's least width: about 36 monospace characters per line.
@@ -84,9 +84,7 @@ def run(cdk_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         server = pipeline.serve_viewer()
         try:
             with sync_api.sync_playwright() as playwright:
-                browser = playwright.chromium.launch(
-                    executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
-                )
+                browser = launch(playwright, ["--no-sandbox", "--disable-gpu"])
                 yield {
                     "pipeline": pipeline,
                     "result": result,

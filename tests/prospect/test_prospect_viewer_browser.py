@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.headless_chromium import CHROMIUM, launch
+
 from .viewer_data import UPLOADS_TABLE, create_uploads_table, seed, seed_uploads
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "viewer.png"
 
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -43,7 +44,7 @@ expect = sync_api.expect
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch(playwright, CHROMIUM_ARGS)
         yield browser
         browser.close()
 
