@@ -24,6 +24,9 @@ from .prompts import PROMPT_ROOT, shipped
 from .test_providers import BEDROCK_MODEL_ID, SECRET_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
+# About 17 CPU-s of child processes: started among the long files, it no longer ends the run
+# on one worker after the others have finished (tests/conftest.py's _long_files_first).
+pytestmark = pytest.mark.long
 
 CHILD = """
 import json, sys
