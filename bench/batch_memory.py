@@ -120,7 +120,11 @@ def measure(rows: int, prompt: str, *, traced: bool = True) -> dict[str, int]:
     def on_settled() -> None:
         if traced:
             gc.collect()  # garbage of a reference cycle is not held: count only what lives
-            held.update(by_owner(tracemalloc.take_snapshot()))
+            snapshot = tracemalloc.take_snapshot()
+            # The snapshot holds every figure: what follows (counting it by owner, the run's
+            # end, moto's reset) runs untraced, about 18 times faster.
+            tracemalloc.stop()
+            held.update(by_owner(snapshot))
 
     with mocked_aws() as session:
         create_idempotency_table(session)

@@ -23,10 +23,11 @@ every version that decides its bytes: :func:`lambda_runtime_key`), as the
 managed runtime ships them compiled. Ratios are against the naive bundle's bare
 ``import anthropic``; the targets are <= 0.5x for a new event and <= 0.15x for a duplicate.
 
-``--quick`` (a smoke run) skips the copies: the staged asset is run in place with ``-B``, and
-the naive bundle's bare import runs with ``-X pycache_prefix=<empty dir>``, so it finds no
-``.pyc`` either. It runs each kind once: the bare import from the naive bundle (the baseline),
-the two events from the shipped ``.pyc``. Without a 3.13 or a staged asset, the source tree
+``--quick`` (a smoke run) skips the copies and the naive bundle: the staged asset is run in
+place with ``-B``, each kind once, all from the shipped ``.pyc``, so the baseline is the
+shipped bare import and no target is judged (the targets are against the naive bundle's).
+The naive bundle's bare import compiles the whole SDK from source: 5 CPU-s, more than the
+rest of the smoke run. Without a 3.13 or a staged asset, the source tree
 is measured instead (the venv's Python, ``lambda_src`` with no ``.pyc``) and the output says so.
 
 Asset size: the model step functions' assets (resource Metadata ``aws:asset:path``) are
@@ -224,14 +225,10 @@ def deployed_variants(
     runtime = str(lambda_runtime(compiler))
     flags = ("-I", "-B")  # no PYTHON* variables, no user site, never write bytecode
     if quick:
-        # A smoke run skips the two copies: the staged asset itself, never written to (-B);
-        # the naive bundle (only its bare import is run) finds no .pyc under an empty prefix.
-        empty = stack.enter_context(tempfile.TemporaryDirectory(prefix="no-pyc-"))
-        naive_flags = (*flags, "-X", f"pycache_prefix={empty}")
-        return [
-            Variant(NAIVE, compiler.executable, naive_flags, (str(asset), runtime), {}),
-            Variant(SHIPPED, compiler.executable, flags, (str(asset), runtime), {}),
-        ], None
+        # A smoke run skips the two copies and the naive bundle: the staged asset itself,
+        # never written to (-B). The naive bundle's bare import (compiling the whole SDK)
+        # cost 5 CPU-s, more than the rest of the smoke run.
+        return [Variant(SHIPPED, compiler.executable, flags, (str(asset), runtime), {})], None
     work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cold-start-")))
     naive = stack.enter_context(read_only_copy(asset, work, "naive", keep_pyc=False))
     shipped = stack.enter_context(read_only_copy(asset, work, "shipped", keep_pyc=True))
@@ -303,16 +300,7 @@ def measure_cold_starts(
                 for variant in variants:
                     # Warms the file cache (nothing is written: -B / an empty prefix).
                     run_child(variant, "new event", make_event("upload-warmup", 0), env)
-            cells = [
-                (variant, kind)
-                for variant in variants
-                for kind in KINDS
-                # a smoke run needs only the baseline from the naive bundle, and only the
-                # events from the others (every kind is still run once)
-                if not (
-                    quick and len(variants) > 1 and (variant.name == NAIVE) != (kind == KINDS[0])
-                )
-            ]
+            cells = [(variant, kind) for variant in variants for kind in KINDS]
             samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
             # Round-robin, not one cell after another: load from other processes on a
             # shared machine then lands on every cell alike.
@@ -435,7 +423,9 @@ def run(*, quick: bool = False, out_dir: Path | None = None, cdk_out: Path | Non
         row["cpu_ratio_vs_import_anthropic"] = ratio(
             row["median_cpu_seconds"], baseline["median_cpu_seconds"]
         )
-        target = TARGETS.get(row["kind"]) if row["bytecode"] == SHIPPED else None
+        # The targets are against the naive bundle's bare import: judged only beside it.
+        judged = row["bytecode"] == SHIPPED and baseline_variant == NAIVE
+        target = TARGETS.get(row["kind"]) if judged else None
         row["target"] = target
         row["meets_target"] = (
             None

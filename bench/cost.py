@@ -38,7 +38,7 @@ upload), and each worker's peak resident memory (VmRSS sampled every 0.2 s) besi
 the rows it stores; the growth per row at both sizes says whether anything else does.
 
 Run: ``python -m bench.cost [--quick] [--rows N] [--scale-rows N] [--scale-workers N]``
-(quick: 10 rows, and 10 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows``
+(quick: 2 rows, and 2 at scale). ``--rows`` sets the comparison's rows, ``--scale-rows``
 the scale run's (0 skips it), ``--scale-workers`` its processes (1: in this process alone):
 ``python -m bench.cost --scale-rows 0`` is the 10,000-row realtime vs batch comparison
 alone.
@@ -77,9 +77,9 @@ from constructs_lib.local_engine.local_model import LocalMessagesAPI, estimated_
 from constructs_lib.model_prices import PRICE_TABLE, upload_cost
 
 ROWS = 10_000
-#: ``--quick`` (a smoke run, ``tests/bench``): rows of the comparison. 10 rows are still one
-#: cache write and 9 reads, and one Message Batch; 50 took 5 CPU-s more here.
-QUICK_ROWS = 10
+#: ``--quick`` (a smoke run, ``tests/bench``): rows of the comparison. 2 rows are still one
+#: cache write and a read, and one Message Batch; 10 took 1.2 CPU-s more here, 50 6 more.
+QUICK_ROWS = 2
 #: Worker processes of the batch scale run: one per core of the 2-core machine its target
 #: names.
 SCALE_WORKERS = 2
@@ -193,8 +193,8 @@ def run(
     scale_rows: int | None = None,
     scale_workers: int = SCALE_WORKERS,
 ) -> dict[str, Any]:
-    """The cache and delivery comparison at ``rows`` rows [10,000; 10 quick], then the batch
-    scale run at ``scale_rows`` [100,000; 10 quick; 0 skips it] in ``scale_workers``
+    """The cache and delivery comparison at ``rows`` rows [10,000; 2 quick], then the batch
+    scale run at ``scale_rows`` [100,000; 2 quick; 0 skips it] in ``scale_workers``
     worker processes [2]."""
     rows = rows or (QUICK_ROWS if quick else ROWS)
     if scale_rows is None:
@@ -256,9 +256,9 @@ def print_report(result: dict[str, Any]) -> None:
 # ------------------------------------------------------- Message Batches delivery (issue 19)
 #: Rows of the batch-only scale run, and its target (wall seconds).
 BATCH_SCALE_ROWS = 100_000
-#: ``--quick``: 5 rows a worker (100 took 5 CPU-s more here). Most of a quick scale run is
-#: starting its two worker processes.
-QUICK_SCALE_ROWS = 10
+#: ``--quick``: 1 row a worker, the same path as more (100 took 5 CPU-s more here). Most of a
+#: quick scale run is starting its two worker processes.
+QUICK_SCALE_ROWS = 2
 SCALE_TARGET_SECONDS = 20 * 60
 #: The issue's target for batch / realtime token cost.
 BATCH_TARGET_RATIO = 0.51

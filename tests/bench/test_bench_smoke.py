@@ -169,18 +169,22 @@ def test_splitter(tmp_path, capsys):
 
 @pytest.mark.moto
 def test_cost_sizes_come_from_its_options_and_a_zero_scale_skips_the_scale_run(tmp_path, capsys):
-    cost.main(["--rows", "20", "--scale-rows", "0", "--out", str(tmp_path)])
+    # 3 rows: neither the default nor --quick's, so only --rows can have set them
+    assert 3 not in (cost.ROWS, cost.QUICK_ROWS)
+    cost.main(["--rows", "3", "--scale-rows", "0", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
     result = json.loads((tmp_path / "results.json").read_text())["cost"]
-    assert result["rows"] == 20 and result["delivery"]["batch"]["rows"] == 20
+    assert result["rows"] == 3 and result["delivery"]["batch"]["rows"] == 3
     assert result["batch_scale"] is None and "skipped (--scale-rows 0)" in printed
 
 
 @pytest.mark.moto
 def test_one_scale_worker_runs_the_scale_run_in_this_process(tmp_path, capsys):
-    cost.main(["--rows", "5", "--scale-rows", "7", "--scale-workers", "1", "--out", str(tmp_path)])
+    # 3 scale rows: more than one worker could share, none of the sizes' defaults
+    assert 3 not in (cost.BATCH_SCALE_ROWS, cost.QUICK_SCALE_ROWS)
+    cost.main(["--rows", "1", "--scale-rows", "3", "--scale-workers", "1", "--out", str(tmp_path)])
     scale = json.loads((tmp_path / "results.json").read_text())["cost"]["batch_scale"]
-    assert (scale["workers"], scale["rows"], scale["batch_requests"]) == (1, 7, 7)
+    assert (scale["workers"], scale["rows"], scale["batch_requests"]) == (1, 3, 3)
     assert "by 1 worker process(es)" in capsys.readouterr().out
 
 
