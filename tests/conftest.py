@@ -266,9 +266,10 @@ FIRST_COLLECTION_POLL_SECONDS = 0.1
 
 def _bytecode_marker() -> Path | None:
     """A file in the bytecode cache that says a collection has filled it, when bytecode goes
-    to one (``PYTHONPYCACHEPREFIX``, as ``make test`` sets it)."""
+    to one (``PYTHONPYCACHEPREFIX``, as ``make test`` sets it) and is written at all (not
+    under ``PYTHONDONTWRITEBYTECODE``, where gw0's imports would leave nothing to share)."""
     prefix = sys.pycache_prefix
-    return Path(prefix) / ".collected" if prefix else None
+    return Path(prefix) / ".collected" if prefix and not sys.dont_write_bytecode else None
 
 
 def _first_collection_flag(config: pytest.Config) -> Path | None:
