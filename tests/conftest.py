@@ -272,20 +272,19 @@ def _bytecode_marker() -> Path | None:
     return Path(prefix) / ".collected" if prefix and not sys.dont_write_bytecode else None
 
 
-def _first_collection_flag(config: pytest.Config) -> Path | None:
-    """The flag the first pytest-xdist worker (gw0) writes when its collection ends; None
-    outside a worker."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return None
-    return Path(tempfile.gettempdir()) / f"pytest-collected-{workerinput['testrunuid']}"
+def _first_collection_flag() -> Path | None:
+    """The flag the first pytest-xdist worker (gw0) writes when its collection ends, named by
+    the run's id (pytest-xdist's ``PYTEST_XDIST_TESTRUNUID``, the same in every worker);
+    None outside a worker."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return Path(tempfile.gettempdir()) / f"pytest-collected-{run}" if run else None
 
 
-def _worker_id(config: pytest.Config) -> str:
-    return str(getattr(config, "workerinput", {}).get("workerid", ""))
+def _is_first_worker() -> bool:
+    return os.environ.get("PYTEST_XDIST_WORKER") == "gw0"
 
 
-def _wait_for_the_first_collection(config: pytest.Config) -> None:
+def _wait_for_the_first_collection() -> None:
     """With a cold bytecode cache, every worker but gw0 collects after gw0 has.
 
     In a fresh clone nothing is compiled yet, and the four workers imported the same modules
@@ -295,20 +294,18 @@ def _wait_for_the_first_collection(config: pytest.Config) -> None:
     bytecode. Only an optimization: a worker that waited
     :data:`FIRST_COLLECTION_WAIT_SECONDS` collects anyway, and with a warm cache (the
     marker gw0 leaves, :func:`_bytecode_marker`) nobody waits."""
-    flag, marker = _first_collection_flag(config), _bytecode_marker()
-    if flag is None or marker is None or marker.exists():
-        return
-    if _worker_id(config) == "gw0":
+    flag, marker = _first_collection_flag(), _bytecode_marker()
+    if flag is None or marker is None or marker.exists() or _is_first_worker():
         return
     deadline = time.monotonic() + FIRST_COLLECTION_WAIT_SECONDS
     while not flag.exists() and time.monotonic() < deadline:
         time.sleep(FIRST_COLLECTION_POLL_SECONDS)
 
 
-def _first_collection_done(config: pytest.Config) -> None:
+def _first_collection_done() -> None:
     """gw0's collection ended (passed or not): flag it, and mark the bytecode cache filled."""
-    flag, marker = _first_collection_flag(config), _bytecode_marker()
-    if flag is None or _worker_id(config) != "gw0":
+    flag, marker = _first_collection_flag(), _bytecode_marker()
+    if flag is None or not _is_first_worker():
         return
     flag.touch()
     if marker is not None:
@@ -339,12 +336,12 @@ def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
     collection (:func:`_wait_for_the_first_collection`)."""
     import gc
 
-    _wait_for_the_first_collection(session.config)
+    _wait_for_the_first_collection()
     gc.disable()
     try:
         yield
     finally:
-        _first_collection_done(session.config)
+        _first_collection_done()
         gc.collect()
         gc.freeze()
         _, older, oldest = gc.get_threshold()
@@ -402,7 +399,7 @@ def _alive(pid: int) -> bool:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Every worker's collection ended before any test ran: the flag has done its work.
-    flag = _first_collection_flag(session.config)
+    flag = _first_collection_flag()
     if flag is not None:
         flag.unlink(missing_ok=True)
     if not session.config.getoption("markexpr") or not session.testscollected:
