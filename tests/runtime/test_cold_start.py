@@ -296,12 +296,11 @@ def plain_sdk_names() -> dict:
     A new process importing it only to read them cost 2.7 CPU-s; this one has it already.
     Should any of this process's SDK packages be lazy (``model_step.sdk_import`` got here
     first), its names are no reference, and a new process reads them."""
-    namespace: dict = {}
-    exec(SDK_NAMES, namespace)
-    names = namespace["sdk_names"]()
     sdk = [m for n, m in sys.modules.items() if n == "anthropic" or n.startswith("anthropic.")]
-    if not any(is_lazy(module) for module in sdk):
-        return names
+    if sdk and not any(is_lazy(module) for module in sdk):
+        namespace: dict = {}
+        exec(SDK_NAMES, namespace)
+        return namespace["sdk_names"]()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "lambda_src")]))
     return _result(_python([PLAIN_CHILD], env))["names"]
 
