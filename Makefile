@@ -22,14 +22,17 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export CDK_DISABLE_STACK_TRACE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 UV_VERSION := 0.13.9
-# Four pytest workers, one test file each at a time (module-scoped synths stay shared), in
+# Six pytest workers, one test file each at a time (module-scoped synths stay shared), in
 # the order tests/conftest.py collects them: long files first. pytest-xdist would otherwise
 # reorder the files by their number of tests, which put the one-test fault schedule modules
 # last, each keeping one worker busy after the others had finished. On 2 cores the local
 # runs spend half their wall time waiting on their run's clock, which the extra workers
 # fill: 761 s with 3 workers and xdist's order, 654 s with 4 and ours (docs/testing.md).
+# Six: after seven rounds of CPU cuts, the cores sat idle for 86-107 core-s of a run with four
+# (about 49 with five, 26 with six): a fresh clone's .ci/run took 5 m 32 s and 5 m 40 s with
+# 4, 5 m 19 s with 5 and 5 m 11 s with 6, for 6-7 CPU-s more per worker (docs/testing.md).
 # PYTEST_WORKERS=0: one process.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 PYTEST_DIST := --dist loadfile --no-loadscope-reorder
 
 # PYTHONDONTWRITEBYTECODE is set on these machines (CI too), so every Python process would
@@ -130,7 +133,7 @@ typecheck-runtime: setup
 # The tests read the real cloud assembly (cfn-lint on every template, the bundled handler
 # imported under the Lambda's Python), so no test starts before `make synth` has built it. But
 # pytest's workers collect meanwhile: synth (Python and jsii's Node in turn, about one core
-# for half a minute) and mypy run in the background while the four workers import every test
+# for half a minute) and mypy run in the background while the workers import every test
 # module, and tests/conftest.py's pytest_runtestloop holds the first test until synth has
 # written its exit status into $$MAKE_SYNTH_STATUS (a failed synth stops the run there). The
 # outputs of synth and mypy follow pytest's; any of the three failing fails. The real deploy
