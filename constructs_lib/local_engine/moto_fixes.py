@@ -18,6 +18,10 @@ DYNAMODB_WRITES = (
     "batch_write_item",
 )
 
+#: The DynamoDB reads moto serves by walking its items (BatchGetItem and TransactGetItems go
+#: through ``get_item``, one key at a time).
+DYNAMODB_READS = ("get_item", "query", "scan")
+
 # Re-entrant: a transaction's writes may go through the other patched methods.
 _WRITE_LOCK = threading.RLock()
 
@@ -27,11 +31,11 @@ def _serialized(cls: type, name: str) -> Iterator[None]:
     original = getattr(cls, name)
 
     @functools.wraps(original)
-    def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def serialized(self: Any, *args: Any, **kwargs: Any) -> Any:
         with _WRITE_LOCK:
             return original(self, *args, **kwargs)
 
-    setattr(cls, name, write)
+    setattr(cls, name, serialized)
     try:
         yield
     finally:
@@ -48,12 +52,19 @@ def atomic_dynamodb_writes() -> Iterator[None]:
     while another thread changes it ("dictionary changed size during iteration"). Real
     DynamoDB applies each conditional write and each transaction atomically; without this
     lock local runs and tests would report races the deployed stack cannot have.
+
+    Reads take the same lock. moto changes a stored item's attributes in place, and its
+    ``Query`` and ``Scan`` walk them (to size each page) and the table's items: a read
+    beside a write in another thread failed with "dictionary changed size during
+    iteration", and the caller saw a 500. DynamoDB's reads never fail for a concurrent
+    write; two Prospect Viewer presses at once (its local server answers each request on
+    its own thread) met this about once in fifty.
     """
     from moto.dynamodb.models import DynamoDBBackend
 
     with ExitStack() as stack:
         stack.enter_context(_item_level_transaction_rollback())
-        for name in DYNAMODB_WRITES:
+        for name in (*DYNAMODB_WRITES, *DYNAMODB_READS):
             stack.enter_context(_serialized(DynamoDBBackend, name))
         yield
 

@@ -1,5 +1,6 @@
 """moto's DynamoDB under the local run's fixes: a cancelled transaction still rolls back
-every write it made, but no longer by copying whole tables."""
+every write it made, but no longer by copying whole tables; and a read never overlaps a
+write of another thread."""
 
 from __future__ import annotations
 
@@ -97,3 +98,51 @@ def test_a_transaction_costs_the_same_on_a_large_table(dynamodb, monkeypatch):
     small, large = rows_copied("totals"), rows_copied("rows")
     assert large == small, (small, large)
     assert dynamodb.get_item(TableName="rows", Key={"id": {"S": "new"}})["Item"]["n"] == {"N": "1"}
+
+
+def test_a_read_never_overlaps_a_write_of_another_thread(dynamodb, monkeypatch):
+    # GIVEN a stored item and a Query that, while it walks that item, lets another thread
+    # update it (moto changes the stored item's attributes in place; the Query sizes each
+    # item by walking them: "dictionary changed size during iteration", a 500 to the caller)
+    import threading
+
+    from moto.dynamodb.models.dynamo_type import Item
+
+    dynamodb.put_item(TableName="rows", Item={"id": {"S": "row-1"}, "n": {"N": "1"}})
+    order: list[str] = []
+    written = threading.Event()
+
+    def write() -> None:
+        dynamodb.update_item(
+            TableName="rows",
+            Key={"id": {"S": "row-1"}},
+            UpdateExpression="SET retried_at = :at",
+            ExpressionAttributeValues={":at": {"S": "2026-12-07T00:00:00Z"}},
+        )
+        order.append("write")
+        written.set()
+
+    size = Item.size
+    writer = threading.Thread(target=write)
+
+    def size_during_a_write(self: Item) -> int:
+        if not writer.is_alive() and not written.is_set():
+            writer.start()
+            # Time for the write to land inside this read, had it not waited for the lock.
+            written.wait(timeout=1.0)
+        return size(self)
+
+    monkeypatch.setattr(Item, "size", size_during_a_write)
+    # WHEN the Query runs
+    page = dynamodb.query(
+        TableName="rows",
+        KeyConditionExpression="id = :id",
+        ExpressionAttributeValues={":id": {"S": "row-1"}},
+    )
+    order.append("read")
+    writer.join()
+    # THEN the write waited for the read, as DynamoDB's reads never see a write half-applied
+    assert order == ["read", "write"]
+    assert page["Items"] == [{"id": {"S": "row-1"}, "n": {"N": "1"}}]
+    stored = dynamodb.get_item(TableName="rows", Key={"id": {"S": "row-1"}})["Item"]
+    assert stored["retried_at"] == {"S": "2026-12-07T00:00:00Z"}

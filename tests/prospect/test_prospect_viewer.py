@@ -738,16 +738,23 @@ def test_two_concurrent_retry_all_presses_publish_each_row_once(seeded, atomic_u
     seeded.drain_published()
     barrier = threading.Barrier(2)
     answers: list[dict] = []
+    refused: list[str] = []
 
     def press():
         barrier.wait()
-        answers.append(_retry_all("omega"))
+        try:
+            answers.append(_retry_all("omega"))
+        except AssertionError as error:  # a press answered other than 200
+            refused.append(str(error))
 
     threads = [threading.Thread(target=press) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    # Both presses are answered 200 (a press that failed in its thread used to leave only a
+    # warning: moto's Query met the other press's write, fixed in moto_fixes).
+    assert refused == [] and len(answers) == 2
     rows = sorted(e["detail"]["row_number"] for e in seeded.drain_published())
     assert rows == [1, 2, 3]
     assert sum(a["retried"] for a in answers) == 3
