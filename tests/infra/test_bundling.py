@@ -858,6 +858,55 @@ def test_bundle_ships_unchecked_hash_based_pyc(tmp_path, runtime_copy, python313
         assert pyc_flags(pyc) == 0b01, pyc  # hash-based, source never checked
 
 
+def test_a_large_tree_is_split_by_source_count_and_a_small_one_is_not(tmp_path):
+    # GIVEN a tree of 1,200 sources in packages of 700, 300 and 200, and a top-level module
+    from constructs_lib.bundling.bytecode import _compile_groups
+
+    for package, files in (("big", 700), ("mid", 300), ("small", 199)):
+        for n in range(files):
+            (tmp_path / package / f"m{n // 100}").mkdir(parents=True, exist_ok=True)
+            (tmp_path / package / f"m{n // 100}" / f"f{n}.py").write_text("")
+    (tmp_path / "handler.py").write_text("")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "README.txt").write_text("")
+    # WHEN grouped for 2 and for 8 CPUs THEN 2 groups (1,200 // 500), by source count,
+    # largest first to the emptiest, with no __pycache__ and no non-source file
+    two = _compile_groups([tmp_path], 2)
+    assert two == [
+        [tmp_path / "big"],
+        [tmp_path / "mid", tmp_path / "small", tmp_path / "handler.py"],
+    ]
+    assert _compile_groups([tmp_path], 8) == two
+    # AND one CPU, or a tree under 1,000 sources, is one process with the targets as given
+    assert _compile_groups([tmp_path], 1) == [[tmp_path]]
+    assert _compile_groups([tmp_path / "mid", tmp_path / "small"], 2) == [
+        [tmp_path / "mid", tmp_path / "small"]
+    ]
+
+
+def test_a_split_compile_writes_the_bytes_one_compileall_writes(tmp_path, python313, monkeypatch):
+    # GIVEN every package of lambda_src/, copied twice
+    from constructs_lib.bundling import bytecode
+
+    packages = sorted(p for p in lambda_src_root().iterdir() if (p / "__init__.py").is_file())
+    trees = {name: tmp_path / name for name in ("one", "split")}
+    for tree in trees.values():
+        for package in packages:
+            ignore = shutil.ignore_patterns("__pycache__", "tests")
+            shutil.copytree(package, tree / package.name, ignore=ignore)
+    # WHEN one is compiled by a single compileall and the other split over 3 processes
+    python313.compile(trees["one"])
+    monkeypatch.setattr(bytecode, "FILES_PER_PROCESS", 10)
+    monkeypatch.setattr(bytecode, "_usable_cpus", lambda: 3)
+    assert len(bytecode._compile_groups([trees["split"]], 3)) == 3
+    python313.compile(trees["split"])
+    # THEN every source has its .pyc, byte for byte the same (named under /var/task)
+    one = {p.relative_to(trees["one"]): p.read_bytes() for p in trees["one"].rglob("*.pyc")}
+    assert len(one) == sum(1 for _ in trees["one"].rglob("*.py")) > 30
+    split = {p.relative_to(trees["split"]): p.read_bytes() for p in trees["split"].rglob("*.pyc")}
+    assert split == one
+
+
 # --------------------------------------------------------------------------- synth
 def synth_function(tmp_path: Path, package: Path, context: dict) -> tuple[cdk.Stack, dict]:
     # Asset metadata (aws:asset:path) is what the CLI asks for too.
