@@ -134,6 +134,8 @@ def _compile_groups(targets: Sequence[Path], cpus: int) -> list[list[Path]]:
     """``targets`` split into at most ``cpus`` groups of about equal numbers of source
     files, one group per :data:`FILES_PER_PROCESS` files at most: each group is one
     ``compileall`` process. A single group is ``targets`` as given."""
+    if cpus <= 1:
+        return [list(targets)]  # nothing to split over: no need to count the tree
     entries = _entries(targets)
     counts = {entry: _source_count(entry) for entry in entries}
     total = sum(counts.values())

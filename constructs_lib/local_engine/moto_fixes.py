@@ -22,8 +22,9 @@ DYNAMODB_WRITES = (
 #: through ``get_item``, one key at a time).
 DYNAMODB_READS = ("get_item", "query", "scan")
 
-# Re-entrant: a transaction's writes may go through the other patched methods.
-_WRITE_LOCK = threading.RLock()
+# One lock for every write and read (reads too: see atomic_dynamodb_writes). Re-entrant: a
+# transaction's writes may go through the other patched methods.
+_DYNAMODB_LOCK = threading.RLock()
 
 
 @contextmanager
@@ -32,7 +33,7 @@ def _serialized(cls: type, name: str) -> Iterator[None]:
 
     @functools.wraps(original)
     def serialized(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with _WRITE_LOCK:
+        with _DYNAMODB_LOCK:
             return original(self, *args, **kwargs)
 
     setattr(cls, name, serialized)
@@ -94,7 +95,7 @@ def _item_level_transaction_rollback() -> Iterator[None]:
     2,000 rows with faults took over 10 minutes and 12 GB, because every row's ledger
     transaction copied the tables of all the rows. So the table copy is skipped, and the
     items the transaction writes are copied instead and put back if it is cancelled. It
-    runs under ``_WRITE_LOCK``, so no other write can come between the copy and the put-back.
+    runs under ``_DYNAMODB_LOCK``, so no other write can come between the copy and the put-back.
     """
     import moto.dynamodb.models as backend_module
     from moto.dynamodb.models import DynamoDBBackend

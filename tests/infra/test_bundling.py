@@ -859,7 +859,7 @@ def test_bundle_ships_unchecked_hash_based_pyc(tmp_path, runtime_copy, python313
 
 
 def test_a_large_tree_is_split_by_source_count_and_a_small_one_is_not(tmp_path):
-    # GIVEN a tree of 1,200 sources in packages of 700, 300 and 200, and a top-level module
+    # GIVEN a tree of 1,200 sources: packages of 700, 300 and 199, and a top-level module
     from constructs_lib.bundling.bytecode import _compile_groups
 
     for package, files in (("big", 700), ("mid", 300), ("small", 199)):
